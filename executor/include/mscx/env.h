@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/**
+ * @file env.h
+ * All configuration of mscx. Every MSCX_* environment variable is declared in
+ * one table in executor/src/env.c, parsed once into an immutable struct.
+ * No other file calls getenv().
+ */
+#ifndef MSCX_ENV_H
+#define MSCX_ENV_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "mscx/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mscx_config {
+    /* logging */
+    int debug_level;          /* enum mscx_log_level; MSCX_DEBUG */
+    unsigned debug_subsys;    /* mask of enum mscx_log_subsys; MSCX_DEBUG_SUBSYS */
+    const char *debug_file;   /* MSCX_DEBUG_FILE, "" for stderr */
+    /* shim */
+    const char *plan_dir;     /* MSCX_PLAN_DIR, "" for the installed plans */
+    int disable;              /* MSCX_DISABLE */
+    const char *force_fallback; /* MSCX_FORCE_FALLBACK, comma list of collectives */
+    int strict;               /* MSCX_STRICT */
+    const char *nccl_lib;     /* MSCX_NCCL_LIB */
+    /* executor */
+    uint64_t timeout_ms;      /* MSCX_TIMEOUT_MS: GPU spin limit before an error */
+    uint64_t sim_timeout_ms;  /* MSCX_SIM_TIMEOUT_MS: host executor wait limit */
+    int packet;               /* MSCX_PACKET: enum mscx_pkt_format, or -1 for auto */
+    const char *trace;        /* MSCX_TRACE: trace output path, "" for off */
+    uint64_t scratch_max;     /* MSCX_SCRATCH_MAX: bytes of scratch per plan context */
+    /* transports */
+    const char *ibv_so;       /* MSCX_IBV_SO */
+    const char *ib_hca;       /* MSCX_IB_HCA */
+    const char *transport;    /* MSCX_TRANSPORT: auto, ib, tcp, cuda */
+    uint64_t virtual_nodes;   /* MSCX_VIRTUAL_NODES (test only): split one host into N nodes */
+};
+
+/**
+ * Get the configuration, parsing the environment on first use.
+ * @param cfg_p set to the immutable configuration on success
+ * @return MSCX_OK, or MSCX_ERR_INVALID_ARG when a variable holds a bad value
+ *         (logged once, naming the variable); cfg_p is then untouched.
+ */
+mscx_status_t mscx_config_get(const struct mscx_config **cfg_p);
+
+/**
+ * Tests only: set a variable's value as if it came from the environment
+ * (NULL to unset) and re-parse everything.
+ * @return as mscx_config_get()
+ */
+mscx_status_t mscx_config_override(const char *name, const char *value);
+
+/** Tests only: drop every override and re-read the real environment. */
+void mscx_config_reset(void);
+
+/** Print every variable with its default, current value and help text. */
+void mscx_config_dump(FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MSCX_ENV_H */

@@ -1,0 +1,3 @@
+/* SPDX-License-Identifier: MIT */
+/* placeholder, filled in by its owner */
+typedef int mscx_placeholder_hostexec_t;
