@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/**
+ * @file exec.h
+ * The GPU executor: runs loaded plans as one CUDA kernel per launch.
+ *
+ * One struct mscx_exec is one rank's executor state (one per communicator
+ * rank). Plans are added collectively (every rank adds the same plans in the
+ * same order); adding a plan allocates the rank's scratch, exchanges CUDA IPC
+ * handles through the bootstrap and uploads the plan's compact device
+ * encoding once. A launch only enqueues a kernel: the launch flag and scratch
+ * half live in device memory and are advanced by the kernel itself, so
+ * launches may be captured in CUDA graphs and replayed any number of times.
+ *
+ * Without CUDA every function returns MSCX_ERR_UNSUPPORTED.
+ */
+#ifndef MSCX_EXEC_H
+#define MSCX_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "mscx/status.h"
+#include "mscx/dev_types.h"
+#include "mscx/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mscx_exec;
+
+/** Out-of-band exchange among the ranks of a communicator. */
+struct mscx_bootstrap {
+    uint32_t rank, nranks;
+    void *ctx;
+    /** all[r * bytes ...] receives rank r's @p mine; collective over all ranks. */
+    mscx_status_t (*allgather)(void *ctx, const void *mine, void *all, size_t bytes);
+};
+
+/**
+ * Create one rank's executor on @p cuda_device.
+ * @param bs bootstrap; copied, its ctx must stay valid until destroy
+ * @return MSCX_OK, MSCX_ERR_CUDA, MSCX_ERR_NO_MEMORY, MSCX_ERR_UNSUPPORTED (no CUDA)
+ */
+mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device, struct mscx_exec **exec_p);
+
+/**
+ * Collective: every rank adds the same plans in the same order. Allocates
+ * scratch sized for @p max_msg_bytes, exchanges CUDA IPC handles and uploads
+ * the plan once. The plan must outlive the executor.
+ * @param plan_id_p receives the id to pass to mscx_exec_launch()
+ * @return MSCX_OK, MSCX_ERR_UNSUPPORTED (multicast ops, more blocks than can be
+ *         resident), MSCX_ERR_INVALID_ARG, MSCX_ERR_CUDA, MSCX_ERR_NO_MEMORY
+ */
+mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *plan, uint64_t max_msg_bytes,
+                                 uint32_t *plan_id_p);
+
+/**
+ * Enqueue one launch on @p stream (a cudaStream_t, NULL for the legacy
+ * stream); legal inside CUDA graph capture.
+ * @param msg_bytes as in mscx_coll_sizes()
+ * @param pkt packet format used by the packet ops of this launch
+ */
+mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf, void *recvbuf,
+                               uint64_t msg_bytes, enum mscx_dtype dtype, enum mscx_redop op,
+                               enum mscx_pkt_format pkt, void *stream);
+
+/**
+ * @return MSCX_OK, or MSCX_ERR_TIMEOUT after a kernel of this rank waited
+ *         longer than MSCX_TIMEOUT_MS, or MSCX_ERR_REMOTE after an abort.
+ *         Reads device memory written by finished kernels; does not sync.
+ */
+mscx_status_t mscx_exec_async_error(struct mscx_exec *ex);
+
+/** Make spinning kernels of this rank give up (they record MSCX_ERR_REMOTE). */
+void mscx_exec_abort(struct mscx_exec *ex);
+
+/** Free everything; the caller must have synchronised its streams. NULL is accepted. */
+void mscx_exec_destroy(struct mscx_exec *ex);
+
+/**
+ * Tests and benchmarks: @p nranks ranks in this process on one device with
+ * plain-pointer memory channels. Destroy each with mscx_exec_destroy().
+ * @param execs receives [nranks] executors
+ */
+mscx_status_t mscx_exec_create_local_group(uint32_t nranks, int cuda_device, struct mscx_exec **execs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MSCX_EXEC_H */
