@@ -55,8 +55,11 @@ struct hx_barrier {
     _Atomic uint32_t gen;
 };
 
+struct hx_run;
+
 struct hx_rank {
     uint32_t rank;
+    struct hx_run *run;
     const struct mscx_gpu *gpu;
     struct mscx_geom geom;
     uint8_t *mem[MSCX_BUF_COUNT]; /* input and output may alias */
@@ -90,6 +93,7 @@ struct hx_run {
     uint64_t timeout_ms;
     struct hx_rank *ranks;
     _Atomic int abort;
+    _Atomic uint32_t filled0; /* ranks done with their first fill */
     pthread_mutex_t err_mu;
     mscx_status_t status;
     char errmsg[512];
@@ -103,6 +107,7 @@ struct hx_tb {
     uint32_t op_idx; /* index inside the block, for messages */
     const struct mscx_dev_op *op;
     uint64_t rng;
+    bool no_deadline; /* launch control waits: only an abort ends them */
     uint8_t *buf_a, *buf_b; /* HX_PIECE bytes each */
 };
 
@@ -140,8 +145,9 @@ struct hx_hooks {
     /* Before launch @p iter of @p rank, after fill: may seed this launch's scratch half. */
     void (*scratch_pre)(void *ctx, uint32_t rank, uint32_t iter, uint32_t flag, uint8_t *scratch,
                         uint64_t scratch_bytes, uint64_t so);
-    /* After launch @p iter of @p rank, after collect. */
-    void (*scratch_post)(void *ctx, uint32_t rank, uint32_t iter, const uint8_t *scratch, uint64_t scratch_bytes);
+    /* After every thread has stopped, on the calling thread, once per rank (not after a failure). */
+    void (*final)(void *ctx, uint32_t rank, const uint8_t *in, uint64_t in_bytes, const uint8_t *out,
+                  uint64_t out_bytes, const uint8_t *scratch, uint64_t scratch_bytes);
 };
 
 mscx_status_t mscx_hostexec_run_hooks(const struct mscx_plan *plan, const struct mscx_hostexec_cfg *cfg,

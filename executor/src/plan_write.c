@@ -67,14 +67,22 @@ static int local_index(const uint16_t *table, uint16_t n, uint32_t value)
     return -1;
 }
 
-static json_t *write_operand(const struct wctx *w, const struct mscx_dev_op *op, const struct mscx_dev_operand *o)
+static json_t *write_operand(const struct wctx *w, const struct mscx_dev_op *op,
+                             const struct mscx_dev_operand *o)
 {
     json_t *obj = json_object();
     if (obj == NULL)
         return NULL;
     if (o->flags & MSCX_OPND_SWITCH) {
-        /* Switch operands keep the channel id as given (multicast is parsed, never executed). */
-        if (set_new(obj, "switch_channel_id", jint(o->rbuf)))
+        int k = local_index(w->tb->chan[MSCX_CHAN_SWITCH], w->tb->nchan[MSCX_CHAN_SWITCH], o->rbuf);
+        if (k < 0) {
+            MSCX_WARN(
+                "internal bug: plan %s: gpus[%u].threadblocks[%u]: switch channel %u is not in the thread "
+                "block's switch table",
+                w->plan->name, w->rank, w->tbi, o->rbuf);
+            goto err;
+        }
+        if (set_new(obj, "switch_channel_id", jint((uint64_t)k)))
             goto err;
     } else if (o->flags & MSCX_OPND_REMOTE) {
         unsigned ct = op->chan_type < MSCX_CHAN_COUNT ? op->chan_type : MSCX_CHAN_NONE;
@@ -99,8 +107,8 @@ err:
     return NULL;
 }
 
-static json_t *write_operands(const struct wctx *w, const struct mscx_dev_op *op, const struct mscx_dev_operand *v,
-                              unsigned n)
+static json_t *write_operands(const struct wctx *w, const struct mscx_dev_op *op,
+                              const struct mscx_dev_operand *v, unsigned n)
 {
     json_t *arr = json_array();
     if (arr == NULL)
@@ -175,9 +183,10 @@ static json_t *write_op(const struct wctx *w, const struct mscx_dev_op *ops, uin
             set_new(ic, "num_chunks", jint(op->pipe_nchunks)))
             goto err;
         if (1u + op->pipe_nops > n) {
-            MSCX_WARN("internal bug: plan %s: gpus[%u].threadblocks[%u]: pipeline body of %u ops runs past the "
-                      "thread block",
-                      w->plan->name, w->rank, w->tbi, op->pipe_nops);
+            MSCX_WARN(
+                "internal bug: plan %s: gpus[%u].threadblocks[%u]: pipeline body of %u ops runs past the "
+                "thread block",
+                w->plan->name, w->rank, w->tbi, op->pipe_nops);
             goto err;
         }
         if (set_new(obj, "ops", write_ops(w, ops + 1, op->pipe_nops)))
@@ -196,7 +205,8 @@ static json_t *write_op(const struct wctx *w, const struct mscx_dev_op *ops, uin
     }
     if (op->nchan > 0 && set_new(obj, "channel_ids", write_channel_ids(w, op)))
         goto err;
-    if (op->chan_type != MSCX_CHAN_NONE && set_new(obj, "channel_type", json_string(chan_name(op->chan_type))))
+    if (op->chan_type != MSCX_CHAN_NONE &&
+        set_new(obj, "channel_type", json_string(chan_name(op->chan_type))))
         goto err;
     if (mscx_opcode_reduces(op->opcode)) {
         const char *rn = mscx_redop_name((enum mscx_redop)op->reduce_op);
@@ -304,7 +314,8 @@ static int write_gpu_channels(const struct mscx_gpu *gpu, json_t *arr)
         const struct mscx_switch_chan *sc = &gpu->switch_chan[s];
         json_t *c = json_object(), *groups = json_array();
         if (json_array_append_new(arr, c) || set_new(c, "channel_type", json_string("switch")) ||
-            set_new(c, "buffer_type", json_string(buf_name(sc->buf_type))) || set_new(c, "rank_groups", groups))
+            set_new(c, "buffer_type", json_string(buf_name(sc->buf_type))) ||
+            set_new(c, "rank_groups", groups))
             return -1;
         for (uint32_t g = 0; g < sc->ngroups; g++) {
             json_t *go = json_object(), *ranks = json_array();
@@ -402,6 +413,12 @@ static json_t *write_extension(const struct mscx_plan *plan)
         if (set_new(ext, "fusion", fu) || set_new(fu, "ops_before", jint(plan->fuse.ops_before)) ||
             set_new(fu, "ops_after", jint(plan->fuse.ops_after)))
             goto err;
+        json_t *hits = json_array();
+        if (set_new(fu, "rule_hits", hits))
+            goto err;
+        for (unsigned r = 0; r < MSCX_FUSE_RULE_COUNT; r++)
+            if (json_array_append_new(hits, jint(plan->fuse.rule_hits[r])))
+                goto err;
     }
     return ext;
 err:

@@ -1,8 +1,485 @@
 /* SPDX-License-Identifier: MIT */
-/* placeholder, filled in by its owner */
+/*
+ * The plan loader and model: every MSCCL++ fixture loads, accessors, table
+ * resolution and channel pairing, ranks-per-node inference, geometry at odd
+ * sizes, historical names, clone and re-validation, the summary.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mscx/env.h"
+#include "mscx/log.h"
+#include "mscx/plan.h"
+#include "plan_int.h"
 #include "test_common.h"
+
+static struct mscx_plan *load_ref(const char *rel)
+{
+    struct mscx_plan *p = NULL;
+    char err[MSCX_PLAN_ERR_LEN];
+    mscx_status_t st = mscx_plan_load(mscx_test_ref(rel), &p, err, sizeof(err));
+    ck_assert_msg(st == MSCX_OK, "%s: %s", rel, err);
+    return p;
+}
+
+static struct mscx_plan *load_str(const char *json)
+{
+    struct mscx_plan *p = NULL;
+    char err[MSCX_PLAN_ERR_LEN];
+    mscx_status_t st = mscx_plan_load_buffer(json, strlen(json), "inline.json", &p, err, sizeof(err));
+    ck_assert_msg(st == MSCX_OK, "%s", err);
+    return p;
+}
+
+START_TEST(test_all_fixtures_load)
+{
+    static const char *const dirs[] = {"mscclpp-op-plans", "mscclpp-algo-plans"};
+    int total = 0;
+    for (size_t d = 0; d < 2; d++) {
+        DIR *dir = opendir(mscx_test_ref(dirs[d]));
+        struct dirent *e;
+        ck_assert_ptr_nonnull(dir);
+        while ((e = readdir(dir)) != NULL) {
+            char rel[512], err[512];
+            size_t n = strlen(e->d_name);
+            if (n < 6 || strcmp(e->d_name + n - 5, ".json") != 0)
+                continue;
+            snprintf(rel, sizeof(rel), "%s/%s", dirs[d], e->d_name);
+            struct mscx_plan *p = load_ref(rel);
+            mscx_status_t st = mscx_plan_executable(p, err, sizeof(err));
+            if (strncmp(e->d_name, "switch_", 7) == 0) {
+                ck_assert_int_eq(st, MSCX_ERR_UNSUPPORTED);
+                ck_assert_msg(strstr(err, "multicast") != NULL, "%s: %s", rel, err);
+                ck_assert(p->has_multicast);
+            } else {
+                ck_assert_msg(st == MSCX_OK, "%s: %s", rel, err);
+            }
+            ck_assert_str_eq(mscx_plan_origin(p), mscx_test_ref(rel));
+            mscx_plan_destroy(p);
+            total++;
+        }
+        closedir(dir);
+    }
+    ck_assert_int_ge(total, 34);
+}
+END_TEST
+
+START_TEST(test_accessors)
+{
+    struct mscx_plan *p = load_ref("mscclpp-algo-plans/allreduce_pkt_n4.json");
+    uint64_t lo, hi;
+    ck_assert_str_eq(mscx_plan_name(p), "allreduce_pkt_n4");
+    ck_assert_int_eq(mscx_plan_collective(p), MSCX_COLL_ALLREDUCE);
+    ck_assert_uint_eq(mscx_plan_nranks(p), 4);
+    ck_assert_uint_eq(mscx_plan_ranks_per_node(p), 4);
+    ck_assert_int_eq(mscx_plan_inplace(p), 1);
+    mscx_plan_size_range(p, &lo, &hi);
+    ck_assert_uint_eq(lo, 0);
+    ck_assert_uint_eq(hi, UINT64_MAX); /* written as 18446744073709551615 */
+    ck_assert_int_eq(p->protocol, MSCX_PROTO_LL);
+    ck_assert(p->double_scratch);
+    ck_assert(p->has_packet_ops);
+    ck_assert(!p->has_port);
+    ck_assert(!p->has_multicast);
+    ck_assert_uint_eq(p->nthreads, 1024);
+    ck_assert_uint_eq(p->alignment, 16);
+    ck_assert_uint_eq(p->gpus[2].input_chunks, 16);
+    ck_assert_uint_eq(p->gpus[2].scratch_chunks, 24);
+    ck_assert_uint_eq(p->gpus[0].ntb, 4);
+    /* A reduction plan without the extension: reducible types, every operator. */
+    ck_assert(mscx_plan_supports(p, MSCX_DT_FP32, MSCX_REDOP_SUM));
+    ck_assert(mscx_plan_supports(p, MSCX_DT_BF16, MSCX_REDOP_MAX));
+    ck_assert(!mscx_plan_supports(p, MSCX_DT_INT8, MSCX_REDOP_SUM));
+    ck_assert(!mscx_plan_supports(p, MSCX_DT_FP64, MSCX_REDOP_SUM));
+    /* respkt of rank 0 block 0: src [i0, s0, s4, s8], dst [i0, remote x3] */
+    const struct mscx_dev_op *op = &p->gpus[0].ops[p->gpus[0].tb[0].op_begin + 1];
+    ck_assert_int_eq(op->opcode, MSCX_OP_REDUCE_SEND_PACKETS);
+    ck_assert_uint_eq(op->nsrc, 4);
+    ck_assert_uint_eq(op->ndst, 4);
+    ck_assert_uint_eq(op->src[2].index, 4);
+    ck_assert_uint_eq(op->src[2].type, MSCX_BUF_SCRATCH);
+    ck_assert_uint_eq(op->dst[1].flags, MSCX_OPND_REMOTE);
+    ck_assert_uint_eq(op->dst[1].type, MSCX_BUF_SCRATCH);
+    ck_assert_uint_eq(op->reduce_op, MSCX_REDOP_SUM);
+    mscx_plan_destroy(p);
+
+    p = load_ref("mscclpp-op-plans/copy_test.json");
+    ck_assert_int_eq(mscx_plan_collective(p), MSCX_COLL_TEST);
+    ck_assert(mscx_plan_supports(p, MSCX_DT_INT8, MSCX_REDOP_SUM)); /* data movement: any type */
+    ck_assert(mscx_plan_supports(p, MSCX_DT_FP64, MSCX_REDOP_PROD));
+    mscx_plan_destroy(p);
+}
+END_TEST
+
+START_TEST(test_pipeline_flattened)
+{
+    struct mscx_plan *p = load_ref("mscclpp-op-plans/pipeline_test.json");
+    const struct mscx_gpu *g = &p->gpus[0];
+    ck_assert_uint_eq(g->tb[0].nops, 2);
+    ck_assert_int_eq(g->ops[0].opcode, MSCX_OP_PIPELINE);
+    ck_assert_uint_eq(g->ops[0].pipe_nops, 1);
+    ck_assert_uint_eq(g->ops[0].pipe_unit, 1048576);
+    ck_assert_uint_eq(g->ops[0].pipe_nchunks, 1);
+    ck_assert_int_eq(g->ops[1].opcode, MSCX_OP_COPY);
+    ck_assert(g->ops[1].flags & MSCX_OPF_IN_PIPELINE);
+    ck_assert(!(g->ops[0].flags & MSCX_OPF_IN_PIPELINE));
+    mscx_plan_destroy(p);
+}
+END_TEST
+
+/* Rank 0: memory channels to [1, 2, 1]; its block's table is [2, 0] and its remote-buffer table [1, 0]. */
+static const char tiny_plan[] =
+    "{\"name\": \"tiny\", \"collective\": \"test\", \"protocol\": \"Simple\", \"inplace\": false,\n"
+    " \"gpus\": [\n"
+    "  {\"id\": 0, \"input_chunks\": 2, \"output_chunks\": 2, \"scratch_chunks\": 4,\n"
+    "   \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [1, 2, 1]}],\n"
+    "   \"remote_buffers\": [{\"rank\": 2, \"type\": \"o\", \"access_channel_types\": [\"memory\"]},\n"
+    "                        {\"rank\": 1, \"type\": \"s\", \"access_channel_types\": [\"memory\"]}],\n"
+    "   \"semaphores\": [],\n"
+    "   \"threadblocks\": [{\"id\": 0,\n"
+    "     \"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [2, 0]}],\n"
+    "     \"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", \"remote_buffer_ids\": [1, 0]}],\n"
+    "     \"ops\": [\n"
+    "      {\"name\": \"put\", \"src_buff\": [{\"type\": \"i\", \"index\": 1, \"size\": 1}],\n"
+    "       \"dst_buff\": [{\"buffer_id\": 0, \"index\": 3, \"size\": 1}], \"channel_type\": \"memory\"},\n"
+    "      {\"name\": \"signal\", \"channel_ids\": [0], \"channel_type\": \"memory\"},\n"
+    "      {\"name\": \"signal\", \"channel_ids\": [1], \"channel_type\": \"memory\"},\n"
+    "      {\"name\": \"put\", \"src_buff\": [{\"type\": \"o\", \"index\": 0, \"size\": 2}],\n"
+    "       \"dst_buff\": [{\"buffer_id\": 1, \"index\": 0, \"size\": 2}], \"channel_type\": \"memory\",\n"
+    "       \"tbg_info\": {\"tb_id\": 1, \"tbg_size\": 3}}]}]},\n"
+    "  {\"id\": 1, \"input_chunks\": 2, \"output_chunks\": 2, \"scratch_chunks\": 4,\n"
+    "   \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [0, 0]}],\n"
+    "   \"threadblocks\": [{\"id\": 0, \"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [0, 1]}],\n"
+    "     \"ops\": [{\"name\": \"wait\", \"channel_ids\": [0, 1], \"channel_type\": \"memory\"}]}]},\n"
+    "  {\"id\": 2, \"input_chunks\": 2, \"output_chunks\": 2, \"scratch_chunks\": 0,\n"
+    "   \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [0]}], \"threadblocks\": []}\n"
+    " ]}\n";
+
+START_TEST(test_table_resolution)
+{
+    struct mscx_plan *p = load_str(tiny_plan);
+    const struct mscx_gpu *g = &p->gpus[0];
+    ck_assert_uint_eq(g->nops, 4);
+    /* put: buffer_id 0 of the block's memory table -> rank-level remote buffer 1 (rank 1 scratch) */
+    ck_assert_int_eq(g->ops[0].opcode, MSCX_OP_PUT);
+    ck_assert_uint_eq(g->ops[0].dst[0].flags, MSCX_OPND_REMOTE);
+    ck_assert_uint_eq(g->ops[0].dst[0].rbuf, 1);
+    ck_assert_uint_eq(g->ops[0].dst[0].type, MSCX_BUF_SCRATCH);
+    ck_assert_uint_eq(g->ops[0].dst[0].index, 3);
+    ck_assert_uint_eq(g->ops[0].src[0].flags, 0);
+    ck_assert_uint_eq(g->ops[0].src[0].type, MSCX_BUF_INPUT);
+    ck_assert_uint_eq(g->ops[0].tbg_size, 1);
+    /* signal local 0 -> rank channel 2, local 1 -> rank channel 0 */
+    ck_assert_uint_eq(g->ops[1].nchan, 1);
+    ck_assert_uint_eq(g->ops[1].chan[0], 2);
+    ck_assert_uint_eq(g->ops[2].chan[0], 0);
+    ck_assert_uint_eq(g->ops[3].dst[0].rbuf, 0);
+    ck_assert_uint_eq(g->ops[3].dst[0].type, MSCX_BUF_OUTPUT);
+    ck_assert_uint_eq(g->ops[3].tbg_id, 1);
+    ck_assert_uint_eq(g->ops[3].tbg_size, 3);
+    ck_assert(g->ops[3].flags & MSCX_OPF_TBG);
+    /* pairing: rank 0's k-th channel to rank 1 pairs with rank 1's k-th channel to rank 0 */
+    const struct mscx_chan *c = g->chan[MSCX_CHAN_MEMORY];
+    ck_assert(c[0].paired && c[0].peer == 1 && c[0].pair == 0 && c[0].occurrence == 0);
+    ck_assert(c[1].paired && c[1].peer == 2 && c[1].pair == 0 && c[1].occurrence == 0);
+    ck_assert(c[2].paired && c[2].peer == 1 && c[2].pair == 1 && c[2].occurrence == 1);
+    ck_assert_uint_eq(p->gpus[1].chan[MSCX_CHAN_MEMORY][1].pair, 2);
+    ck_assert_uint_eq(p->gpus[2].chan[MSCX_CHAN_MEMORY][0].pair, 1);
+    /* no port channels: one node */
+    ck_assert_uint_eq(mscx_plan_ranks_per_node(p), 3);
+    ck_assert(!p->ranks_per_node_given);
+    mscx_plan_destroy(p);
+}
+END_TEST
+
+/* n ranks, no ops; memory channels between r and r^1 (when mem_pairs), port channels from r to port_peer[r]. */
+static char *make_channel_plan(uint32_t n, const int *mem_peer, const int *port_peer, const char *ext)
+{
+    char *buf = malloc(65536);
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, 65536 - k, "{\"name\": \"chan\", \"collective\": \"allreduce\", %s \"gpus\": [",
+                          ext ? ext : "");
+    for (uint32_t r = 0; r < n; r++) {
+        k += (size_t)snprintf(buf + k, 65536 - k,
+                              "%s{\"id\": %u, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": 0, "
+                              "\"threadblocks\": [], \"channels\": [",
+                              r ? "," : "", r);
+        if (mem_peer[r] >= 0)
+            k += (size_t)snprintf(buf + k, 65536 - k, "{\"channel_type\": \"memory\", \"connected_to\": [%d]}",
+                                  mem_peer[r]);
+        if (port_peer && port_peer[r] >= 0)
+            k += (size_t)snprintf(buf + k, 65536 - k, "%s{\"channel_type\": \"port\", \"connected_to\": [%d]}",
+                                  mem_peer[r] >= 0 ? "," : "", port_peer[r]);
+        k += (size_t)snprintf(buf + k, 65536 - k, "]}");
+    }
+    snprintf(buf + k, 65536 - k, "]}");
+    return buf;
+}
+
+START_TEST(test_ranks_per_node)
+{
+    static const int mem4[] = {1, 0, 3, 2}, port4[] = {2, 3, 0, 1};
+    static const int mem3[] = {1, 0, -1}, port3[] = {2, 2, 0};
+    char *j = make_channel_plan(4, mem4, port4, NULL);
+    struct mscx_plan *p = load_str(j);
+    ck_assert(p->has_port);
+    ck_assert_uint_eq(mscx_plan_ranks_per_node(p), 2);
+    mscx_plan_destroy(p);
+    free(j);
+
+    j = make_channel_plan(4, mem4, NULL, NULL); /* memory only: one node, even if disconnected */
+    p = load_str(j);
+    ck_assert_uint_eq(mscx_plan_ranks_per_node(p), 4);
+    mscx_plan_destroy(p);
+    free(j);
+
+    j = make_channel_plan(3, mem3, port3, NULL); /* components of 2 and 1: unknown */
+    p = load_str(j);
+    ck_assert_uint_eq(mscx_plan_ranks_per_node(p), 0);
+    mscx_plan_destroy(p);
+    free(j);
+
+    j = make_channel_plan(4, mem4, port4,
+                          "\"mscx\": {\"version\": 1, \"ranks_per_node\": 4, \"dtypes\": [\"fp16\", \"bf16\"], "
+                          "\"reduce_ops\": [\"max\"], \"fusion\": {\"ops_before\": 10, \"ops_after\": 7}},");
+    p = load_str(j);
+    ck_assert_uint_eq(mscx_plan_ranks_per_node(p), 4);
+    ck_assert(p->ranks_per_node_given);
+    ck_assert(mscx_plan_supports(p, MSCX_DT_FP16, MSCX_REDOP_MAX));
+    ck_assert(mscx_plan_supports(p, MSCX_DT_FP16, MSCX_REDOP_SUM)); /* no reducing op: op ignored */
+    ck_assert(!mscx_plan_supports(p, MSCX_DT_FP32, MSCX_REDOP_MAX));
+    ck_assert_uint_eq(p->fuse.ops_before, 10);
+    ck_assert_uint_eq(p->fuse.ops_after, 7);
+    mscx_plan_destroy(p);
+    free(j);
+}
+END_TEST
+
+static void geom_ok(const struct mscx_plan *p, uint64_t in, uint64_t out, enum mscx_dtype dt, struct mscx_geom *g)
+{
+    char err[256];
+    mscx_status_t st = mscx_plan_geom(p, 0, in, out, dt, g, err, sizeof(err));
+    ck_assert_msg(st == MSCX_OK, "%s", err);
+}
+
+START_TEST(test_geometry)
+{
+    struct mscx_plan *p = load_ref("mscclpp-algo-plans/allreduce_pkt_n2.json"); /* 4/4/4 chunks, LL, double */
+    struct mscx_geom g;
+    char err[256];
+
+    geom_ok(p, 4, 4, MSCX_DT_FP32, &g); /* one element over 4 chunks */
+    ck_assert_uint_eq(g.in_chunk, 4);
+    ck_assert_uint_eq(g.out_chunk, 4);
+    ck_assert_uint_eq(g.slot, 16);
+    ck_assert_uint_eq(g.esize, 4);
+    ck_assert_uint_eq(g.scratch_bytes, 4 * 16 * 2 * 2);
+    ck_assert_uint_eq(g.scratch_half, 4 * 16 * 2);
+    mscx_plan_destroy(p);
+
+    p = load_ref("mscclpp-algo-plans/allreduce_pkt_n4.json"); /* 16/16/24 chunks */
+    geom_ok(p, 6, 6, MSCX_DT_FP16, &g); /* 3 elements over 16 chunks */
+    ck_assert_uint_eq(g.in_chunk, 2);
+    ck_assert_uint_eq(g.slot, 16);
+    ck_assert_uint_eq(g.scratch_bytes, 24 * 16 * 4);
+    geom_ok(p, 1000003, 1000003, MSCX_DT_INT8, &g);
+    ck_assert_uint_eq(g.in_chunk, 62501);
+    ck_assert_uint_eq(g.slot, 62512);
+    ck_assert_uint_eq(g.scratch_bytes, 24ull * 62512 * 4);
+    geom_ok(p, 0, 0, MSCX_DT_FP32, &g);
+    ck_assert_uint_eq(g.in_chunk, 0);
+    ck_assert_uint_ge(g.slot, 16);
+    /* refusals */
+    ck_assert_int_eq(mscx_plan_geom(p, 0, 6, 6, MSCX_DT_FP32, &g, err, sizeof(err)), MSCX_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err, "whole") != NULL, "%s", err);
+    ck_assert_int_eq(mscx_plan_geom(p, 0, 64, 128, MSCX_DT_FP32, &g, err, sizeof(err)), MSCX_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err, "disagree") != NULL, "%s", err);
+    ck_assert_int_eq(mscx_plan_geom(p, 0, 1ull << 41, 1ull << 41, MSCX_DT_FP32, &g, err, sizeof(err)),
+                     MSCX_ERR_INVALID_ARG);
+    ck_assert_int_eq(mscx_plan_geom(p, 4, 64, 64, MSCX_DT_FP32, &g, err, sizeof(err)), MSCX_ERR_INVALID_ARG);
+    ck_assert_int_eq(mscx_plan_geom(p, 0, 64, 64, MSCX_DT_COUNT, &g, err, sizeof(err)), MSCX_ERR_INVALID_ARG);
+    mscx_plan_destroy(p);
+}
+END_TEST
+
+START_TEST(test_geometry_allgather)
+{
+    /* allgather, 4 ranks: input 1 chunk, output 4 chunks */
+    static const char tmpl[] = "{\"id\": %u, \"input_chunks\": 1, \"output_chunks\": 4, \"scratch_chunks\": 2}";
+    char j[2048], one[256];
+    size_t k = (size_t)snprintf(j, sizeof(j), "{\"name\": \"ag\", \"collective\": \"allgather\", \"gpus\": [");
+    for (uint32_t r = 0; r < 4; r++) {
+        snprintf(one, sizeof(one), tmpl, r);
+        k += (size_t)snprintf(j + k, sizeof(j) - k, "%s%s", r ? "," : "", one);
+    }
+    snprintf(j + k, sizeof(j) - k, "]}");
+    struct mscx_plan *p = load_str(j);
+    uint64_t in, out;
+    struct mscx_geom g;
+    char err[256];
+    mscx_coll_sizes(MSCX_COLL_ALLGATHER, 4, 24, &in, &out);
+    ck_assert_uint_eq(in, 6);
+    ck_assert_uint_eq(out, 24);
+    geom_ok(p, in, out, MSCX_DT_FP16, &g);
+    ck_assert_uint_eq(g.in_chunk, 6);
+    ck_assert_uint_eq(g.out_chunk, 6);
+    ck_assert_uint_eq(g.slot, 16);
+    ck_assert_uint_eq(g.scratch_bytes, 2 * 16); /* no packets, single buffer */
+    ck_assert_uint_eq(g.scratch_half, 0);
+    /* output that is not nranks inputs: chunks disagree */
+    ck_assert_int_eq(mscx_plan_geom(p, 1, 6, 32, MSCX_DT_FP16, &g, err, sizeof(err)), MSCX_ERR_INVALID_ARG);
+    mscx_coll_sizes(MSCX_COLL_REDUCESCATTER, 4, 64, &in, &out);
+    ck_assert_uint_eq(in, 64);
+    ck_assert_uint_eq(out, 16);
+    mscx_coll_sizes(MSCX_COLL_ALLREDUCE, 4, 64, &in, &out);
+    ck_assert_uint_eq(in, 64);
+    ck_assert_uint_eq(out, 64);
+    mscx_plan_destroy(p);
+}
+END_TEST
+
+static int historical_infos;
+static void count_historical(enum mscx_log_level level, unsigned subsys, const char *file, int line,
+                             const char *msg, void *ctx)
+{
+    (void)file;
+    (void)line;
+    (void)ctx;
+    if (level == MSCX_LOG_INFO && (subsys & MSCX_SUB_PLAN) && strstr(msg, "historical"))
+        historical_infos++;
+}
+
+START_TEST(test_historical_names)
+{
+    static const char j[] =
+        "{\"name\": \"old\", \"collective\": \"allreduce\", \"gpus\": [{\"id\": 0, \"input_chunks\": 2, "
+        "\"output_chunks\": 0, \"scratch_chunks\": 2, \"threadblocks\": [{\"id\": 0, \"ops\": ["
+        "{\"name\": \"tpkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}], "
+        "\"dst_buff\": [{\"type\": \"s\", \"index\": 1, \"size\": 1}]},"
+        "{\"name\": \"rpkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}, "
+        "{\"type\": \"s\", \"index\": 0, \"size\": 1}], \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}],"
+        " \"channel_type\": \"sm\"},"
+        "{\"name\": \"rpkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 1, \"size\": 1}, "
+        "{\"type\": \"s\", \"index\": 1, \"size\": 1}], \"dst_buff\": [{\"type\": \"i\", \"index\": 1, \"size\": 1}]}"
+        "]}]}]}";
+    mscx_log_set_handler(count_historical, NULL);
+    ck_assert_int_eq(mscx_config_override("MSCX_DEBUG", "INFO"), MSCX_OK);
+    historical_infos = 0;
+    struct mscx_plan *p = load_str(j);
+    ck_assert_int_eq(historical_infos, 1);
+    ck_assert_int_eq(p->gpus[0].ops[0].opcode, MSCX_OP_COPY_PACKETS);
+    ck_assert_int_eq(p->gpus[0].ops[1].opcode, MSCX_OP_REDUCE_PACKETS);
+    ck_assert_int_eq(p->gpus[0].ops[1].chan_type, MSCX_CHAN_MEMORY);
+    ck_assert(p->has_packet_ops);
+    mscx_plan_destroy(p);
+    mscx_config_reset();
+}
+END_TEST
+
+START_TEST(test_clone_and_revalidate)
+{
+    struct mscx_plan *p = load_ref("mscclpp-algo-plans/allreduce_pkt_n8.json"), *c = NULL;
+    char path[256], msg[512];
+    ck_assert_int_eq(mscx_plan_clone(p, &c), MSCX_OK);
+    ck_assert_str_eq(c->name, p->name);
+    ck_assert_uint_eq(c->nranks, p->nranks);
+    for (uint32_t r = 0; r < p->nranks; r++) {
+        ck_assert_uint_eq(c->gpus[r].nops, p->gpus[r].nops);
+        ck_assert(memcmp(c->gpus[r].ops, p->gpus[r].ops, p->gpus[r].nops * sizeof(struct mscx_dev_op)) == 0);
+        ck_assert_ptr_ne(c->gpus[r].ops, p->gpus[r].ops);
+    }
+    ck_assert_int_eq(mscx_plan_validate(c, path, sizeof(path), msg, sizeof(msg)), MSCX_OK);
+    /* corrupt the clone: an index past the input */
+    c->gpus[3].ops[c->gpus[3].tb[1].op_begin].src[0].index = 64;
+    ck_assert_int_eq(mscx_plan_validate(c, path, sizeof(path), msg, sizeof(msg)), MSCX_ERR_PLAN);
+    ck_assert_str_eq(path, "gpus[3].threadblocks[1].ops[0].src_buff[0].index");
+    ck_assert_msg(strstr(msg, "expected a chunk index below 64") != NULL, "%s", msg);
+    ck_assert_msg(strstr(msg, "got 64") != NULL, "%s", msg);
+    mscx_plan_destroy(c);
+    /* the original is untouched */
+    ck_assert_int_eq(mscx_plan_validate(p, path, sizeof(path), msg, sizeof(msg)), MSCX_OK);
+    mscx_plan_destroy(p);
+}
+END_TEST
+
+START_TEST(test_describe)
+{
+    struct mscx_plan *p = load_ref("mscclpp-algo-plans/allreduce_pkt_n8.json");
+    uint64_t sizes[] = {1024, 1 << 20};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    mscx_plan_describe(p, f, sizes, 2);
+    fclose(f);
+    ck_assert_msg(strstr(buf, "allreduce_pkt_n8") && strstr(buf, "ranks:           8") && strstr(buf, "respkt") &&
+                      strstr(buf, "scratch @ 1024 B") && strstr(buf, "ranks/node:      8") &&
+                      strstr(buf, "memory 56"),
+                  "%s", buf);
+    free(buf);
+    mscx_plan_destroy(p);
+}
+END_TEST
+
+START_TEST(test_names)
+{
+    enum mscx_dtype dt;
+    enum mscx_redop op;
+    enum mscx_coll coll;
+    for (int i = 0; i < MSCX_DT_COUNT; i++) {
+        ck_assert_int_eq(mscx_dtype_parse(mscx_dtype_name((enum mscx_dtype)i), &dt), 0);
+        ck_assert_int_eq(dt, i);
+    }
+    for (int i = 0; i < MSCX_REDOP_COUNT; i++) {
+        ck_assert_int_eq(mscx_redop_parse(mscx_redop_name((enum mscx_redop)i), &op), 0);
+        ck_assert_int_eq(op, i);
+    }
+    for (int i = 0; i < MSCX_COLL_COUNT; i++) {
+        ck_assert_int_eq(mscx_coll_parse(mscx_coll_name((enum mscx_coll)i), &coll), 0);
+        ck_assert_int_eq(coll, i);
+    }
+    for (int i = 0; i < MSCX_OP_COUNT; i++)
+        ck_assert_str_ne(mscx_opcode_name((enum mscx_opcode)i), "unknown");
+    ck_assert_str_eq(mscx_opcode_name(MSCX_OP_REDUCE_COPY_SEND_PACKETS), "recspkt");
+    ck_assert_int_eq(mscx_dtype_parse("fp8", &dt), -1);
+    ck_assert_int_eq(mscx_redop_parse("avg", &op), -1);
+    ck_assert_uint_eq(mscx_dtype_size(MSCX_DT_BF16), 2);
+    ck_assert_uint_eq(mscx_dtype_size(MSCX_DT_FP64), 8);
+    ck_assert_uint_eq(mscx_dtype_size(MSCX_DT_INT8), 1);
+}
+END_TEST
+
+START_TEST(test_unreadable_file)
+{
+    struct mscx_plan *p = (struct mscx_plan *)0x1;
+    char err[512];
+    ck_assert_int_eq(mscx_plan_load("/nonexistent/dir/p.json", &p, err, sizeof(err)), MSCX_ERR_SYSTEM);
+    ck_assert_ptr_eq(p, (struct mscx_plan *)0x1);
+    ck_assert_str_eq(err, "cannot read /nonexistent/dir/p.json: No such file or directory");
+    ck_assert_int_eq(mscx_plan_load("/nonexistent/dir/p.json", &p, NULL, 0), MSCX_ERR_SYSTEM);
+}
+END_TEST
 
 Suite *mscx_test_suite(void)
 {
-    return suite_create("plan");
+    Suite *s = suite_create("plan");
+    TCase *tc = mscx_tcase("load");
+    tcase_add_test(tc, test_all_fixtures_load);
+    tcase_add_test(tc, test_accessors);
+    tcase_add_test(tc, test_pipeline_flattened);
+    tcase_add_test(tc, test_table_resolution);
+    tcase_add_test(tc, test_ranks_per_node);
+    tcase_add_test(tc, test_historical_names);
+    tcase_add_test(tc, test_clone_and_revalidate);
+    tcase_add_test(tc, test_describe);
+    tcase_add_test(tc, test_names);
+    tcase_add_test(tc, test_unreadable_file);
+    suite_add_tcase(s, tc);
+    tc = mscx_tcase("geometry");
+    tcase_add_test(tc, test_geometry);
+    tcase_add_test(tc, test_geometry_allgather);
+    suite_add_tcase(s, tc);
+    return s;
 }

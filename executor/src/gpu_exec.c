@@ -1,0 +1,510 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Host side of the GPU executor: contexts, plan upload, scratch and CUDA IPC
+ * exchange, launches. The kernel is in kernels/exec_kernel.cu; the device
+ * layout in gpu_int.h.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cuda_runtime_api.h>
+#include "mscx/exec.h"
+#include "mscx/env.h"
+#include "mscx/log.h"
+#include "plan_int.h"
+#include "gpu_int.h"
+
+#define MSCX_GPU_MAX_PLANS 64
+
+/* What a rank tells its peers about one plan context. */
+struct gpu_rec {
+    int64_t pid;
+    int32_t device;
+    int32_t pad;
+    uint64_t ctx_dev;     /* struct mscx_gpu_ctx * in the owner's address space */
+    uint64_t scratch_dev;
+    cudaIpcMemHandle_t ctx_ipc;
+    cudaIpcMemHandle_t scratch_ipc;
+};
+
+struct gpu_plan {
+    const struct mscx_plan *plan;
+    uint32_t ntb, nthreads;
+    char *d_ctx;           /* the context allocation: struct mscx_gpu_ctx + tables */
+    size_t ctx_bytes;
+    size_t off_ops, off_tb, off_rbuf, off_sem, off_tok[MSCX_CHAN_COUNT], off_exp[MSCX_CHAN_COUNT],
+        off_pin[MSCX_CHAN_COUNT];
+    char *scratch;
+    uint64_t scratch_bytes;
+    struct gpu_rec *recs;  /* [nranks] */
+    void **opened;         /* [2 * nranks] IPC mappings to close */
+    int ready;
+    /* launch cache */
+    uint64_t c_msg;
+    int c_dtype;
+    struct mscx_gpu_args c_args;
+};
+
+struct local_group {
+    uint32_t nranks;
+    uint32_t refs;
+    struct mscx_exec **execs;
+    uint32_t added[MSCX_GPU_MAX_PLANS];
+};
+
+struct mscx_exec {
+    struct mscx_bootstrap bs;
+    int device;
+    struct mscx_gpu_host *host;     /* mapped */
+    struct mscx_gpu_host *host_dev; /* its device view */
+    struct local_group *group;
+    uint32_t nplans;
+    struct gpu_plan plans[MSCX_GPU_MAX_PLANS];
+};
+
+static mscx_status_t gpu_check(cudaError_t rc, const char *what)
+{
+    if (rc == cudaSuccess)
+        return MSCX_OK;
+    MSCX_WARN("cuda error: %s: %s", what, cudaGetErrorString(rc));
+    return MSCX_ERR_CUDA;
+}
+
+#define GPU_CHECK_GOTO(call, st, label)                                                                      \
+    do {                                                                                                     \
+        if (((st) = gpu_check((call), #call)) != MSCX_OK)                                                    \
+            goto label;                                                                                      \
+    } while (0)
+
+static size_t align_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device, struct mscx_exec **exec_p)
+{
+    mscx_status_t st;
+    struct mscx_exec *ex;
+    if (!bs || !exec_p || bs->rank >= bs->nranks)
+        return MSCX_ERR_INVALID_ARG;
+    ex = calloc(1, sizeof(*ex));
+    if (!ex)
+        return MSCX_ERR_NO_MEMORY;
+    ex->bs = *bs;
+    ex->device = cuda_device;
+    GPU_CHECK_GOTO(cudaSetDevice(cuda_device), st, fail);
+    GPU_CHECK_GOTO(cudaHostAlloc((void **)&ex->host, sizeof(*ex->host), cudaHostAllocMapped), st, fail);
+    memset(ex->host, 0, sizeof(*ex->host));
+    GPU_CHECK_GOTO(cudaHostGetDevicePointer((void **)&ex->host_dev, ex->host, 0), st, fail);
+    *exec_p = ex;
+    return MSCX_OK;
+fail:
+    if (ex->host)
+        cudaFreeHost(ex->host);
+    free(ex);
+    return st;
+}
+
+/* Layout of the context allocation of @p gp for @p gpu. */
+static void ctx_layout(struct gpu_plan *gp, const struct mscx_gpu *gpu)
+{
+    size_t o = align_up(sizeof(struct mscx_gpu_ctx), 64);
+    gp->off_ops = o;
+    o = align_up(o + (size_t)gpu->nops * sizeof(struct mscx_dev_op), 64);
+    gp->off_tb = o;
+    o = align_up(o + (size_t)(gpu->ntb + 1) * sizeof(uint32_t), 64);
+    gp->off_rbuf = o;
+    o = align_up(o + (size_t)gpu->nrbuf * sizeof(struct mscx_gpu_rbuf), 64);
+    gp->off_sem = o;
+    o = align_up(o + (size_t)gpu->nsem * sizeof(int32_t), 64);
+    for (int t = 0; t < MSCX_CHAN_COUNT; t++) {
+        uint32_t n = (t == MSCX_CHAN_MEMORY || t == MSCX_CHAN_PORT) ? gpu->nchan[t] : 0;
+        gp->off_tok[t] = o;
+        o = align_up(o + n * 8u, 64);
+        gp->off_exp[t] = o;
+        o = align_up(o + n * 8u, 64);
+        gp->off_pin[t] = o;
+        o = align_up(o + n * sizeof(void *), 64);
+    }
+    gp->ctx_bytes = o;
+}
+
+/* Scratch bytes for every supported dtype at @p max_msg_bytes. */
+static mscx_status_t scratch_need(const struct mscx_plan *plan, uint32_t rank, uint64_t max_msg, uint64_t *bytes_p)
+{
+    uint64_t need = 0, in, out;
+    mscx_coll_sizes(plan->coll, plan->nranks, max_msg, &in, &out);
+    for (int dt = 0; dt < MSCX_DT_COUNT; dt++) {
+        struct mscx_geom g;
+        char err[256];
+        uint32_t es = mscx_dtype_size((enum mscx_dtype)dt);
+        uint64_t i2 = in / es * es, o2 = out / es * es;
+        if (mscx_plan_geom(plan, rank, i2, o2, (enum mscx_dtype)dt, &g, err, sizeof(err)) != MSCX_OK)
+            continue;
+        if (g.scratch_bytes > need)
+            need = g.scratch_bytes;
+    }
+    *bytes_p = need;
+    return MSCX_OK;
+}
+
+/* Fill the tables of one rank's context once every rank's record is known. */
+static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp)
+{
+    const struct mscx_plan *plan = gp->plan;
+    uint32_t rank = ex->bs.rank, n = plan->nranks;
+    const struct mscx_gpu *gpu = &plan->gpus[rank];
+    mscx_status_t st = MSCX_OK;
+    int64_t pid = (int64_t)getpid();
+    char *img = calloc(1, gp->ctx_bytes);
+    char **peer_ctx = calloc(n, sizeof(char *)), **peer_scr = calloc(n, sizeof(char *));
+    gp->opened = calloc(2u * n, sizeof(void *));
+    if (!img || !peer_ctx || !peer_scr || !gp->opened) {
+        st = MSCX_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (uint32_t r = 0; r < n; r++) {
+        const struct gpu_rec *rc = &gp->recs[r];
+        if (rc->pid == pid) {
+            peer_ctx[r] = (char *)(uintptr_t)rc->ctx_dev;
+            peer_scr[r] = (char *)(uintptr_t)rc->scratch_dev;
+            continue;
+        }
+        void *p = NULL;
+        GPU_CHECK_GOTO(cudaIpcOpenMemHandle(&p, rc->ctx_ipc, cudaIpcMemLazyEnablePeerAccess), st, out);
+        gp->opened[2 * r] = p;
+        peer_ctx[r] = p;
+        if (rc->scratch_dev) {
+            GPU_CHECK_GOTO(cudaIpcOpenMemHandle(&p, rc->scratch_ipc, cudaIpcMemLazyEnablePeerAccess), st, out);
+            gp->opened[2 * r + 1] = p;
+            peer_scr[r] = p;
+        }
+    }
+    struct mscx_gpu_ctx *c = (struct mscx_gpu_ctx *)img;
+    char *d = gp->d_ctx;
+    c->host = ex->host_dev;
+    c->ntb = gpu->ntb;
+    c->nrbuf = gpu->nrbuf;
+    c->nsem = gpu->nsem;
+    c->scratch_chunks = gpu->scratch_chunks;
+    c->scratch = gp->scratch;
+    c->ops = (const struct mscx_dev_op *)(d + gp->off_ops);
+    c->tb_begin = (const uint32_t *)(d + gp->off_tb);
+    c->rbuf = (const struct mscx_gpu_rbuf *)(d + gp->off_rbuf);
+    c->sem = (int32_t *)(d + gp->off_sem);
+    memcpy(img + gp->off_ops, gpu->ops, (size_t)gpu->nops * sizeof(struct mscx_dev_op));
+    uint32_t *tb = (uint32_t *)(img + gp->off_tb);
+    for (uint32_t b = 0; b < gpu->ntb; b++)
+        tb[b] = gpu->tb[b].op_begin;
+    tb[gpu->ntb] = gpu->ntb ? gpu->tb[gpu->ntb - 1].op_begin + gpu->tb[gpu->ntb - 1].nops : 0;
+    struct mscx_gpu_rbuf *rb = (struct mscx_gpu_rbuf *)(img + gp->off_rbuf);
+    for (uint32_t i = 0; i < gpu->nrbuf; i++) {
+        uint32_t o = gpu->rbuf[i].rank;
+        rb[i].type = gpu->rbuf[i].type;
+        rb[i].owner_scratch_chunks = plan->gpus[o].scratch_chunks;
+        if (gpu->rbuf[i].type == MSCX_BUF_SCRATCH) {
+            rb[i].kind = MSCX_GPU_RBUF_SCRATCH;
+            rb[i].ptr = peer_scr[o];
+        } else {
+            if (gp->recs[o].pid != pid) {
+                MSCX_WARN("plan %s: rank %u reads or writes rank %u's user buffer across processes: "
+                          "user buffer registration is not implemented", plan->name, rank, o);
+                st = MSCX_ERR_UNSUPPORTED;
+                goto out;
+            }
+            rb[i].kind = MSCX_GPU_RBUF_USER;
+            rb[i].pub = (struct mscx_gpu_pub *)(peer_ctx[o] + offsetof(struct mscx_gpu_ctx, pub));
+        }
+    }
+    int32_t *sem = (int32_t *)(img + gp->off_sem);
+    for (uint32_t i = 0; i < gpu->nsem; i++)
+        sem[i] = gpu->sem_init[i];
+    for (int t = MSCX_CHAN_MEMORY; t <= MSCX_CHAN_PORT; t++) {
+        c->nchan[t] = gpu->nchan[t];
+        c->inbound[t] = (unsigned long long *)(d + gp->off_tok[t]);
+        c->expected[t] = (unsigned long long *)(d + gp->off_exp[t]);
+        c->peer_inbound[t] = (unsigned long long **)(d + gp->off_pin[t]);
+        void **pin = (void **)(img + gp->off_pin[t]);
+        for (uint32_t k = 0; k < gpu->nchan[t]; k++) {
+            const struct mscx_chan *ch = &gpu->chan[t][k];
+            if (!ch->paired)
+                continue;
+            /* peer contexts share our layout rule: recompute the peer's token offset */
+            struct gpu_plan tmp;
+            ctx_layout(&tmp, &plan->gpus[ch->peer]);
+            pin[k] = peer_ctx[ch->peer] + tmp.off_tok[t] + (size_t)ch->pair * 8u;
+        }
+    }
+    GPU_CHECK_GOTO(cudaMemcpy(gp->d_ctx, img, gp->ctx_bytes, cudaMemcpyHostToDevice), st, out);
+    gp->ready = 1;
+out:
+    free(img);
+    free(peer_ctx);
+    free(peer_scr);
+    return st;
+}
+
+static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks)
+{
+    int sms = 0, dev = 0;
+    uint32_t t = plan->nthreads ? plan->nthreads : 1024;
+    if (t > 1024)
+        t = 1024;
+    t = (t + 31) / 32 * 32;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 0;
+    for (; t >= 32; t /= 2) {
+        int occ = mscx_gpu_kernel_occupancy(t);
+        if (occ > 0 && (uint64_t)occ * (uint64_t)sms >= total_blocks)
+            return t;
+        if (t == 32)
+            break;
+    }
+    return 0;
+}
+
+mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *plan, uint64_t max_msg_bytes,
+                                 uint32_t *plan_id_p)
+{
+    mscx_status_t st;
+    char err[256];
+    if (!ex || !plan || !plan_id_p || plan->nranks != ex->bs.nranks)
+        return MSCX_ERR_INVALID_ARG;
+    if (ex->nplans >= MSCX_GPU_MAX_PLANS)
+        return MSCX_ERR_NO_MEMORY;
+    if ((st = mscx_plan_executable(plan, err, sizeof(err))) != MSCX_OK) {
+        MSCX_WARN("plan %s: %s", plan->name, err);
+        return st;
+    }
+    uint32_t rank = ex->bs.rank, n = plan->nranks;
+    const struct mscx_gpu *gpu = &plan->gpus[rank];
+    uint32_t id = ex->nplans;
+    struct gpu_plan *gp = &ex->plans[id];
+    memset(gp, 0, sizeof(*gp));
+    gp->plan = plan;
+    gp->ntb = gpu->ntb;
+    gp->c_dtype = -1;
+    uint64_t total_blocks = gpu->ntb;
+    if (ex->group) {
+        total_blocks = 0;
+        for (uint32_t r = 0; r < n; r++)
+            total_blocks += plan->gpus[r].ntb;
+    }
+    GPU_CHECK_GOTO(cudaSetDevice(ex->device), st, fail);
+    gp->nthreads = pick_threads(plan, (uint32_t)total_blocks);
+    if (gp->nthreads == 0) {
+        MSCX_WARN("plan %s: %llu thread blocks cannot all be resident on device %d even at 32 threads; refusing",
+                  plan->name, (unsigned long long)total_blocks, ex->device);
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    ctx_layout(gp, gpu);
+    GPU_CHECK_GOTO(cudaMalloc((void **)&gp->d_ctx, gp->ctx_bytes), st, fail);
+    GPU_CHECK_GOTO(cudaMemset(gp->d_ctx, 0, gp->ctx_bytes), st, fail);
+    scratch_need(plan, rank, max_msg_bytes, &gp->scratch_bytes);
+    if (gp->scratch_bytes) {
+        GPU_CHECK_GOTO(cudaMalloc((void **)&gp->scratch, gp->scratch_bytes), st, fail);
+        GPU_CHECK_GOTO(cudaMemset(gp->scratch, 0, gp->scratch_bytes), st, fail);
+    }
+    GPU_CHECK_GOTO(cudaDeviceSynchronize(), st, fail);
+    struct gpu_rec mine;
+    memset(&mine, 0, sizeof(mine));
+    mine.pid = (int64_t)getpid();
+    mine.device = ex->device;
+    mine.ctx_dev = (uint64_t)(uintptr_t)gp->d_ctx;
+    mine.scratch_dev = (uint64_t)(uintptr_t)gp->scratch;
+    if (!ex->group) {
+        GPU_CHECK_GOTO(cudaIpcGetMemHandle(&mine.ctx_ipc, gp->d_ctx), st, fail);
+        if (gp->scratch)
+            GPU_CHECK_GOTO(cudaIpcGetMemHandle(&mine.scratch_ipc, gp->scratch), st, fail);
+    }
+    gp->recs = calloc(n, sizeof(*gp->recs));
+    if (!gp->recs) {
+        st = MSCX_ERR_NO_MEMORY;
+        goto fail;
+    }
+    ex->nplans++;
+    *plan_id_p = id;
+    if (ex->group) {
+        /* in-process group: the last rank to add the plan finalises every rank */
+        struct local_group *g = ex->group;
+        gp->recs[rank] = mine;
+        if (++g->added[id] == n) {
+            for (uint32_t r = 0; r < n; r++) {
+                /* every rank's own record is in its own recs; share them all */
+                for (uint32_t q = 0; q < n; q++)
+                    g->execs[r]->plans[id].recs[q] = g->execs[q]->plans[id].recs[q];
+            }
+            for (uint32_t r = 0; r < n; r++)
+                if ((st = gpu_plan_finalize(g->execs[r], &g->execs[r]->plans[id])) != MSCX_OK)
+                    return st;
+        }
+        return MSCX_OK;
+    }
+    if ((st = ex->bs.allgather(ex->bs.ctx, &mine, gp->recs, sizeof(mine))) != MSCX_OK) {
+        MSCX_WARN("plan %s: bootstrap allgather failed: %s", plan->name, mscx_status_str(st));
+        return st;
+    }
+    return gpu_plan_finalize(ex, gp);
+fail:
+    if (gp->scratch)
+        cudaFree(gp->scratch);
+    if (gp->d_ctx)
+        cudaFree(gp->d_ctx);
+    memset(gp, 0, sizeof(*gp));
+    return st;
+}
+
+mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf, void *recvbuf,
+                               uint64_t msg_bytes, enum mscx_dtype dtype, enum mscx_redop op,
+                               enum mscx_pkt_format pkt, void *stream)
+{
+    if (!ex || plan_id >= ex->nplans || (unsigned)dtype >= MSCX_DT_COUNT || (unsigned)op >= MSCX_REDOP_COUNT ||
+        (pkt != MSCX_PKT_LL16 && pkt != MSCX_PKT_LL8))
+        return MSCX_ERR_INVALID_ARG;
+    struct gpu_plan *gp = &ex->plans[plan_id];
+    if (!gp->ready) {
+        MSCX_WARN("caller bug: plan %u launched before every rank added it", plan_id);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    if (gp->c_msg != msg_bytes || gp->c_dtype != (int)dtype) {
+        const struct mscx_plan *plan = gp->plan;
+        struct mscx_geom g;
+        char err[256];
+        uint64_t in, out;
+        mscx_coll_sizes(plan->coll, plan->nranks, msg_bytes, &in, &out);
+        mscx_status_t st = mscx_plan_geom(plan, ex->bs.rank, in, out, dtype, &g, err, sizeof(err));
+        if (st != MSCX_OK) {
+            MSCX_WARN("caller bug: plan %s, %llu bytes: %s", plan->name, (unsigned long long)msg_bytes, err);
+            return st;
+        }
+        if (g.scratch_bytes > gp->scratch_bytes) {
+            MSCX_WARN("caller bug: plan %s: %llu bytes need %llu bytes of scratch, %llu allocated (max_msg_bytes)",
+                      plan->name, (unsigned long long)msg_bytes, (unsigned long long)g.scratch_bytes,
+                      (unsigned long long)gp->scratch_bytes);
+            return MSCX_ERR_INVALID_ARG;
+        }
+        const struct mscx_config *cfg;
+        MSCX_CHECK(mscx_config_get(&cfg));
+        struct mscx_gpu_args *a = &gp->c_args;
+        memset(a, 0, sizeof(*a));
+        a->ctx = (struct mscx_gpu_ctx *)gp->d_ctx;
+        a->in_bytes = g.in_bytes;
+        a->out_bytes = g.out_bytes;
+        a->in_chunk = g.in_chunk;
+        a->out_chunk = g.out_chunk;
+        a->slot = g.slot;
+        uint32_t sc = plan->gpus[ex->bs.rank].scratch_chunks;
+        a->half_per_chunk = sc ? g.scratch_half / sc : 0;
+        a->timeout_ns = cfg->timeout_ms * 1000000ull;
+        gp->c_msg = msg_bytes;
+        gp->c_dtype = (int)dtype;
+    }
+    struct mscx_gpu_args a = gp->c_args;
+    a.in = sendbuf;
+    a.out = recvbuf;
+    a.dtype = dtype;
+    a.op = op;
+    a.pkt = pkt;
+    if (gp->ntb == 0)
+        return MSCX_OK;
+    int rc = mscx_gpu_kernel_launch(&a, gp->ntb, gp->nthreads, stream);
+    if (rc != 0)
+        return gpu_check((cudaError_t)rc, "kernel launch");
+    return MSCX_OK;
+}
+
+mscx_status_t mscx_exec_async_error(struct mscx_exec *ex)
+{
+    if (!ex)
+        return MSCX_ERR_INVALID_ARG;
+    int32_t code = *(volatile int32_t *)&ex->host->err.code;
+    if (code == 0)
+        return MSCX_OK;
+    return (mscx_status_t)code;
+}
+
+void mscx_exec_abort(struct mscx_exec *ex)
+{
+    if (!ex)
+        return;
+    if (ex->host->err.code == 0) {
+        ex->host->err.opcode = 0;
+        ex->host->err.code = MSCX_ERR_REMOTE;
+    }
+    ex->host->abort = 1;
+    __sync_synchronize();
+}
+
+void mscx_exec_destroy(struct mscx_exec *ex)
+{
+    if (!ex)
+        return;
+    cudaSetDevice(ex->device);
+    for (uint32_t i = 0; i < ex->nplans; i++) {
+        struct gpu_plan *gp = &ex->plans[i];
+        if (gp->opened) {
+            for (uint32_t k = 0; k < 2u * gp->plan->nranks; k++)
+                if (gp->opened[k])
+                    cudaIpcCloseMemHandle(gp->opened[k]);
+            free(gp->opened);
+        }
+        if (gp->scratch)
+            cudaFree(gp->scratch);
+        if (gp->d_ctx)
+            cudaFree(gp->d_ctx);
+        free(gp->recs);
+    }
+    if (ex->group && --ex->group->refs == 0) {
+        free(ex->group->execs);
+        free(ex->group);
+    }
+    if (ex->host)
+        cudaFreeHost(ex->host);
+    free(ex);
+}
+
+static mscx_status_t local_allgather(void *ctx, const void *mine, void *all, size_t bytes)
+{
+    (void)ctx;
+    (void)mine;
+    (void)all;
+    (void)bytes;
+    return MSCX_ERR_INTERNAL; /* the local group never uses the bootstrap */
+}
+
+mscx_status_t mscx_exec_create_local_group(uint32_t nranks, int cuda_device, struct mscx_exec **execs)
+{
+    mscx_status_t st = MSCX_OK;
+    if (nranks == 0 || !execs)
+        return MSCX_ERR_INVALID_ARG;
+    struct local_group *g = calloc(1, sizeof(*g));
+    if (!g)
+        return MSCX_ERR_NO_MEMORY;
+    g->execs = calloc(nranks, sizeof(*g->execs));
+    if (!g->execs) {
+        free(g);
+        return MSCX_ERR_NO_MEMORY;
+    }
+    g->nranks = nranks;
+    for (uint32_t r = 0; r < nranks; r++) {
+        struct mscx_bootstrap bs = {r, nranks, g, local_allgather};
+        if ((st = mscx_exec_create(&bs, cuda_device, &g->execs[r])) != MSCX_OK)
+            break;
+        g->execs[r]->group = g;
+        g->refs++;
+    }
+    if (st != MSCX_OK) {
+        struct mscx_exec **e = g->execs;
+        uint32_t refs = g->refs;
+        for (uint32_t r = 0; r < refs; r++)
+            mscx_exec_destroy(e[r]); /* the last one frees g */
+        if (refs == 0) {
+            free(g->execs);
+            free(g);
+        }
+        return st;
+    }
+    memcpy(execs, g->execs, nranks * sizeof(*execs));
+    return MSCX_OK;
+}

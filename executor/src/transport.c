@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/* Helpers shared by all port-channel transports (see transport.h). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mscx/log.h"
+#include "transport.h"
+
+uint64_t mscx_tp_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t mscx_tp_deadline(uint64_t timeout_ms)
+{
+    if (timeout_ms == 0 || timeout_ms > UINT64_MAX / 2000000ull)
+        return UINT64_MAX;
+    return mscx_tp_now_ns() + timeout_ms * 1000000ull;
+}
+
+mscx_status_t mscx_tp_connect_all(const struct mscx_transport_ops *ops, struct mscx_tp_ep *ep, uint32_t rank,
+                                  uint32_t nranks, const uint8_t *want,
+                                  mscx_status_t (*allgather)(void *ctx, const void *mine, void *all, size_t bytes),
+                                  void *ag_ctx, uint64_t deadline_ns, struct mscx_tp_conn **conns)
+{
+    mscx_status_t st = MSCX_OK;
+    size_t row = (size_t)nranks * MSCX_TP_BLOB_BYTES;
+    struct mscx_tp_conn **tmp = NULL;
+    uint8_t *mine = NULL, *all = NULL;
+
+    if (!ops || !ep || !want || !allgather || !conns || rank >= nranks) {
+        MSCX_WARN("caller bug: bad arguments to mscx_tp_connect_all");
+        return MSCX_ERR_INVALID_ARG;
+    }
+    tmp = calloc(nranks, sizeof(*tmp));
+    mine = calloc(1, row);
+    all = calloc(nranks, row);
+    if (!tmp || !mine || !all) {
+        MSCX_WARN("out of memory connecting %u ranks", nranks);
+        st = MSCX_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    /* Row r of the exchange holds what rank r wrote for each peer. */
+    for (uint32_t p = 0; p < nranks; p++) {
+        if (p == rank || !want[p])
+            continue;
+        MSCX_CHECK_GOTO(ops->conn_prepare(ep, p, mine + (size_t)p * MSCX_TP_BLOB_BYTES, &tmp[p]), st, err_close);
+    }
+    MSCX_CHECK_GOTO(allgather(ag_ctx, mine, all, row), st, err_close);
+    for (uint32_t p = 0; p < nranks && st == MSCX_OK; p++) {
+        if (!tmp[p])
+            continue;
+        const uint8_t *blob = all + (size_t)p * row + (size_t)rank * MSCX_TP_BLOB_BYTES;
+        st = ops->conn_establish(tmp[p], blob, deadline_ns);
+    }
+    /*
+     * Barrier with every rank's outcome: nobody sends before all peers are
+     * ready to receive (an RC QP must be in RTR before requests reach it),
+     * and a rank that failed makes every rank fail instead of hang later.
+     */
+    int32_t mine_st = st, *sts = (int32_t *)all; /* reuse: nranks * 4 <= nranks * row */
+    mscx_status_t bst = allgather(ag_ctx, &mine_st, sts, sizeof(mine_st));
+    if (st != MSCX_OK)
+        goto err_close;
+    if (bst != MSCX_OK) {
+        st = bst;
+        goto err_close;
+    }
+    for (uint32_t p = 0; p < nranks; p++) {
+        if (sts[p] != MSCX_OK) {
+            MSCX_WARN("%s: rank %u failed to connect: %s", ops->name, p, mscx_status_str((mscx_status_t)sts[p]));
+            st = MSCX_ERR_REMOTE;
+            goto err_close;
+        }
+    }
+    memcpy(conns, tmp, nranks * sizeof(*tmp));
+    goto err_free;
+
+err_close:
+    for (uint32_t p = 0; p < nranks; p++)
+        if (tmp[p])
+            ops->conn_close(tmp[p]);
+err_free:
+    free(all);
+    free(mine);
+    free(tmp);
+    return st;
+}

@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The intercepted NCCL functions. Each forwards to the real one with the same
+ * arguments (and returns its result) unless our executor runs the call.
+ * prof is 1 for the pnccl* entry points, which forward to the real pnccl*.
+ *
+ * Groups: calls inside ncclGroupStart/End always go to NCCL (our kernels are
+ * not fused into NCCL's group launch); see docs in shim/README.md.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "mscx/log.h"
+#include "shim_int.h"
+
+#define REAL_OR_FAIL(fn, prof, name)                                                                          \
+    shim_fn_##name##_t fn = SHIM_REAL(prof, name);                                                            \
+    if (!fn)                                                                                                  \
+        return shim_err_result();                                                                             \
+    shim_err_clear()
+
+static int routing_on(void)
+{
+    const struct mscx_config *cfg = shim_config();
+    return cfg && !cfg->disable;
+}
+
+/* NCCL's own answers to bad arguments of a collective. */
+static ncclResult_t check_args(const char *fn, ncclComm_t comm, ncclDataType_t dt, ncclRedOp_t op, int has_op)
+{
+    if (!comm)
+        return shim_err_set(ncclInvalidArgument, "mscx: %s: comm argument is NULL", fn);
+    if ((int)dt < 0 || (int)dt >= (int)ncclNumTypes)
+        return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid datatype %d", fn, (int)dt);
+    if (has_op && (int)op < 0)
+        return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid reduction operation %d", fn, (int)op);
+    return ncclSuccess;
+}
+
+static int try_route(enum mscx_coll coll, const void *send, void *recv, size_t count, ncclDataType_t dt,
+                     ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream, ncclResult_t *res_p)
+{
+    struct shim_coll_call call = {
+        .coll = coll, .sendbuf = send, .recvbuf = recv, .count = count, .dtype = dt, .op = op, .root = root,
+        .comm = comm, .stream = stream,
+    };
+    return shim_comm_try_route(&call, res_p);
+}
+
+ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    REAL_OR_FAIL(fn, prof, ncclAllReduce);
+    ncclResult_t res;
+    if (routing_on()) {
+        if ((res = check_args("ncclAllReduce", comm, datatype, op, 1)) != ncclSuccess)
+            return res;
+        if (try_route(MSCX_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm, stream, &res))
+            return res;
+    }
+    return fn(sendbuff, recvbuff, count, datatype, op, comm, stream);
+}
+
+ncclResult_t shim_ncclAllGather(int prof, const void *sendbuff, void *recvbuff, size_t sendcount,
+                                ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    REAL_OR_FAIL(fn, prof, ncclAllGather);
+    ncclResult_t res;
+    if (routing_on()) {
+        if ((res = check_args("ncclAllGather", comm, datatype, ncclSum, 0)) != ncclSuccess)
+            return res;
+        if (try_route(MSCX_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm, stream, &res))
+            return res;
+    }
+    return fn(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+}
+
+ncclResult_t shim_ncclReduceScatter(int prof, const void *sendbuff, void *recvbuff, size_t recvcount,
+                                    ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    REAL_OR_FAIL(fn, prof, ncclReduceScatter);
+    ncclResult_t res;
+    if (routing_on()) {
+        if ((res = check_args("ncclReduceScatter", comm, datatype, op, 1)) != ncclSuccess)
+            return res;
+        if (try_route(MSCX_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream, &res))
+            return res;
+    }
+    return fn(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+}
+
+ncclResult_t shim_ncclBroadcast(int prof, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                                int root, ncclComm_t comm, cudaStream_t stream)
+{
+    REAL_OR_FAIL(fn, prof, ncclBroadcast);
+    ncclResult_t res;
+    if (routing_on()) {
+        if ((res = check_args("ncclBroadcast", comm, datatype, ncclSum, 0)) != ncclSuccess)
+            return res;
+        if (try_route(MSCX_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream, &res))
+            return res;
+    }
+    return fn(sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+ncclResult_t shim_ncclBcast(int prof, void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                            cudaStream_t stream)
+{
+    REAL_OR_FAIL(fn, prof, ncclBcast);
+    ncclResult_t res;
+    if (routing_on()) {
+        if ((res = check_args("ncclBcast", comm, datatype, ncclSum, 0)) != ncclSuccess)
+            return res;
+        if (try_route(MSCX_COLL_BROADCAST, buff, buff, count, datatype, ncclSum, root, comm, stream, &res))
+            return res;
+    }
+    return fn(buff, count, datatype, root, comm, stream);
+}
+
+/* ---- groups ---- */
+
+ncclResult_t shim_ncclGroupStart(int prof)
+{
+    REAL_OR_FAIL(fn, prof, ncclGroupStart);
+    ncclResult_t res = fn();
+    if (res == ncclSuccess)
+        shim_group_enter();
+    return res;
+}
+
+ncclResult_t shim_ncclGroupEnd(int prof)
+{
+    REAL_OR_FAIL(fn, prof, ncclGroupEnd);
+    ncclResult_t res = fn();
+    if (shim_group_depth() > 0 && shim_group_leave() == 0) {
+        if (res == ncclSuccess)
+            return shim_group_flush(prof);
+        shim_group_drop();
+    }
+    return res;
+}
+
+/* ---- communicator lifecycle ---- */
+
+/* Set up now, or after the outermost ncclGroupEnd when inside a group. */
+static ncclResult_t after_init(int prof, ncclResult_t res, ncclComm_t comm, const char *how,
+                               const ncclConfig_t *config)
+{
+    if (res != ncclSuccess || !comm || !routing_on())
+        return res;
+    if (config && config->magic == 0xcafebeef && config->size >= offsetof(ncclConfig_t, blocking) + sizeof(int) &&
+        config->blocking == 0) {
+        /* non-blocking: the comm may not be ready; no exchange, calls go to NCCL */
+        return shim_comm_setup_nonblocking(prof, comm, how);
+    }
+    if (shim_group_depth() > 0) {
+        shim_group_defer(comm);
+        return res;
+    }
+    return shim_comm_setup(prof, comm, how);
+}
+
+ncclResult_t shim_ncclCommInitRank(int prof, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommInitRank);
+    ncclResult_t res = fn(comm, nranks, commId, rank);
+    return after_init(prof, res, comm ? *comm : NULL, "by ncclCommInitRank", NULL);
+}
+
+ncclResult_t shim_ncclCommInitRankConfig(int prof, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                         ncclConfig_t *config)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommInitRankConfig);
+    ncclResult_t res = fn(comm, nranks, commId, rank, config);
+    return after_init(prof, res, comm ? *comm : NULL, "by ncclCommInitRankConfig", config);
+}
+
+#ifdef SHIM_HAVE_ncclCommInitRankScalable
+ncclResult_t shim_ncclCommInitRankScalable(int prof, ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                           ncclUniqueId *commIds, ncclConfig_t *config)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommInitRankScalable);
+    ncclResult_t res = fn(newcomm, nranks, myrank, nId, commIds, config);
+    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommInitRankScalable", config);
+}
+#endif
+
+ncclResult_t shim_ncclCommInitAll(int prof, ncclComm_t *comm, int ndev, const int *devlist)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommInitAll);
+    ncclResult_t res = fn(comm, ndev, devlist);
+    if (res != ncclSuccess || !comm || !routing_on())
+        return res;
+    /* One thread drives every device: only a single-device comm can run its exchange. */
+    for (int i = 0; i < ndev; i++) {
+        ncclResult_t r = ndev == 1 ? shim_comm_setup(prof, comm[i], "by ncclCommInitAll")
+                                   : shim_comm_setup_nonblocking(prof, comm[i], "by ncclCommInitAll");
+        if (r != ncclSuccess)
+            return r;
+    }
+    return res;
+}
+
+ncclResult_t shim_ncclCommSplit(int prof, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                ncclConfig_t *config)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommSplit);
+    ncclResult_t res = fn(comm, color, key, newcomm, config);
+    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommSplit", config);
+}
+
+#ifdef SHIM_HAVE_ncclCommShrink
+ncclResult_t shim_ncclCommShrink(int prof, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                                 ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommShrink);
+    ncclResult_t res = fn(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommShrink", config);
+}
+#endif
+
+ncclResult_t shim_ncclCommFinalize(int prof, ncclComm_t comm)
+{
+    /* Our kernels are ordered on the application's streams: nothing to drain here. */
+    REAL_OR_FAIL(fn, prof, ncclCommFinalize);
+    return fn(comm);
+}
+
+ncclResult_t shim_ncclCommDestroy(int prof, ncclComm_t comm)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommDestroy);
+    shim_comm_teardown(comm, 0);
+    return fn(comm);
+}
+
+ncclResult_t shim_ncclCommAbort(int prof, ncclComm_t comm)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommAbort);
+    shim_comm_teardown(comm, 1);
+    return fn(comm);
+}
+
+ncclResult_t shim_ncclCommGetAsyncError(int prof, ncclComm_t comm, ncclResult_t *asyncError)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommGetAsyncError);
+    ncclResult_t res = fn(comm, asyncError);
+    if (res == ncclSuccess && asyncError && *asyncError == ncclSuccess) {
+        ncclResult_t ours = shim_comm_async_error(comm);
+        if (ours != ncclSuccess) {
+            *asyncError = ours;
+            shim_err_set(ours, "mscx: an mscx kernel of comm %p failed (timeout or abort)", (void *)comm);
+        }
+    }
+    return res;
+}
+
+/* ---- errors and version ---- */
+
+const char *shim_ncclGetLastError(int prof, ncclComm_t comm)
+{
+    if (shim_err_is_set())
+        return shim_err_text();
+    shim_fn_ncclGetLastError_t fn = SHIM_REAL(prof, ncclGetLastError);
+    if (!fn)
+        return shim_err_text();
+    return fn(comm);
+}
+
+static const char *own_error_string(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+    }
+}
+
+const char *shim_ncclGetErrorString(int prof, ncclResult_t result)
+{
+    shim_fn_ncclGetErrorString_t fn = SHIM_REAL(prof, ncclGetErrorString);
+    if (!fn)
+        return own_error_string(result);
+    shim_err_clear();
+    return fn(result);
+}
+
+ncclResult_t shim_ncclGetVersion(int prof, int *version)
+{
+    /* Always the real NCCL's version: applications gate features on it. */
+    REAL_OR_FAIL(fn, prof, ncclGetVersion);
+    return fn(version);
+}

@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The routing decision: a pure function of rank-uniform facts (collective,
+ * rank count, ranks per node, message size, datatype, op, root, group state
+ * and the forced-fallback list). Pointers, alignment and caches never enter.
+ */
+#include <string.h>
+
+#include "shim_int.h"
+
+int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p)
+{
+    switch (dt) {
+    case ncclInt8: *out_p = MSCX_DT_INT8; return 0;
+    case ncclUint8: *out_p = MSCX_DT_UINT8; return 0;
+    case ncclInt32: *out_p = MSCX_DT_INT32; return 0;
+    case ncclUint32: *out_p = MSCX_DT_UINT32; return 0;
+    case ncclInt64: *out_p = MSCX_DT_INT64; return 0;
+    case ncclUint64: *out_p = MSCX_DT_UINT64; return 0;
+    case ncclFloat16: *out_p = MSCX_DT_FP16; return 0;
+    case ncclFloat32: *out_p = MSCX_DT_FP32; return 0;
+    case ncclFloat64: *out_p = MSCX_DT_FP64; return 0;
+    case ncclBfloat16: *out_p = MSCX_DT_BF16; return 0;
+    default: return -1; /* fp8 types and anything newer */
+    }
+}
+
+int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p)
+{
+    switch (op) {
+    case ncclSum: *out_p = MSCX_REDOP_SUM; return 0;
+    case ncclProd: *out_p = MSCX_REDOP_PROD; return 0;
+    case ncclMin: *out_p = MSCX_REDOP_MIN; return 0;
+    case ncclMax: *out_p = MSCX_REDOP_MAX; return 0;
+    default: return -1; /* ncclAvg and PreMulSum (dynamic) ops */
+    }
+}
+
+size_t shim_dtype_bytes(ncclDataType_t dt)
+{
+    switch (dt) {
+    case ncclInt8:
+    case ncclUint8:
+        return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+        return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+        return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+        return 8;
+    default:
+        return 1; /* fp8 */
+    }
+}
+
+static int coll_reduces(enum mscx_coll coll)
+{
+    return coll == MSCX_COLL_ALLREDUCE || coll == MSCX_COLL_REDUCESCATTER;
+}
+
+int shim_route_pick(const struct shim_route_query *q, const struct shim_route_plan *plans, size_t nplans,
+                    enum shim_reason *why_p)
+{
+    enum mscx_dtype dt;
+    enum mscx_redop op = MSCX_REDOP_SUM;
+
+    if (q->forced_mask & (1u << q->coll)) {
+        *why_p = SHIM_WHY_FORCED;
+        return -1;
+    }
+    if (q->in_group) {
+        *why_p = SHIM_WHY_GROUP;
+        return -1;
+    }
+    if (shim_dtype_map(q->dtype, &dt) != 0) {
+        *why_p = SHIM_WHY_DTYPE;
+        return -1;
+    }
+    if (coll_reduces(q->coll) && shim_redop_map(q->op, &op) != 0) {
+        *why_p = SHIM_WHY_OP;
+        return -1;
+    }
+    if (q->coll == MSCX_COLL_BROADCAST && q->root != 0) {
+        *why_p = SHIM_WHY_ROOT;
+        return -1;
+    }
+    /* The most specific reason among plans for this collective and layout. */
+    enum shim_reason best = SHIM_WHY_NO_PLAN;
+    for (size_t i = 0; i < nplans; i++) {
+        const struct shim_route_plan *p = &plans[i];
+        if (p->coll != q->coll || p->nranks != q->nranks || p->ranks_per_node != q->ranks_per_node)
+            continue;
+        if (q->msg_bytes == 0 || q->msg_bytes < p->min_bytes || q->msg_bytes > p->max_bytes) {
+            if (best == SHIM_WHY_NO_PLAN)
+                best = SHIM_WHY_SIZE;
+            continue;
+        }
+        if (!p->supports[dt][op]) {
+            if (best == SHIM_WHY_NO_PLAN || best == SHIM_WHY_SIZE)
+                best = coll_reduces(q->coll) ? SHIM_WHY_OP : SHIM_WHY_DTYPE;
+            continue;
+        }
+        *why_p = SHIM_WHY_ROUTED;
+        return (int)i;
+    }
+    *why_p = best;
+    return -1;
+}
+
+int shim_parse_forced(const char *list, unsigned *mask_p)
+{
+    unsigned mask = 0;
+    const char *s = list ? list : "";
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        char name[32];
+        if (n > 0) {
+            if (n >= sizeof(name))
+                return -1;
+            memcpy(name, s, n);
+            name[n] = '\0';
+            if (!strcmp(name, "all"))
+                mask = ~0u;
+            else if (!strcmp(name, "allreduce"))
+                mask |= 1u << MSCX_COLL_ALLREDUCE;
+            else if (!strcmp(name, "allgather"))
+                mask |= 1u << MSCX_COLL_ALLGATHER;
+            else if (!strcmp(name, "reducescatter"))
+                mask |= 1u << MSCX_COLL_REDUCESCATTER;
+            else if (!strcmp(name, "broadcast"))
+                mask |= 1u << MSCX_COLL_BROADCAST;
+            else
+                return -1;
+        }
+        s += n;
+        if (*s == ',')
+            s++;
+    }
+    *mask_p = mask;
+    return 0;
+}
+
+const char *shim_reason_name(enum shim_reason why)
+{
+    static const char *const names[SHIM_WHY_COUNT] = {
+        "routed", "no-state", "forced", "group", "dtype", "op", "size", "root", "no-plan", "launch",
+    };
+    return (unsigned)why < SHIM_WHY_COUNT ? names[why] : "unknown";
+}
+
+int shim_size_bucket(uint64_t bytes)
+{
+    uint64_t lim = 1024;
+    for (int b = 0; b < SHIM_NBUCKETS - 1; b++, lim *= 8)
+        if (bytes <= lim)
+            return b;
+    return SHIM_NBUCKETS - 1;
+}
+
+const char *shim_bucket_name(int bucket)
+{
+    static const char *const names[SHIM_NBUCKETS] = {"<=1K", "<=8K", "<=64K", "<=512K",
+                                                     "<=4M", "<=32M", "<=256M", ">256M"};
+    return bucket >= 0 && bucket < SHIM_NBUCKETS ? names[bucket] : "?";
+}

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private interface of the NCCL shim (libmscx_nccl.so). Only the nccl* and
+ * pnccl* functions of nccl.h are exported (shim_api_gen.c, libnccl.map);
+ * everything here is hidden.
+ */
+#ifndef MSCX_SHIM_INT_H
+#define MSCX_SHIM_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <nccl.h>
+
+#include "mscx/dev_types.h"
+#include "mscx/env.h"
+#include "mscx/plan.h"
+#include "mscx/status.h"
+#include "shim_api_gen.h"
+
+#define SHIM_EXPORT __attribute__((visibility("default")))
+
+/* ---- loader.c: the real NCCL and the last error ---- */
+
+/**
+ * The real function @p id, loading the real NCCL on first use. NULL when it
+ * is unavailable; the thread's last error then says why.
+ */
+void *shim_real_fn(enum shim_fn id);
+/** The configuration, or NULL when the environment is invalid (last error set). */
+const struct mscx_config *shim_config(void);
+/** Path and version of the real NCCL ("" and 0 before a successful load). */
+const char *shim_real_path(void);
+int shim_real_version(void);
+
+/** The result every call returns while the real NCCL is unavailable. */
+ncclResult_t shim_err_result(void);
+/** The reason text of the thread's last shim error. */
+const char *shim_err_text(void);
+/** Set the thread's last error (printf format) and return @p res. */
+ncclResult_t shim_err_set(ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** Forget the thread's last shim error: the real NCCL's applies again. */
+void shim_err_clear(void);
+/** Non-zero when the thread's last error is ours. */
+int shim_err_is_set(void);
+
+/* ---- status_map.c ---- */
+
+/** The one mapping from mscx_status_t to ncclResult_t. */
+ncclResult_t shim_status_to_nccl(mscx_status_t st);
+
+/* ---- route.c: pure routing decision ---- */
+
+enum shim_reason {
+    SHIM_WHY_ROUTED = 0,
+    SHIM_WHY_NO_STATE,      /* comm has no executor (disabled, no plan, init outside our reach) */
+    SHIM_WHY_FORCED,        /* MSCX_FORCE_FALLBACK */
+    SHIM_WHY_GROUP,         /* inside ncclGroupStart/End */
+    SHIM_WHY_DTYPE,         /* datatype has no mscx equivalent or no plan supports it */
+    SHIM_WHY_OP,            /* ncclAvg, PreMulSum, or an op no plan supports */
+    SHIM_WHY_SIZE,          /* no plan covers the message size */
+    SHIM_WHY_ROOT,          /* broadcast root other than 0 */
+    SHIM_WHY_NO_PLAN,       /* no plan for this collective and communicator */
+    SHIM_WHY_LAUNCH,        /* the executor refused the launch before enqueueing anything */
+    SHIM_WHY_COUNT
+};
+
+/** One usable plan as routing sees it. */
+struct shim_route_plan {
+    enum mscx_coll coll;
+    uint32_t nranks;
+    uint32_t ranks_per_node;
+    uint64_t min_bytes, max_bytes;                  /* inclusive */
+    uint8_t supports[MSCX_DT_COUNT][MSCX_REDOP_COUNT]; /* mscx_plan_supports() */
+};
+
+/** A call, reduced to the rank-uniform facts routing may use. */
+struct shim_route_query {
+    enum mscx_coll coll;
+    uint32_t nranks;
+    uint32_t ranks_per_node;
+    uint64_t msg_bytes;      /* as mscx_coll_sizes(): output bytes for allgather */
+    ncclDataType_t dtype;
+    ncclRedOp_t op;          /* ignored for allgather and broadcast */
+    int root;                /* broadcast only */
+    unsigned forced_mask;    /* 1u << enum mscx_coll of MSCX_FORCE_FALLBACK */
+    int in_group;
+};
+
+/**
+ * Pick the first plan (in the given order) that matches @p q.
+ * @return the plan index, or -1 with the reason in *why_p
+ */
+int shim_route_pick(const struct shim_route_query *q, const struct shim_route_plan *plans, size_t nplans,
+                    enum shim_reason *why_p);
+
+/** @return 0 and the mscx type, or -1 when NCCL's type has none. */
+int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p);
+/** @return 0 and the mscx op, or -1 (ncclAvg, PreMulSum and other dynamic ops). */
+int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p);
+/** Bytes of one element of a valid NCCL datatype. */
+size_t shim_dtype_bytes(ncclDataType_t dt);
+/** Parse MSCX_FORCE_FALLBACK ("allreduce,allgather", "all", "") into a mask. */
+int shim_parse_forced(const char *list, unsigned *mask_p);
+const char *shim_reason_name(enum shim_reason why);
+
+#define SHIM_NBUCKETS 8
+/** Size bucket of the summary: <=1K, <=8K, <=64K, <=512K, <=4M, <=32M, <=256M, more. */
+int shim_size_bucket(uint64_t bytes);
+const char *shim_bucket_name(int bucket);
+
+/* ---- topo.c ---- */
+
+#define SHIM_HOSTID_LEN 96
+/**
+ * Ranks per node from every rank's host identity (nranks entries of
+ * SHIM_HOSTID_LEN bytes). Nodes must hold equal, contiguous rank blocks.
+ * @return ranks per node, or 0 when the layout is irregular
+ */
+uint32_t shim_topo_ranks_per_node(const char *ids, uint32_t nranks);
+/** This process's host identity: hostname + boot id, split by MSCX_VIRTUAL_NODES. */
+void shim_topo_host_id(uint32_t rank, uint32_t nranks, uint64_t virtual_nodes, char out[SHIM_HOSTID_LEN]);
+
+/* ---- plans.c: the process-wide plan set ---- */
+
+struct shim_plan_entry {
+    struct mscx_plan *plan;
+    char path[512];
+    struct shim_route_plan route;
+};
+
+/**
+ * Load the plan set once (sorted *.json of MSCX_PLAN_DIR or the installed
+ * directory). Plans that fail to load are skipped with one warning each.
+ * @param nfailed_p receives how many files failed to load
+ */
+void shim_plans_get(const struct shim_plan_entry **plans_p, size_t *n_p, size_t *nfailed_p, uint64_t *hash_p);
+/** The directory the plans came from. */
+const char *shim_plans_dir(void);
+/** Warn once per process about @p key (plan path and problem). @return 1 when this call warned. */
+int shim_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- comm.c: side table ---- */
+
+struct shim_comm;
+/** The state of @p comm or NULL; the caller must shim_comm_put() it. */
+struct shim_comm *shim_comm_get(ncclComm_t comm);
+void shim_comm_put(struct shim_comm *c);
+/**
+ * Set up our state beside a freshly initialised real communicator.
+ * @return ncclSuccess, or an error (strict mode) after which the real comm was destroyed
+ */
+ncclResult_t shim_comm_setup(int prof, ncclComm_t comm, const char *how);
+/** As shim_comm_setup() without the collective exchange: state for statistics only, calls go to NCCL. */
+ncclResult_t shim_comm_setup_nonblocking(int prof, ncclComm_t comm, const char *how);
+/** Thread-local group depth (outermost ncclGroupStart). */
+int shim_group_depth(void);
+/** Comms initialised inside a group: set up after the outermost ncclGroupEnd. */
+void shim_group_defer(ncclComm_t comm);
+ncclResult_t shim_group_flush(int prof);
+void shim_group_drop(void);
+void shim_group_enter(void);
+/** @return the depth after leaving one level. */
+int shim_group_leave(void);
+/** Drop our state of @p comm (stopping our kernels first when @p abort) and print its summary. */
+void shim_comm_teardown(ncclComm_t comm, int abort);
+/** Our asynchronous error of @p comm as an NCCL result (ncclSuccess when none). */
+ncclResult_t shim_comm_async_error(ncclComm_t comm);
+
+/** Route or forward one collective: the body of the four intercepts. */
+struct shim_coll_call {
+    enum mscx_coll coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;            /* NCCL's count argument */
+    ncclDataType_t dtype;
+    ncclRedOp_t op;
+    int root;
+    ncclComm_t comm;
+    cudaStream_t stream;
+};
+/**
+ * Try our executor. @return 1 when the call ran on it (*res_p set), 0 when it
+ * must go to NCCL.
+ */
+int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
+
+/* ---- boot.c: the exchange over the real communicator ---- */
+struct mscx_bootstrap;
+/**
+ * A bootstrap whose allgather is the real ncclAllGather on a small device
+ * buffer and a private stream. @return MSCX_ERR_UNSUPPORTED without CUDA.
+ */
+mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
+                               struct mscx_bootstrap **bs_p);
+void shim_boot_destroy(struct mscx_bootstrap *bs);
+
+#endif /* MSCX_SHIM_INT_H */

@@ -1,0 +1,518 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GPU executor tests: N ranks of a plan in this process on one GPU, compared
+ * bit for bit with the host reference executor. Modes (argv[1]):
+ *   plans   every executable plan of the reference corpora and plans/, LL16
+ *           and LL8, several dtypes, ops and sizes, 2 launches each
+ *   stress  10,000 back-to-back launches, two plans and alternating sizes
+ *   graph   one launch per rank captured in a CUDA graph, replayed 1,000 times
+ *   hang    a plan whose peer never runs ends with MSCX_ERR_TIMEOUT
+ * Exits 77 when no GPU is present.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cuda_runtime_api.h>
+#include "mscx/exec.h"
+#include "mscx/env.h"
+#include "mscx/hostexec.h"
+#include "plan_int.h"
+
+#define ITERS 2
+#define MAXR 64
+
+static int g_fail;
+
+#define FAIL(...)                                                                                            \
+    do {                                                                                                     \
+        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
+        fputc('\n', stderr);                                                                                 \
+        g_fail++;                                                                                            \
+    } while (0)
+
+#define CK(call)                                                                                             \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess) {                                                                             \
+            fprintf(stderr, "cuda: %s: %s\n", #call, cudaGetErrorString(e_));                                \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* Finite values of @p dt, deterministic in (rank, iter, buffer, byte). */
+static void fill_pattern(uint8_t *p, uint64_t n, enum mscx_dtype dt, uint64_t seed)
+{
+    uint32_t es = mscx_dtype_size(dt);
+    for (uint64_t i = 0; i + es <= n; i += es) {
+        uint64_t r = mix(seed * 1000003ull + i);
+        if (dt == MSCX_DT_FP32) {
+            float f = (float)((int64_t)(r % 20001) - 10000) / 64.0f;
+            memcpy(p + i, &f, 4);
+        } else if (dt == MSCX_DT_FP16 || dt == MSCX_DT_BF16) {
+            uint16_t h = (uint16_t)(r & 0x83ffu); /* sign, mantissa */
+            h |= (uint16_t)(((r >> 16) % 6 + (dt == MSCX_DT_FP16 ? 12 : 124)) << (dt == MSCX_DT_FP16 ? 10 : 7));
+            if (dt == MSCX_DT_BF16)
+                h = (uint16_t)((h & 0xff80u) | (r >> 40 & 0x7fu)), h = (uint16_t)((h & 0x807fu) | ((((r >> 16) % 6) + 124) << 7));
+            memcpy(p + i, &h, 2);
+        } else {
+            for (uint32_t k = 0; k < es; k++)
+                p[i + k] = (uint8_t)(r >> (8 * k));
+        }
+    }
+    for (uint64_t i = n / es * es; i < n; i++)
+        p[i] = (uint8_t)mix(seed + i);
+}
+
+struct ref_ctx {
+    enum mscx_dtype dt;
+    uint32_t nranks;
+    uint64_t in_bytes, out_bytes;
+    uint8_t *out[ITERS][MAXR];
+    uint8_t *in[ITERS][MAXR];
+};
+
+static void ref_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
+                     uint64_t out_bytes)
+{
+    struct ref_ctx *c = ctx;
+    fill_pattern(out, out_bytes, c->dt, (uint64_t)rank * 7 + iter * 131 + 1);
+    fill_pattern(in, in_bytes, c->dt, (uint64_t)rank * 7 + iter * 131 + 2);
+}
+
+static void ref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
+                        const void *out, uint64_t out_bytes)
+{
+    struct ref_ctx *c = ctx;
+    if (iter < ITERS && rank < MAXR) {
+        memcpy(c->out[iter][rank], out, out_bytes);
+        memcpy(c->in[iter][rank], in, in_bytes);
+    }
+}
+
+/* Device buffers of one rank laid out as the collective's in-place rule says. */
+struct rank_bufs {
+    uint8_t *alloc, *in, *out;
+    uint64_t alloc_bytes;
+};
+
+static void bufs_make(const struct mscx_plan *plan, uint32_t rank, uint64_t in_b, uint64_t out_b,
+                      struct rank_bufs *b)
+{
+    uint64_t need = in_b + out_b + 64;
+    CK(cudaMalloc((void **)&b->alloc, need));
+    CK(cudaMemset(b->alloc, 0, need));
+    b->alloc_bytes = need;
+    if (!mscx_plan_inplace(plan)) {
+        b->in = b->alloc;
+        b->out = b->alloc + ((in_b + 15) & ~15ull);
+        return;
+    }
+    switch (mscx_plan_collective(plan)) {
+    case MSCX_COLL_ALLGATHER:
+        b->out = b->alloc;
+        b->in = b->out + rank * in_b;
+        break;
+    case MSCX_COLL_REDUCESCATTER:
+        b->in = b->alloc;
+        b->out = b->in + rank * out_b;
+        break;
+    default:
+        b->in = b->out = b->alloc;
+        break;
+    }
+}
+
+struct group {
+    uint32_t n;
+    struct mscx_exec *ex[MAXR];
+    cudaStream_t st[MAXR];
+};
+
+static int group_make(struct group *g, uint32_t n)
+{
+    g->n = n;
+    if (mscx_exec_create_local_group(n, 0, g->ex) != MSCX_OK)
+        return -1;
+    for (uint32_t r = 0; r < n; r++)
+        CK(cudaStreamCreateWithFlags(&g->st[r], cudaStreamNonBlocking));
+    return 0;
+}
+
+static void group_free(struct group *g)
+{
+    for (uint32_t r = 0; r < g->n; r++) {
+        CK(cudaStreamSynchronize(g->st[r]));
+        cudaStreamDestroy(g->st[r]);
+        mscx_exec_destroy(g->ex[r]);
+    }
+}
+
+/* One (plan, size, dtype, op, pkt) case: host reference vs GPU. @return 0 ok, 1 mismatch, 2 skipped */
+static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_t *pid, uint64_t msg,
+                    enum mscx_dtype dt, enum mscx_redop op, enum mscx_pkt_format pkt)
+{
+    uint32_t n = mscx_plan_nranks(plan);
+    uint64_t in_b, out_b;
+    char err[512];
+    mscx_coll_sizes(mscx_plan_collective(plan), n, msg, &in_b, &out_b);
+    struct mscx_geom geom;
+    for (uint32_t r = 0; r < n; r++)
+        if (mscx_plan_geom(plan, r, in_b, out_b, dt, &geom, err, sizeof(err)) != MSCX_OK)
+            return 2;
+    struct ref_ctx rc;
+    memset(&rc, 0, sizeof(rc));
+    rc.dt = dt;
+    rc.nranks = n;
+    for (int it = 0; it < ITERS; it++)
+        for (uint32_t r = 0; r < n; r++) {
+            rc.out[it][r] = calloc(1, out_b + 1);
+            rc.in[it][r] = calloc(1, in_b + 1);
+        }
+    struct mscx_hostexec_cfg cfg = {in_b, out_b, dt, op, pkt, ITERS, 0, 0, ref_fill, ref_collect, &rc};
+    int res = 0;
+    mscx_status_t st = mscx_hostexec_run(plan, &cfg, err, sizeof(err));
+    if (st != MSCX_OK) {
+        fprintf(stderr, "skip %s %llu: host executor: %s\n", mscx_plan_name(plan), (unsigned long long)msg, err);
+        res = 2;
+        goto out;
+    }
+    struct rank_bufs b[MAXR];
+    for (uint32_t r = 0; r < n; r++)
+        bufs_make(plan, r, in_b, out_b, &b[r]);
+    uint8_t *hin = malloc(in_b + 1), *hout = malloc(out_b + 1);
+    for (int it = 0; it < ITERS && res == 0; it++) {
+        for (uint32_t r = 0; r < n; r++) {
+            fill_pattern(hout, out_b, dt, (uint64_t)r * 7 + it * 131 + 1);
+            fill_pattern(hin, in_b, dt, (uint64_t)r * 7 + it * 131 + 2);
+            CK(cudaMemcpy(b[r].out, hout, out_b, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(b[r].in, hin, in_b, cudaMemcpyHostToDevice));
+        }
+        CK(cudaDeviceSynchronize());
+        for (uint32_t r = 0; r < n; r++) {
+            st = mscx_exec_launch(g->ex[r], pid[r], b[r].in, b[r].out, msg, dt, op, pkt, g->st[r]);
+            if (st != MSCX_OK) {
+                FAIL("%s: launch rank %u: %s", mscx_plan_name(plan), r, mscx_status_str(st));
+                res = 1;
+            }
+        }
+        CK(cudaDeviceSynchronize());
+        for (uint32_t r = 0; r < n && res == 0; r++) {
+            if ((st = mscx_exec_async_error(g->ex[r])) != MSCX_OK) {
+                FAIL("%s: rank %u async error %s", mscx_plan_name(plan), r, mscx_status_str(st));
+                res = 1;
+                break;
+            }
+            CK(cudaMemcpy(hout, b[r].out, out_b, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(hin, b[r].in, in_b, cudaMemcpyDeviceToHost));
+            const char *which = NULL;
+            uint64_t at = 0;
+            if (memcmp(hout, rc.out[it][r], out_b) != 0) {
+                which = "output";
+                while (hout[at] == rc.out[it][r][at])
+                    at++;
+            } else if (memcmp(hin, rc.in[it][r], in_b) != 0) {
+                which = "input";
+                while (hin[at] == rc.in[it][r][at])
+                    at++;
+            }
+            if (which) {
+                FAIL("%s: %llu B %s/%s/%s iter %d rank %u: %s differs at byte %llu", mscx_plan_name(plan),
+                     (unsigned long long)msg, mscx_dtype_name(dt), mscx_redop_name(op),
+                     pkt == MSCX_PKT_LL8 ? "ll8" : "ll16", it, r, which, (unsigned long long)at);
+                res = 1;
+            }
+        }
+    }
+    free(hin);
+    free(hout);
+    for (uint32_t r = 0; r < n; r++)
+        cudaFree(b[r].alloc);
+out:
+    for (int it = 0; it < ITERS; it++)
+        for (uint32_t r = 0; r < n; r++) {
+            free(rc.out[it][r]);
+            free(rc.in[it][r]);
+        }
+    return res;
+}
+
+static const uint64_t k_sizes[] = {4, 12, 100, 1000, 1024, 4096 + 12, 65536, 1048576 + 24};
+static const struct {
+    enum mscx_dtype dt;
+    enum mscx_redop op;
+} k_combo[] = {
+    {MSCX_DT_FP32, MSCX_REDOP_SUM}, {MSCX_DT_FP16, MSCX_REDOP_SUM}, {MSCX_DT_BF16, MSCX_REDOP_PROD},
+    {MSCX_DT_INT32, MSCX_REDOP_MIN}, {MSCX_DT_UINT32, MSCX_REDOP_MAX}, {MSCX_DT_FP16, MSCX_REDOP_MAX},
+    {MSCX_DT_FP32, MSCX_REDOP_MIN}, {MSCX_DT_BF16, MSCX_REDOP_SUM},
+};
+#define NCOMBO (sizeof(k_combo) / sizeof(k_combo[0]))
+
+static int g_cases, g_skipped, g_plans;
+
+static void test_plan(const char *path)
+{
+    struct mscx_plan *plan;
+    char err[1024];
+    if (mscx_plan_load(path, &plan, err, sizeof(err)) != MSCX_OK) {
+        FAIL("load %s: %s", path, err);
+        return;
+    }
+    if (mscx_plan_executable(plan, err, sizeof(err)) != MSCX_OK || mscx_plan_nranks(plan) > MAXR) {
+        printf("skip %s: %s\n", path, err);
+        mscx_plan_destroy(plan);
+        return;
+    }
+    uint32_t n = mscx_plan_nranks(plan), pid[MAXR];
+    uint64_t mn, mx;
+    mscx_plan_size_range(plan, &mn, &mx);
+    struct group g;
+    if (group_make(&g, n) != 0) {
+        FAIL("%s: group", path);
+        goto out;
+    }
+    uint64_t maxmsg = 1048576 + 64;
+    for (uint32_t r = 0; r < n; r++) {
+        mscx_status_t st = mscx_exec_add_plan(g.ex[r], plan, maxmsg, &pid[r]);
+        if (st != MSCX_OK) {
+            FAIL("%s: add_plan rank %u: %s", path, r, mscx_status_str(st));
+            group_free(&g);
+            goto out;
+        }
+    }
+    g_plans++;
+    int c = 0, bad = 0;
+    for (size_t si = 0; si < sizeof(k_sizes) / sizeof(k_sizes[0]) && bad < 3; si++) {
+        uint64_t msg = k_sizes[si];
+        if (msg < mn || msg > mx)
+            continue;
+        for (int pk = 0; pk < 2; pk++) {
+            for (int k = 0; k < 2; k++, c++) {
+                enum mscx_dtype dt = k_combo[(si * 2 + (size_t)k + (size_t)pk) % NCOMBO].dt;
+                enum mscx_redop op = k_combo[(si * 2 + (size_t)k + (size_t)pk) % NCOMBO].op;
+                if (!mscx_plan_supports(plan, dt, op))
+                    continue;
+                int r = run_case(plan, &g, pid, msg, dt, op, pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16);
+                if (r == 2)
+                    g_skipped++;
+                else
+                    g_cases++;
+                bad += r == 1;
+            }
+        }
+    }
+    printf("%s %s\n", bad ? "FAIL" : "ok  ", path);
+    fflush(stdout);
+    group_free(&g);
+out:
+    mscx_plan_destroy(plan);
+}
+
+static void test_dir(const char *dir)
+{
+    struct dirent **ents;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    if (n < 0) {
+        printf("skip dir %s\n", dir);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *nm = ents[i]->d_name;
+        size_t l = strlen(nm);
+        if (l > 5 && strcmp(nm + l - 5, ".json") == 0) {
+            char p[4096];
+            snprintf(p, sizeof(p), "%s/%s", dir, nm);
+            test_plan(p);
+        }
+        free(ents[i]);
+    }
+    free(ents);
+}
+
+/* Stress, graph and hang use the 2-rank packet allreduce (in place; max is idempotent). */
+static const char *g_ar2 = MSCX_SOURCE_ROOT "/../shared/reference/mscclpp-algo-plans/allreduce_pkt_n2.json";
+
+static struct mscx_plan *load_ar2(void)
+{
+    struct mscx_plan *plan;
+    char err[1024];
+    if (access(g_ar2, R_OK) != 0) /* device machines get a copy of the reference plans in .deps/ref */
+        g_ar2 = MSCX_SOURCE_ROOT "/.deps/ref/mscclpp-algo-plans/allreduce_pkt_n2.json";
+    if (mscx_plan_load(g_ar2, &plan, err, sizeof(err)) != MSCX_OK) {
+        FAIL("load: %s", err);
+        return NULL;
+    }
+    return plan;
+}
+
+/* Expected elementwise max of the ranks' fill patterns (iter 0) for int32. */
+static void expect_max(uint32_t n, uint64_t bytes, int32_t *exp)
+{
+    int32_t *t = malloc(bytes);
+    for (uint32_t r = 0; r < n; r++) {
+        fill_pattern((uint8_t *)t, bytes, MSCX_DT_INT32, (uint64_t)r * 7 + 2);
+        for (uint64_t i = 0; i < bytes / 4; i++)
+            exp[i] = r == 0 || t[i] > exp[i] ? t[i] : exp[i];
+    }
+    free(t);
+}
+
+static void test_stress(int graph)
+{
+    struct mscx_plan *plan = load_ar2();
+    if (!plan)
+        return;
+    struct group g;
+    uint32_t pid[2];
+    const uint64_t big = 65536, small = 1024 + 16;
+    if (group_make(&g, 2) != 0 || mscx_exec_add_plan(g.ex[0], plan, big, &pid[0]) != MSCX_OK ||
+        mscx_exec_add_plan(g.ex[1], plan, big, &pid[1]) != MSCX_OK) {
+        FAIL("setup");
+        return;
+    }
+    uint8_t *buf[2];
+    uint8_t *h = malloc(big);
+    for (uint32_t r = 0; r < 2; r++) {
+        CK(cudaMalloc((void **)&buf[r], big));
+        fill_pattern(h, big, MSCX_DT_INT32, (uint64_t)r * 7 + 2);
+        CK(cudaMemcpy(buf[r], h, big, cudaMemcpyHostToDevice));
+    }
+    int32_t *exp = malloc(big);
+    expect_max(2, big, exp);
+    int n_launch = 0;
+    if (!graph) {
+        for (int i = 0; i < 10000; i++) {
+            uint64_t sz = (i % 3 == 0) ? small : big;
+            enum mscx_pkt_format pk = (i / 2) % 2 ? MSCX_PKT_LL8 : MSCX_PKT_LL16;
+            for (uint32_t r = 0; r < 2; r++)
+                if (mscx_exec_launch(g.ex[r], pid[r], buf[r], buf[r], sz, MSCX_DT_INT32, MSCX_REDOP_MAX, pk,
+                                     g.st[r]) != MSCX_OK)
+                    FAIL("launch %d", i);
+            n_launch++;
+        }
+    } else {
+        cudaStream_t s0 = g.st[0];
+        cudaEvent_t fork, join;
+        cudaGraph_t gr;
+        cudaGraphExec_t ge;
+        CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+        CK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+        CK(cudaEventRecord(fork, s0));
+        CK(cudaStreamWaitEvent(g.st[1], fork, 0));
+        for (uint32_t r = 0; r < 2; r++)
+            if (mscx_exec_launch(g.ex[r], pid[r], buf[r], buf[r], big, MSCX_DT_INT32, MSCX_REDOP_MAX,
+                                 MSCX_PKT_LL16, g.st[r]) != MSCX_OK)
+                FAIL("capture launch");
+        CK(cudaEventRecord(join, g.st[1]));
+        CK(cudaStreamWaitEvent(s0, join, 0));
+        CK(cudaStreamEndCapture(s0, &gr));
+        CK(cudaGraphInstantiate(&ge, gr, 0));
+        for (int i = 0; i < 1000; i++)
+            CK(cudaGraphLaunch(ge, s0));
+        n_launch = 1000;
+        CK(cudaStreamSynchronize(s0));
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(gr);
+    }
+    CK(cudaDeviceSynchronize());
+    for (uint32_t r = 0; r < 2; r++) {
+        if (mscx_exec_async_error(g.ex[r]) != MSCX_OK)
+            FAIL("rank %u async error", r);
+        CK(cudaMemcpy(h, buf[r], big, cudaMemcpyDeviceToHost));
+        if (memcmp(h, exp, big) != 0)
+            FAIL("%s: rank %u result differs after %d launches", graph ? "graph" : "stress", r, n_launch);
+    }
+    printf("%s: %d launches per rank checked\n", graph ? "graph" : "stress", n_launch);
+    group_free(&g);
+    free(h);
+    free(exp);
+    cudaFree(buf[0]);
+    cudaFree(buf[1]);
+    mscx_plan_destroy(plan);
+}
+
+static void test_hang(void)
+{
+    struct mscx_plan *plan = load_ar2();
+    if (!plan)
+        return;
+    mscx_config_override("MSCX_TIMEOUT_MS", "300");
+    struct group g;
+    uint32_t pid[2];
+    if (group_make(&g, 2) != 0 || mscx_exec_add_plan(g.ex[0], plan, 4096, &pid[0]) != MSCX_OK ||
+        mscx_exec_add_plan(g.ex[1], plan, 4096, &pid[1]) != MSCX_OK) {
+        FAIL("setup");
+        return;
+    }
+    void *buf;
+    CK(cudaMalloc(&buf, 4096));
+    if (mscx_exec_launch(g.ex[0], pid[0], buf, buf, 4096, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, g.st[0]) !=
+        MSCX_OK)
+        FAIL("launch");
+    CK(cudaStreamSynchronize(g.st[0])); /* must return: rank 1 never runs */
+    mscx_status_t st = mscx_exec_async_error(g.ex[0]);
+    if (st != MSCX_ERR_TIMEOUT)
+        FAIL("hang: expected timeout, got %s", mscx_status_str(st));
+    else
+        printf("hang: rank 0 ended with %s\n", mscx_status_str(st));
+    cudaFree(buf);
+    group_free(&g);
+    mscx_plan_destroy(plan);
+    mscx_config_reset();
+}
+
+int main(int argc, char **argv)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no GPU: skipped\n");
+        return 77;
+    }
+    const char *mode = argc > 1 ? argv[1] : "plans";
+    if (argc > 2 && strcmp(mode, "plans") != 0)
+        g_ar2 = argv[2]; /* the 2-rank packet allreduce plan, where the reference tree is elsewhere */
+    if (strcmp(mode, "plans") == 0) {
+        if (argc > 2) {
+            for (int i = 2; i < argc; i++) {
+                size_t l = strlen(argv[i]);
+                if (l > 5 && strcmp(argv[i] + l - 5, ".json") == 0)
+                    test_plan(argv[i]);
+                else
+                    test_dir(argv[i]);
+            }
+        } else {
+            const char *ref = MSCX_SOURCE_ROOT "/../shared/reference";
+            char d[4096];
+            if (access(ref, R_OK) != 0)
+                ref = MSCX_SOURCE_ROOT "/.deps/ref";
+            snprintf(d, sizeof(d), "%s/mscclpp-op-plans", ref);
+            test_dir(d);
+            snprintf(d, sizeof(d), "%s/mscclpp-algo-plans", ref);
+            test_dir(d);
+            test_dir(MSCX_SOURCE_ROOT "/plans");
+        }
+        printf("plans: %d plans, %d cases compared, %d skipped, %d failures\n", g_plans, g_cases, g_skipped,
+               g_fail);
+    } else if (strcmp(mode, "stress") == 0) {
+        test_stress(0);
+    } else if (strcmp(mode, "graph") == 0) {
+        test_stress(1);
+    } else if (strcmp(mode, "hang") == 0) {
+        test_hang();
+    } else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
+    }
+    return g_fail ? 1 : 0;
+}

@@ -1,0 +1,361 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * TCP transport between two processes on loopback (fork), host-memory
+ * buffers behind the transport ops table.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mscx/log.h"
+#include "net_pair.h"
+#include "test_common.h"
+#include "transport.h"
+
+#define COMM_ID 0x5eedc0ffee123ull
+#define BIG (64u << 20)
+#define SIG_OFF 0 /* signal word in the child's sig region */
+
+struct side {
+    struct net_pair np;
+    const struct mscx_transport_ops *ops;
+    struct mscx_tp_ep *ep;
+    struct mscx_tp_conn *conn;
+    uint8_t *buf; /* data region, BIG bytes */
+    uint64_t *sig;
+    struct mscx_tp_mr *mr, *sig_mr;
+    struct mscx_tp_rdesc peer_buf, peer_sig;
+};
+
+/* Both ranks: endpoint, regions, descriptor exchange, connection. */
+static mscx_status_t side_setup(struct side *s, uint32_t rank, int fd, size_t buf_bytes)
+{
+    struct mscx_tp_params p = {.rank = rank, .nranks = 2, .comm_id = COMM_ID};
+    struct mscx_tp_rdesc mine[2], all[4];
+    struct mscx_tp_conn *conns[2] = {NULL, NULL};
+    uint8_t want[2] = {1, 1};
+
+    s->np.fd = fd;
+    s->np.rank = rank;
+    s->ops = &mscx_tp_tcp;
+    s->buf = mmap(NULL, buf_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    s->sig = calloc(8, sizeof(uint64_t));
+    if (s->buf == MAP_FAILED || !s->sig)
+        return MSCX_ERR_NO_MEMORY;
+    MSCX_CHECK(s->ops->ep_create(&p, &s->ep));
+    MSCX_CHECK(s->ops->mr_register(s->ep, s->buf, buf_bytes, MSCX_TP_MR_REMOTE_WRITE, -1, &s->mr, &mine[0]));
+    MSCX_CHECK(s->ops->mr_register(s->ep, s->sig, 64, MSCX_TP_MR_REMOTE_WRITE, -1, &s->sig_mr, &mine[1]));
+    MSCX_CHECK(net_pair_allgather(&s->np, mine, all, sizeof(mine)));
+    s->peer_buf = all[2 * (1 - rank)];
+    s->peer_sig = all[2 * (1 - rank) + 1];
+    MSCX_CHECK(mscx_tp_connect_all(s->ops, s->ep, rank, 2, want, net_pair_allgather, &s->np,
+                                   mscx_tp_deadline(10000), conns));
+    s->conn = conns[1 - rank];
+    return MSCX_OK;
+}
+
+static void side_teardown(struct side *s, size_t buf_bytes)
+{
+    s->ops->ep_destroy(s->ep);
+    munmap(s->buf, buf_bytes);
+    free(s->sig);
+}
+
+static int wait_word(volatile uint64_t *w, uint64_t v, int ms)
+{
+    uint64_t dl = mscx_tp_deadline((uint64_t)ms);
+    while (__atomic_load_n(w, __ATOMIC_ACQUIRE) < v)
+        if (mscx_tp_now_ns() > dl)
+            return -1;
+    return 0;
+}
+
+static uint8_t pattern(uint64_t i, uint32_t seed)
+{
+    return (uint8_t)((i * 2654435761u) >> 13 ^ seed);
+}
+
+static pid_t fork_pair(int *parent_fd, int *child_fd)
+{
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(sv[0]);
+        *child_fd = sv[1];
+    } else {
+        close(sv[1]);
+        *parent_fd = sv[0];
+    }
+    return pid;
+}
+
+static int child_status(pid_t pid)
+{
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+static const uint64_t sizes[] = {1, 7, 8, 4096, 65537, (1u << 20) + 3, BIG - 8, BIG};
+
+/* Child of the puts test: verify each put after its signal, report one byte. */
+static int child_puts(int fd)
+{
+    struct side s;
+    if (side_setup(&s, 1, fd, BIG) != MSCX_OK)
+        return 10;
+    for (uint32_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        uint64_t off = k & 1 ? 3 : 0, len = sizes[k] - (k & 1 ? off : 0);
+        if (wait_word(s.sig, k + 1, 10000))
+            return 11;
+        uint8_t ok = 1;
+        for (uint64_t i = 0; i < len && ok; i++)
+            ok = s.buf[off + i] == pattern(i, k);
+        if (net_pair_write(fd, &ok, 1) < 0)
+            return 12;
+    }
+    /* Packet lines: {data, flag} pairs; a line with the new flag must hold its data. */
+    uint32_t *lines = (uint32_t *)s.buf;
+    uint64_t nlines = (4u << 20) / 8, seen = 0;
+    uint64_t dl = mscx_tp_deadline(10000);
+    while (seen < nlines && mscx_tp_now_ns() < dl) {
+        seen = 0;
+        for (uint64_t i = 0; i < nlines; i++) {
+            uint64_t line = __atomic_load_n((uint64_t *)&lines[2 * i], __ATOMIC_ACQUIRE);
+            uint32_t data = (uint32_t)line, flag = (uint32_t)(line >> 32);
+            if (flag == 77) {
+                if (data != (uint32_t)(i * 3 + 1))
+                    return 13; /* torn line */
+                seen++;
+            }
+        }
+    }
+    if (seen < nlines)
+        return 14;
+    uint8_t done = 1;
+    net_pair_write(fd, &done, 1);
+    net_pair_read(fd, &done, 1);
+    side_teardown(&s, BIG);
+    return 0;
+}
+
+START_TEST(tcp_puts_signals_flush)
+{
+    int pfd = -1, cfd = -1;
+    pid_t pid = fork_pair(&pfd, &cfd);
+    if (pid == 0)
+        _exit(child_puts(cfd));
+
+    struct side s;
+    ck_assert_int_eq(side_setup(&s, 0, pfd, BIG), MSCX_OK);
+    for (uint32_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        uint64_t off = k & 1 ? 3 : 0, len = sizes[k] - (k & 1 ? off : 0);
+        uint64_t loff = len + 5 <= BIG ? 5 : 0;
+        for (uint64_t i = 0; i < len; i++)
+            s.buf[i + loff] = pattern(i, k);
+        uint64_t t0 = mscx_tp_now_ns();
+        ck_assert_int_eq(s.ops->put(s.conn, s.mr, loff, &s.peer_buf, off, len, 0, mscx_tp_deadline(10000)), MSCX_OK);
+        ck_assert_int_eq(s.ops->signal(s.conn, &s.peer_sig, SIG_OFF, mscx_tp_deadline(10000)), MSCX_OK);
+        ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(10000)), MSCX_OK);
+        uint64_t t1 = mscx_tp_now_ns();
+        if (len >= BIG - 8)
+            fprintf(stderr, "tcp loopback: %llu bytes put+signal+flush %.1f ms, %.2f GB/s\n",
+                    (unsigned long long)len, (t1 - t0) / 1e6, len / (double)(t1 - t0));
+        uint8_t ok = 0;
+        ck_assert_int_eq(net_pair_read(pfd, &ok, 1), 0);
+        ck_assert_msg(ok == 1, "child saw wrong data for size %llu", (unsigned long long)len);
+    }
+    ck_assert_msg(mscx_tp_tcp_short_sends(s.conn) > 0, "64 MiB puts should have needed partial sends");
+    fprintf(stderr, "tcp loopback: %llu short sends\n", (unsigned long long)mscx_tp_tcp_short_sends(s.conn));
+
+    /* Packet put of 4 MiB of LL8-style lines, reader polls concurrently. */
+    uint32_t *lines = (uint32_t *)s.buf;
+    for (uint64_t i = 0; i < (4u << 20) / 8; i++) {
+        lines[2 * i] = (uint32_t)(i * 3 + 1);
+        lines[2 * i + 1] = 77;
+    }
+    ck_assert_int_eq(s.ops->put(s.conn, s.mr, 0, &s.peer_buf, 0, 4u << 20, MSCX_TP_PUT_PACKET,
+                                mscx_tp_deadline(10000)),
+                     MSCX_OK);
+    ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(10000)), MSCX_OK);
+    uint8_t done = 0;
+    ck_assert_int_eq(net_pair_read(pfd, &done, 1), 0);
+
+    /* Latency: 8-byte put + flush round trips. */
+    uint64_t t0 = mscx_tp_now_ns();
+    for (int i = 0; i < 2000; i++) {
+        ck_assert_int_eq(s.ops->put(s.conn, s.mr, 0, &s.peer_buf, 8, 8, 0, mscx_tp_deadline(10000)), MSCX_OK);
+        ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(10000)), MSCX_OK);
+    }
+    fprintf(stderr, "tcp loopback: 8-byte put+flush round trip %.1f us\n", (mscx_tp_now_ns() - t0) / 2000 / 1e3);
+
+    /* Caller bugs are refused, not sent. */
+    mscx_test_allow_warn("caller bug");
+    ck_assert_int_eq(s.ops->put(s.conn, s.mr, 0, &s.peer_buf, 4, 16, MSCX_TP_PUT_PACKET, mscx_tp_deadline(1000)),
+                     MSCX_ERR_INVALID_ARG);
+    ck_assert_int_eq(s.ops->put(s.conn, s.mr, 0, &s.peer_buf, BIG - 8, 16, 0, mscx_tp_deadline(1000)),
+                     MSCX_ERR_INVALID_ARG);
+    ck_assert_int_eq(s.ops->signal(s.conn, &s.peer_sig, 4, mscx_tp_deadline(1000)), MSCX_ERR_INVALID_ARG);
+    ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(10000)), MSCX_OK);
+
+    net_pair_write(pfd, &done, 1);
+    ck_assert_int_eq(child_status(pid), 0);
+    side_teardown(&s, BIG);
+    close(pfd);
+}
+END_TEST
+
+/* Child: receive until the middle of the first big put has landed, then die. */
+static int child_die_mid_transfer(int fd)
+{
+    struct side s;
+    if (side_setup(&s, 1, fd, BIG) != MSCX_OK)
+        return 10;
+    volatile uint8_t *mid = s.buf + BIG / 2;
+    while (*mid == 0)
+        ;
+    raise(SIGKILL);
+    return 0;
+}
+
+START_TEST(tcp_peer_killed_mid_transfer)
+{
+    int pfd = -1, cfd = -1;
+    pid_t pid = fork_pair(&pfd, &cfd);
+    if (pid == 0)
+        _exit(child_die_mid_transfer(cfd));
+
+    struct side s;
+    ck_assert_int_eq(side_setup(&s, 0, pfd, BIG), MSCX_OK);
+    memset(s.buf, 0xab, BIG);
+    mscx_test_allow_warn("failed");
+    mscx_status_t st = MSCX_OK;
+    uint64_t t0 = mscx_tp_now_ns(), deadline = mscx_tp_deadline(5000);
+    for (int i = 0; i < 64 && st == MSCX_OK; i++) {
+        st = s.ops->put(s.conn, s.mr, 0, &s.peer_buf, 0, BIG, 0, deadline);
+        if (st == MSCX_OK)
+            st = s.ops->flush(s.conn, deadline);
+    }
+    double ms = (mscx_tp_now_ns() - t0) / 1e6;
+    fprintf(stderr, "tcp: peer killed mid-transfer, survivor got \"%s\" after %.1f ms\n", mscx_status_str(st), ms);
+    ck_assert_int_eq(st, MSCX_ERR_REMOTE);
+    ck_assert(ms < 5000);
+    ck_assert_int_eq(s.ops->progress(s.ep), MSCX_ERR_REMOTE);
+    ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(1000)), MSCX_ERR_REMOTE);
+    ck_assert_int_eq(child_status(pid), 128 + SIGKILL);
+    side_teardown(&s, BIG);
+    close(pfd);
+}
+END_TEST
+
+/* Child: connect, then die while the parent only waits (receiver side). */
+START_TEST(tcp_peer_killed_while_idle)
+{
+    int pfd = -1, cfd = -1;
+    pid_t pid = fork_pair(&pfd, &cfd);
+    if (pid == 0) {
+        struct side s;
+        if (side_setup(&s, 1, cfd, 1 << 16) != MSCX_OK)
+            _exit(10);
+        raise(SIGKILL);
+    }
+    struct side s;
+    mscx_test_allow_warn("peer closed"); /* the child may die before setup returns here */
+    ck_assert_int_eq(side_setup(&s, 0, pfd, 1 << 16), MSCX_OK);
+    uint64_t dl = mscx_tp_deadline(5000);
+    mscx_status_t st;
+    while ((st = s.ops->progress(s.ep)) == MSCX_OK && mscx_tp_now_ns() < dl)
+        usleep(1000);
+    ck_assert_int_eq(st, MSCX_ERR_REMOTE);
+    ck_assert_int_eq(child_status(pid), 128 + SIGKILL);
+    side_teardown(&s, 1 << 16);
+    close(pfd);
+}
+END_TEST
+
+/* Send a raw hello to an endpoint's listener; returns the ack status (-1: closed without one). */
+static int raw_hello(const uint8_t *blob, uint64_t magic, uint64_t comm, uint32_t src, uint32_t dst, size_t bytes)
+{
+    /* tcp blob layout (transport_tcp.c): magic, comm_id, version, rank, addr, port. */
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    memcpy(&sa.sin_addr.s_addr, blob + 24, 4);
+    memcpy(&sa.sin_port, blob + 28, 2);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    struct {
+        uint64_t magic;
+        uint32_t version, src, dst, reserved;
+        uint64_t comm;
+    } h = {magic, MSCX_TP_PROTO_VERSION, src, dst, 0, comm};
+    ck_assert_int_eq(write(fd, &h, bytes), (ssize_t)bytes);
+    if (bytes < sizeof(h))
+        shutdown(fd, SHUT_WR);
+    struct {
+        uint64_t magic;
+        uint32_t status, reserved;
+    } ack;
+    int r = net_pair_read(fd, &ack, sizeof(ack)) == 0 ? (int)ack.status : -1;
+    char c;
+    if (r != 0)
+        ck_assert_int_eq(read(fd, &c, 1), 0); /* refused: the endpoint closed it */
+    close(fd);
+    return r;
+}
+
+START_TEST(tcp_bad_handshake)
+{
+    struct mscx_tp_params p1 = {.rank = 1, .nranks = 2, .comm_id = COMM_ID};
+    struct mscx_tp_params p0 = {.rank = 0, .nranks = 2, .comm_id = COMM_ID + 1};
+    struct mscx_tp_ep *ep1, *ep0;
+    struct mscx_tp_conn *c1, *c0;
+    uint8_t blob1[MSCX_TP_BLOB_BYTES], blob0[MSCX_TP_BLOB_BYTES];
+
+    ck_assert_int_eq(mscx_tp_tcp.ep_create(&p1, &ep1), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.conn_prepare(ep1, 0, blob1, &c1), MSCX_OK);
+
+    mscx_test_allow_warn("refused connection");
+    ck_assert_int_eq(raw_hello(blob1, 0xdeadbeefull, COMM_ID, 0, 1, 32), 1);
+    ck_assert_msg(strstr(mscx_test_last_warn(), "bad magic 0xdeadbeef"), "got: %s", mscx_test_last_warn());
+    ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID + 1, 0, 1, 32), 1);
+    ck_assert_msg(strstr(mscx_test_last_warn(), "communicator id"), "got: %s", mscx_test_last_warn());
+    ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID, 0, 0, 32), 1);
+    ck_assert_msg(strstr(mscx_test_last_warn(), "not expected"), "got: %s", mscx_test_last_warn());
+    ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID, 0, 1, 5), 1);
+    ck_assert_msg(strstr(mscx_test_last_warn(), "no handshake"), "got: %s", mscx_test_last_warn());
+    ck_assert_int_eq(mscx_test_warn_count(), 4);
+
+    /* A peer of another communicator: its blob is refused before connecting. */
+    ck_assert_int_eq(mscx_tp_tcp.ep_create(&p0, &ep0), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.conn_prepare(ep0, 1, blob0, &c0), MSCX_OK);
+    mscx_test_allow_warn("refused peer");
+    ck_assert_int_eq(mscx_tp_tcp.conn_establish(c1, blob0, mscx_tp_deadline(2000)), MSCX_ERR_REMOTE);
+    ck_assert_int_eq(mscx_tp_tcp.conn_establish(c0, blob1, mscx_tp_deadline(2000)), MSCX_ERR_REMOTE);
+
+    /* After the refusals a correct hello is still accepted (then dropped without a bye). */
+    mscx_test_allow_warn("peer closed");
+    ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID, 0, 1, 32), 0);
+    mscx_tp_tcp.ep_destroy(ep0);
+    mscx_tp_tcp.ep_destroy(ep1);
+}
+END_TEST
+
+Suite *mscx_test_suite(void)
+{
+    Suite *s = suite_create("net-tcp");
+    TCase *tc = mscx_tcase("tcp");
+    tcase_add_test(tc, tcp_puts_signals_flush);
+    tcase_add_test(tc, tcp_peer_killed_mid_transfer);
+    tcase_add_test(tc, tcp_peer_killed_while_idle);
+    tcase_add_test(tc, tcp_bad_handshake);
+    suite_add_tcase(s, tc);
+    return s;
+}

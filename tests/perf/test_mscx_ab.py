@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""mscx-ab against a fake mscx-perf: the happy path and the failure paths."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+FAKE = r'''#!/usr/bin/env python3
+import json, os, sys
+args = sys.argv[1:]
+if "--help" in args:
+    print("usage: fake mscx-perf --executor N --baseline --json FILE")
+    sys.exit(0)
+out = args[args.index("--json") + 1]
+shim = "LD_PRELOAD" in os.environ or ("--executor" in args and "--baseline" not in args)
+wrong_side = os.environ.get("FAKE_WRONG", "")
+wrong = 2 if (wrong_side == "b" and shim) or (wrong_side == "a" and not shim) else 0
+rows = []
+for k in range(6):
+    size = 8 << (3 * k)
+    # the mscx side wins below 64K and loses above: one crossover
+    t = 10.0 + size / 1000.0
+    if shim:
+        t = t * (0.5 if size < 65536 else 1.5)
+    body = {"time_us": t, "algbw": 0.0, "busbw": 0.0, "wrong": wrong if k == 2 else 0}
+    rows.append({"size": size, "count": size // 4, "type": "float", "redop": "sum", "root": -1,
+                 "out_of_place": body, "in_place": dict(body)})
+json.dump({"tool": "mscx-perf", "version": 1, "results": rows, "wrong": wrong}, open(out, "w"))
+summ = os.environ.get("MSCX_SUMMARY_FILE")
+mode = os.environ.get("FAKE_SUMMARY", "ok")
+if shim and summ and mode != "none":
+    if mode == "ok":
+        s = {"routed": 40, "fallback": {"size": 8},
+             "buckets": [{"bucket": "<=1K", "routed": 16, "fallback": 0},
+                         {"bucket": "<=64K", "routed": 24, "fallback": 0},
+                         {"bucket": "<=4M", "routed": 0, "fallback": {"size": 8}}]}
+    else:
+        s = {"routed": 0, "fallback": {"no_plan": 48}}
+    json.dump(s, open(summ, "w"))
+sys.exit(1 if wrong else 0)
+'''
+
+passed = failed = 0
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print("ok: " + name)
+    else:
+        failed += 1
+        print("FAIL: %s\n%s" % (name, detail))
+
+
+def main():
+    ab = sys.argv[1]
+    tmp = tempfile.mkdtemp(prefix="mscx-ab-test-")
+    perf = os.path.join(tmp, "mscx-perf")
+    with open(perf, "w") as fh:
+        fh.write(FAKE)
+    os.chmod(perf, 0o755)
+    shim = os.path.join(tmp, "libfake.so")
+    open(shim, "w").close()
+
+    def run(extra_env, *extra):
+        out = os.path.join(tmp, "out-%d" % (passed + failed))
+        env = dict(os.environ, **extra_env)
+        env.pop("MSCX_SUMMARY_FILE", None)
+        p = subprocess.run([sys.executable, ab, "--perf", perf, "--shim", shim, "--runs", "2", "--out", out]
+                           + list(extra) + ["--", "-b", "8", "-e", "256M", "-f", "8"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        return p, out
+
+    p, out = run({})
+    check("happy path exits 0", p.returncode == 0, p.stderr)
+    md = open(os.path.join(out, "ab.md")).read() if os.path.exists(os.path.join(out, "ab.md")) else ""
+    check("table has a row per size", md.count("\n| ") == 6 and "| 8 | 10.01 | 5.00 | 2.00x | mscx |" in md, md)
+    check("table names the fallback path", "nccl (size)" in md, md)
+    check("crossover found at 256K", "Crossover: 256K" in md, md)
+    png = os.path.join(out, "ab.png")
+    check("PNG written", os.path.exists(png) and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", p.stdout + p.stderr)
+
+    p, out = run({"FAKE_WRONG": "b"})
+    check("wrong results on the shim side fail", p.returncode != 0 and "wrong results" in p.stderr, p.stderr)
+    p, out = run({"FAKE_WRONG": "a"})
+    check("wrong results on the NCCL side fail", p.returncode != 0 and "NCCL run 1 reported wrong" in p.stderr,
+          p.stderr)
+    p, out = run({"FAKE_SUMMARY": "nothing"})
+    check("a summary that routed nothing fails", p.returncode != 0 and "routed nothing" in p.stderr, p.stderr)
+    p, out = run({"FAKE_SUMMARY": "none"})
+    md = open(os.path.join(out, "ab.md")).read() if os.path.exists(os.path.join(out, "ab.md")) else ""
+    check("no summary: path unknown", p.returncode == 0 and "| unknown |" in md, p.stderr + md)
+    p, out = run({}, "--mode", "executor", "--nranks", "8")
+    md = open(os.path.join(out, "ab.md")).read() if os.path.exists(os.path.join(out, "ab.md")) else ""
+    check("executor mode against the baseline", p.returncode == 0 and "| baseline us | mscx us |" in md, p.stderr)
+    p = subprocess.run([sys.executable, ab, "--perf", os.path.join(tmp, "missing")], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    check("missing mscx-perf fails", p.returncode != 0 and "not found" in p.stderr, p.stderr)
+    p = subprocess.run([sys.executable, ab, "--help"], stdout=subprocess.PIPE, universal_newlines=True)
+    check("--help documents the one-GPU commands", "--mode executor --nranks 8" in p.stdout, p.stdout)
+    subprocess.run(["rm", "-rf", tmp])
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

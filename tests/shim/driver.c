@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A program written against nccl.h and linked with the fake libnccl. Run it
+ * with LD_PRELOAD=libmscx_nccl.so: every call must reach the fake with the
+ * same arguments and return the fake's result.
+ *
+ * Modes (arguments):
+ *   --fidelity           call every function; the fake must log exactly that call
+ *   --unavailable=CODE   every call returns CODE without reaching the fake
+ *   --msg=TEXT           ncclGetLastError must contain TEXT (with --unavailable)
+ *   --checks             bad arguments are refused by the shim as NCCL would
+ *   --disabled           MSCX_DISABLE=1: bad arguments pass through; the CUDA driver is never loaded
+ *   --expect-shim        the nccl* symbols must come from libmscx_nccl.so
+ *   --version=N          ncclGetVersion must report N (the real library's)
+ *   --lifecycle          init a comm, run collectives, destroy; all reach the fake
+ *   --strict             with --lifecycle: init must fail with ncclInvalidUsage and the comm be destroyed
+ *   --log-has=TEXT       afterwards the shim's MSCX_DEBUG_FILE must contain TEXT (repeatable)
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+
+static const char *log_path;
+static int failures;
+static int mode_unavailable = -1;
+static const char *want_msg;
+static ncclResult_t want_result;
+
+#define FAIL(...)                                                                                             \
+    do {                                                                                                      \
+        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                                \
+        fputc('\n', stderr);                                                                                  \
+        failures++;                                                                                           \
+    } while (0)
+
+void *drv_mem(struct drv *d, int k)
+{
+    return d->mem + (size_t)k * 512;
+}
+
+void *drv_opaque(struct drv *d, int k)
+{
+    return (void *)(uintptr_t)(0x7f0000100000ull + (uintptr_t)d->fn * 0x1000 + (uintptr_t)k * 0x40 + 0x10);
+}
+
+long drv_int(struct drv *d, int k)
+{
+    return 3 + k + 7L * d->fn;
+}
+
+void drv_fill(struct drv *d, void *p, size_t n, int k)
+{
+    for (size_t i = 0; i < n; i++)
+        ((unsigned char *)p)[i] = (unsigned char)(i * 31 + (size_t)k + (size_t)d->fn);
+}
+
+static char *read_log(void)
+{
+    FILE *f = fopen(log_path, "r");
+    if (!f)
+        return strdup("");
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return strdup(buf);
+}
+
+void drv_before(struct drv *d)
+{
+    (void)d;
+    FILE *f = fopen(log_path, "w");
+    if (f)
+        fclose(f);
+}
+
+static void check_log(const char *name, const char *want)
+{
+    char *got = read_log();
+    if (mode_unavailable >= 0) {
+        if (got[0])
+            FAIL("%s: the fake was reached although the real NCCL is unavailable: %s", name, got);
+    } else {
+        size_t n = strlen(want);
+        if (strncmp(got, want, n) != 0 || got[n] != '\n' || got[n + 1] != '\0')
+            FAIL("%s: the fake logged\n  '%s'\nexpected exactly\n  '%s'", name, got, want);
+    }
+    free(got);
+}
+
+void drv_after_result(struct drv *d, const char *name, const char *want, ncclResult_t got)
+{
+    (void)d;
+    check_log(name, want);
+    if (got != want_result)
+        FAIL("%s returned %d, expected %d", name, (int)got, (int)want_result);
+    if (mode_unavailable >= 0 && want_msg) {
+        const char *e = ncclGetLastError(NULL);
+        if (!e || !strstr(e, want_msg))
+            FAIL("%s: ncclGetLastError '%s' does not contain '%s'", name, e ? e : "(null)", want_msg);
+    }
+}
+
+void drv_after_text(struct drv *d, const char *name, const char *want, const char *got, const char *fake_text)
+{
+    (void)d;
+    check_log(name, want);
+    if (mode_unavailable < 0 && (!got || strcmp(got, fake_text) != 0))
+        FAIL("%s returned '%s', expected the fake's '%s'", name, got ? got : "(null)", fake_text);
+}
+
+void drv_after_void(struct drv *d, const char *name, const char *want)
+{
+    (void)d;
+    check_log(name, want);
+}
+
+static void run_all(void)
+{
+    struct drv d;
+    d.mem = calloc(16, 512);
+    for (int i = 0; i < drv_ncalls; i++) {
+        d.fn = i;
+        drv_calls[i].call(&d);
+    }
+    free(d.mem);
+    printf("%d functions called\n", drv_ncalls);
+}
+
+static int log_is_empty(void)
+{
+    char *got = read_log();
+    int empty = got[0] == '\0';
+    free(got);
+    return empty;
+}
+
+/* The shim answers bad arguments itself, as NCCL would, and the fake sees nothing. */
+static void run_checks(int disabled)
+{
+    ncclComm_t comm = (ncclComm_t)(uintptr_t)0x7f00deadb000ull;
+    float buf[4];
+    struct {
+        const char *what, *msg;
+        ncclResult_t res;
+    } cases[] = {
+        {"null comm", "comm", (ncclResult_t)0},
+        {"bad datatype", "datatype", (ncclResult_t)0},
+        {"bad op", "operation", (ncclResult_t)0},
+    };
+    for (int k = 0; k < 3; k++) {
+        drv_before(NULL);
+        if (k == 0)
+            cases[k].res = ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, NULL, NULL);
+        else if (k == 1)
+            cases[k].res = ncclAllGather(buf, buf, 4, (ncclDataType_t)99, comm, NULL);
+        else
+            cases[k].res = ncclReduceScatter(buf, buf, 4, ncclFloat32, (ncclRedOp_t)-3, comm, NULL);
+        if (disabled) {
+            /* pure pass-through: the fake decides */
+            if (log_is_empty() || cases[k].res != want_result)
+                FAIL("%s: with MSCX_DISABLE the call must reach the fake (result %d)", cases[k].what,
+                     (int)cases[k].res);
+            continue;
+        }
+        if (cases[k].res != ncclInvalidArgument)
+            FAIL("%s: returned %d, expected ncclInvalidArgument", cases[k].what, (int)cases[k].res);
+        if (!log_is_empty())
+            FAIL("%s: an invalid call reached the fake", cases[k].what);
+        const char *e = ncclGetLastError(comm);
+        if (!e || !strstr(e, cases[k].msg))
+            FAIL("%s: ncclGetLastError '%s' does not mention '%s'", cases[k].what, e ? e : "(null)", cases[k].msg);
+    }
+    /* after a good call the real library's last error applies again */
+    drv_before(NULL);
+    ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, comm, NULL);
+    const char *e = ncclGetLastError(comm);
+    if (!e || strcmp(e, "fake:ncclGetLastError") != 0)
+        FAIL("ncclGetLastError after a forwarded call: '%s', expected the fake's", e ? e : "(null)");
+}
+
+static int log_has(const char *text)
+{
+    char *got = read_log();
+    int has = strstr(got, text) != NULL;
+    free(got);
+    return has;
+}
+
+/* A comm's life under the shim: every call still reaches the fake. */
+static void run_lifecycle(int strict)
+{
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    float buf[256];
+    memset(&id, 7, sizeof(id));
+    drv_before(NULL);
+    ncclResult_t r = ncclCommInitRank(&comm, 2, id, 0);
+    if (strict) {
+        if (r != ncclInvalidUsage)
+            FAIL("strict init with a bad plan returned %d, expected ncclInvalidUsage", (int)r);
+        if (!log_has("ncclCommDestroy"))
+            FAIL("strict init failure did not destroy the real comm");
+        const char *e = ncclGetLastError(NULL);
+        if (!e || !strstr(e, "MSCX_STRICT"))
+            FAIL("strict init: ncclGetLastError '%s' does not name MSCX_STRICT", e ? e : "(null)");
+        return;
+    }
+    if (r != ncclSuccess || !comm)
+        FAIL("ncclCommInitRank returned %d", (int)r);
+    for (int i = 0; i < 3; i++) {
+        drv_before(NULL);
+        r = ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, NULL);
+        if (r != ncclSuccess || !log_has("ncclAllReduce "))
+            FAIL("ncclAllReduce %d did not reach the fake (result %d)", i, (int)r);
+    }
+    drv_before(NULL);
+    if (ncclAllGather(buf, buf, 8, ncclFloat32, comm, NULL) != ncclSuccess || !log_has("ncclAllGather "))
+        FAIL("ncclAllGather did not reach the fake");
+    drv_before(NULL);
+    if (ncclCommDestroy(comm) != ncclSuccess || !log_has("ncclCommDestroy "))
+        FAIL("ncclCommDestroy did not reach the fake");
+}
+
+static void check_debug_file(const char *const *texts, int n)
+{
+    const char *path = getenv("MSCX_DEBUG_FILE");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    static char buf[1 << 16];
+    size_t len = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    buf[len] = '\0';
+    if (f)
+        fclose(f);
+    for (int i = 0; i < n; i++)
+        if (!strstr(buf, texts[i]))
+            FAIL("the shim's log %s lacks '%s'; it holds:\n%s", path ? path : "(MSCX_DEBUG_FILE unset)", texts[i], buf);
+}
+
+static void check_no_cuda_mapped(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[1024];
+    while (f && fgets(line, sizeof(line), f))
+        if (strstr(line, "libcuda.so"))
+            FAIL("a CUDA library is mapped under MSCX_DISABLE: %s", line);
+    if (f)
+        fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    int fidelity = 0, checks = 0, disabled = 0, expect_shim = 0, version = -1, lifecycle = 0, strict = 0;
+    const char *texts[8];
+    int ntexts = 0;
+    log_path = getenv("FAKE_NCCL_LOG");
+    want_result = (ncclResult_t)(getenv("FAKE_NCCL_RESULT") ? atoi(getenv("FAKE_NCCL_RESULT")) : 0);
+    if (!log_path) {
+        fprintf(stderr, "FAKE_NCCL_LOG must be set\n");
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--fidelity"))
+            fidelity = 1;
+        else if (!strcmp(argv[i], "--checks"))
+            checks = 1;
+        else if (!strcmp(argv[i], "--disabled"))
+            disabled = 1;
+        else if (!strcmp(argv[i], "--expect-shim"))
+            expect_shim = 1;
+        else if (!strncmp(argv[i], "--unavailable=", 14))
+            mode_unavailable = atoi(argv[i] + 14);
+        else if (!strncmp(argv[i], "--msg=", 6))
+            want_msg = argv[i] + 6;
+        else if (!strcmp(argv[i], "--lifecycle"))
+            lifecycle = 1;
+        else if (!strcmp(argv[i], "--strict"))
+            strict = 1;
+        else if (!strncmp(argv[i], "--log-has=", 10) && ntexts < 8)
+            texts[ntexts++] = argv[i] + 10;
+        else if (!strncmp(argv[i], "--version=", 10))
+            version = atoi(argv[i] + 10);
+        else {
+            fprintf(stderr, "unknown argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (mode_unavailable >= 0)
+        want_result = (ncclResult_t)mode_unavailable;
+    if (expect_shim) {
+        Dl_info info;
+        void *sym = dlsym(RTLD_DEFAULT, "ncclAllReduce");
+        if (!sym || !dladdr(sym, &info) || !info.dli_fname || !strstr(info.dli_fname, "libmscx_nccl"))
+            FAIL("ncclAllReduce does not come from libmscx_nccl.so (LD_PRELOAD missing?): %s",
+                 sym && dladdr(sym, &info) ? info.dli_fname : "?");
+    }
+    if (version >= 0) {
+        int v = -1;
+        drv_before(NULL);
+        if (ncclGetVersion(&v) != ncclSuccess || v != version)
+            FAIL("ncclGetVersion reported %d, expected the real library's %d", v, version);
+    }
+    if (fidelity || mode_unavailable >= 0)
+        run_all();
+    if (checks || disabled)
+        run_checks(disabled);
+    if (disabled)
+        check_no_cuda_mapped();
+    if (lifecycle)
+        run_lifecycle(strict);
+    if (ntexts)
+        check_debug_file(texts, ntexts);
+    if (failures) {
+        fprintf(stderr, "%d failures\n", failures);
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}

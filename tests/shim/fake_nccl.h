@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A fake libnccl (soname libnccl.so.2) for tests without a GPU: every
+ * function of nccl.h appends one line "name argbytes..." to the file named by
+ * FAKE_NCCL_LOG and returns FAKE_NCCL_RESULT (default ncclSuccess).
+ */
+#ifndef FAKE_NCCL_H
+#define FAKE_NCCL_H
+#include <nccl.h>
+#include "rec_gen.h"
+
+#define FAKE_EXPORT __attribute__((visibility("default")))
+#define FAKE_REC_MAX 2048
+
+void fake_record(const char *rec);
+ncclResult_t fake_result(void);
+
+void fake_hook_ncclGetVersion(int *version);
+void fake_hook_ncclGetUniqueId(ncclUniqueId *uniqueId);
+void fake_hook_ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+void fake_hook_ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                      ncclConfig_t *config);
+void fake_hook_ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
+                                        ncclConfig_t *config);
+void fake_hook_ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
+void fake_hook_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
+void fake_hook_ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
+                              ncclConfig_t *config, int shrinkFlags);
+void fake_hook_ncclCommCount(const ncclComm_t comm, int *count);
+void fake_hook_ncclCommUserRank(const ncclComm_t comm, int *rank);
+void fake_hook_ncclCommCuDevice(const ncclComm_t comm, int *device);
+void fake_hook_ncclMemAlloc(void **ptr, size_t size);
+void fake_hook_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+#endif

@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mscx-bench-gpu: in-process N-rank benchmarks of the GPU executor on one GPU.
+ *   mscx-bench-gpu [algo-plan-dir]   (holds allreduce_pkt_n{2,4,8}.json)
+ * Prints a markdown table: the plan-driven LL16 packet allreduce (fp32 sum)
+ * against a hand-written kernel of the same algorithm (mscx_bench_gpu_ref.cu),
+ * eager and under CUDA graphs, and the launch+completion time of an empty plan.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cuda_runtime_api.h>
+#include "mscx/exec.h"
+#include "plan_int.h"
+
+int mscx_bench_ref_launch(float *buf, char **scr, uint32_t *state, uint32_t rank, uint32_t n, uint64_t chunk,
+                          uint64_t half, uint32_t blocks, uint32_t threads, void *stream);
+
+#define MAXR 8
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+struct bench {
+    uint32_t n, pid[MAXR], blocks;
+    struct mscx_exec *ex[MAXR];
+    cudaStream_t st[MAXR];
+    float *buf[MAXR];
+    char *scr[MAXR];
+    uint32_t *state[MAXR];
+    uint64_t msg;
+    int ref;
+};
+
+static int one_iter(struct bench *b)
+{
+    for (uint32_t r = 0; r < b->n; r++) {
+        int rc;
+        if (b->ref)
+            rc = mscx_bench_ref_launch(b->buf[r], b->scr, b->state[r], r, b->n, b->msg / b->n, 4 * b->msg,
+                                       b->blocks, 1024, b->st[r]);
+        else
+            rc = mscx_exec_launch(b->ex[r], b->pid[r], b->buf[r], b->buf[r], b->msg, MSCX_DT_FP32, MSCX_REDOP_SUM,
+                                  MSCX_PKT_LL16, b->st[r]);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
+static double time_eager(struct bench *b, int iters)
+{
+    one_iter(b);
+    cudaDeviceSynchronize();
+    double t0 = now_us();
+    for (int i = 0; i < iters; i++)
+        one_iter(b);
+    cudaDeviceSynchronize();
+    return (now_us() - t0) / iters;
+}
+
+static double time_graph(struct bench *b, int per_graph, int replays)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    cudaEvent_t fork, join[MAXR];
+    cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+    for (uint32_t r = 0; r < b->n; r++)
+        cudaEventCreateWithFlags(&join[r], cudaEventDisableTiming);
+    cudaStreamBeginCapture(b->st[0], cudaStreamCaptureModeThreadLocal);
+    cudaEventRecord(fork, b->st[0]);
+    for (uint32_t r = 1; r < b->n; r++)
+        cudaStreamWaitEvent(b->st[r], fork, 0);
+    for (int i = 0; i < per_graph; i++)
+        one_iter(b);
+    for (uint32_t r = 1; r < b->n; r++) {
+        cudaEventRecord(join[r], b->st[r]);
+        cudaStreamWaitEvent(b->st[0], join[r], 0);
+    }
+    if (cudaStreamEndCapture(b->st[0], &g) != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess)
+        return -1;
+    cudaGraphLaunch(ge, b->st[0]);
+    cudaDeviceSynchronize();
+    double t0 = now_us();
+    for (int i = 0; i < replays; i++)
+        cudaGraphLaunch(ge, b->st[0]);
+    cudaDeviceSynchronize();
+    double t = (now_us() - t0) / (replays * (double)per_graph);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    return t;
+}
+
+static void bench_n(const char *dir, uint32_t n)
+{
+    char path[4096], err[1024];
+    struct mscx_plan *plan;
+    snprintf(path, sizeof(path), "%s/allreduce_pkt_n%u.json", dir, n);
+    if (mscx_plan_load(path, &plan, err, sizeof(err)) != MSCX_OK) {
+        fprintf(stderr, "%s: %s\n", path, err);
+        return;
+    }
+    struct bench b;
+    memset(&b, 0, sizeof(b));
+    b.n = n;
+    b.blocks = plan->gpus[0].ntb;
+    const uint64_t maxmsg = 4u << 20;
+    if (mscx_exec_create_local_group(n, 0, b.ex) != MSCX_OK)
+        return;
+    for (uint32_t r = 0; r < n; r++) {
+        if (mscx_exec_add_plan(b.ex[r], plan, maxmsg, &b.pid[r]) != MSCX_OK) {
+            fprintf(stderr, "add_plan failed\n");
+            return;
+        }
+        cudaStreamCreateWithFlags(&b.st[r], cudaStreamNonBlocking);
+        cudaMalloc((void **)&b.buf[r], maxmsg);
+        cudaMemset(b.buf[r], 0, maxmsg);
+        cudaMalloc((void **)&b.scr[r], 8 * maxmsg);
+        cudaMemset(b.scr[r], 0, 8 * maxmsg);
+        cudaMalloc((void **)&b.state[r], 8);
+        cudaMemset(b.state[r], 0, 8);
+    }
+    for (uint64_t msg = 1024; msg <= maxmsg; msg *= 4) {
+        b.msg = msg;
+        double e[2], g[2];
+        for (int ref = 0; ref < 2; ref++) {
+            b.ref = ref;
+            e[ref] = time_eager(&b, 200);
+            g[ref] = time_graph(&b, 50, 10);
+        }
+        printf("| %u | %llu | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", n, (unsigned long long)msg, b.blocks,
+               e[0], e[1], g[0], g[1], g[0] / g[1]);
+        fflush(stdout);
+    }
+    for (uint32_t r = 0; r < n; r++) {
+        cudaStreamDestroy(b.st[r]);
+        cudaFree(b.buf[r]);
+        cudaFree(b.scr[r]);
+        cudaFree(b.state[r]);
+        mscx_exec_destroy(b.ex[r]);
+    }
+    mscx_plan_destroy(plan);
+}
+
+static const char k_empty[] =
+    "{\"name\":\"empty\",\"collective\":\"allreduce\",\"protocol\":\"Simple\",\"inplace\":true,"
+    "\"num_threads_per_block\":1024,\"use_double_scratch_buffer\":false,\"buffer_alignment\":16,"
+    "\"min_message_size\":0,\"max_message_size\":18446744073709551615,\"gpus\":[{\"id\":0,\"input_chunks\":1,"
+    "\"output_chunks\":1,\"scratch_chunks\":0,\"threadblocks\":[{\"id\":0,\"ops\":[{\"name\":\"nop\"}],"
+    "\"channels\":[],\"remote_buffer_refs\":[]}],\"channels\":[],\"remote_buffers\":[],\"semaphores\":[]}]}";
+
+static void bench_empty(void)
+{
+    struct mscx_plan *plan;
+    struct mscx_exec *ex;
+    char err[1024];
+    uint32_t pid;
+    void *buf;
+    cudaStream_t st;
+    if (mscx_plan_load_buffer(k_empty, sizeof(k_empty) - 1, "empty", &plan, err, sizeof(err)) != MSCX_OK) {
+        fprintf(stderr, "empty plan: %s\n", err);
+        return;
+    }
+    if (mscx_exec_create_local_group(1, 0, &ex) != MSCX_OK || mscx_exec_add_plan(ex, plan, 1024, &pid) != MSCX_OK)
+        return;
+    cudaMalloc(&buf, 1024);
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    for (int i = 0; i < 100; i++)
+        mscx_exec_launch(ex, pid, buf, buf, 1024, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, st);
+    cudaStreamSynchronize(st);
+    double t0 = now_us();
+    for (int i = 0; i < 2000; i++) {
+        mscx_exec_launch(ex, pid, buf, buf, 1024, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, st);
+        cudaStreamSynchronize(st);
+    }
+    double sync_lat = (now_us() - t0) / 2000;
+    t0 = now_us();
+    for (int i = 0; i < 2000; i++)
+        mscx_exec_launch(ex, pid, buf, buf, 1024, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, st);
+    cudaStreamSynchronize(st);
+    double pipe = (now_us() - t0) / 2000;
+    printf("\nempty plan (1 rank, 1 block, nop): launch+sync %.2f us, back-to-back %.2f us per launch\n", sync_lat,
+           pipe);
+    cudaFree(buf);
+    cudaStreamDestroy(st);
+    mscx_exec_destroy(ex);
+    mscx_plan_destroy(plan);
+}
+
+int main(int argc, char **argv)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no GPU\n");
+        return 77;
+    }
+    const char *dir = argc > 1 ? argv[1] : "../shared/reference/mscclpp-algo-plans";
+    printf("LL16 packet allreduce, fp32 sum, in place; times in us per allreduce (all ranks)\n\n");
+    printf("| ranks | bytes | blocks/rank | exec eager | hand eager | exec graph | hand graph | graph ratio |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    for (uint32_t n = 2; n <= 8; n *= 2)
+        bench_n(dir, n);
+    bench_empty();
+    return 0;
+}

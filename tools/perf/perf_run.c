@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/* The sweep loop shared by every backend: timing, checking, printing. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "perf.h"
+
+/* Combine one value from every process per -a: 0 rank 0, 1 average, 2 minimum, 3 maximum. */
+static int combine_time(struct perf_boot *b, int average, double mine, double *out_p)
+{
+    double *all = calloc((size_t)b->nranks, sizeof(double)), v;
+    if (all == NULL || mscx_perf_allgather(b, &mine, all, sizeof(double))) {
+        free(all);
+        return -1;
+    }
+    v = all[0];
+    for (int r = 1; r < b->nranks; r++) {
+        if (average == 1)
+            v += all[r];
+        else if (average == 2 && all[r] < v)
+            v = all[r];
+        else if (average == 3 && all[r] > v)
+            v = all[r];
+    }
+    *out_p = average == 1 ? v / b->nranks : v;
+    free(all);
+    return 0;
+}
+
+static int sum_wrong(struct perf_boot *b, int64_t mine, int64_t *out_p)
+{
+    int64_t *all = calloc((size_t)b->nranks, sizeof(int64_t)), v = 0;
+    if (all == NULL || mscx_perf_allgather(b, &mine, all, sizeof(int64_t))) {
+        free(all);
+        return -1;
+    }
+    for (int r = 0; r < b->nranks; r++)
+        v += all[r];
+    *out_p = v;
+    free(all);
+    return 0;
+}
+
+/* avg is defined for floating-point types only; nccl-tests skips the rest too. */
+static int combo_ok(enum perf_type t, enum perf_op op)
+{
+    return op != PERF_AVG || mscx_perf_type_is_float(t);
+}
+
+static int run_one(const struct perf_opts *o, struct perf_boot *b, const struct perf_backend *be,
+                   struct perf_call *call, int seed, struct perf_result *r)
+{
+    for (int ip = 0; ip < 2; ip++) {
+        double us = 0, t;
+        int64_t wrong = -1;
+        call->in_place = ip;
+        if (be->run(be->ctx, call, o->iters, o->graph_iters, &us) || combine_time(b, o->average, us, &t))
+            return -1;
+        r->time_us[ip] = t;
+        mscx_perf_bw(o->coll, r->bytes, t, be->nranks, &r->algbw[ip], &r->busbw[ip]);
+        if (o->check) {
+            int64_t mine = 0;
+            if (be->check(be->ctx, call, seed * 2 + ip, &mine) || sum_wrong(b, mine, &wrong))
+                return -1;
+        }
+        r->wrong[ip] = wrong;
+    }
+    return 0;
+}
+
+int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const struct perf_backend *be, FILE *out,
+                        struct perf_result **rows_p, size_t *nrows_p, int64_t *wrong_p, double *avg_busbw_p)
+{
+    uint64_t *sizes = calloc(PERF_MAX_SIZES, sizeof(uint64_t));
+    size_t nsizes, nrows = 0, maxrows, step = 0, nsteps;
+    struct perf_result *rows = NULL;
+    int64_t wrong = 0;
+    double bw = 0;
+    int progress = o->progress || isatty(STDERR_FILENO), rc = -1;
+
+    if (sizes == NULL)
+        goto out;
+    nsizes = mscx_perf_sweep(o, sizes, PERF_MAX_SIZES);
+    if (nsizes > PERF_MAX_SIZES) {
+        fprintf(stderr, "mscx-perf: the sweep has %zu sizes; at most %d\n", nsizes, PERF_MAX_SIZES);
+        goto out;
+    }
+    maxrows = nsizes * PERF_TYPE_COUNT * PERF_OP_COUNT;
+    rows = calloc(maxrows, sizeof(*rows));
+    if (rows == NULL)
+        goto out;
+    nsteps = 0;
+    for (int t = 0; t < PERF_TYPE_COUNT; t++)
+        for (int op = 0; op < PERF_OP_COUNT; op++)
+            if ((o->type_mask >> t & 1) && (o->op_mask >> op & 1) && combo_ok((enum perf_type)t, (enum perf_op)op))
+                nsteps += nsizes;
+    if (out && b->rank == 0)
+        mscx_perf_print_header(out);
+    for (int t = 0; t < PERF_TYPE_COUNT; t++) {
+        for (int op = 0; op < PERF_OP_COUNT; op++) {
+            struct perf_call call = {o->coll, (enum perf_type)t, (enum perf_op)op, 0, 0, 0, 0};
+            size_t es = mscx_perf_type_size((enum perf_type)t);
+            double dummy;
+            if (!(o->type_mask >> t & 1) || !(o->op_mask >> op & 1) || !combo_ok(call.type, call.op))
+                continue;
+            /* Warm up at the largest size of the sweep. */
+            call.bytes = sizes[nsizes - 1];
+            mscx_perf_counts(o->coll, call.bytes, es, be->nranks, &call.send_count, &call.recv_count, &(uint64_t){0});
+            if (o->warmup && be->run(be->ctx, &call, o->warmup, 0, &dummy))
+                goto out;
+            for (size_t s = 0; s < nsizes; s++, step++) {
+                struct perf_result *r = &rows[nrows];
+                call.bytes = sizes[s];
+                mscx_perf_counts(o->coll, call.bytes, es, be->nranks, &call.send_count, &call.recv_count, &r->count);
+                r->bytes = r->count * es;
+                r->type = call.type;
+                r->op = (o->coll == PERF_ALLGATHER) ? PERF_OP_COUNT : call.op;
+                r->root = -1;
+                if (run_one(o, b, be, &call, (int)s, r))
+                    goto out;
+                nrows++;
+                for (int k = 0; k < 2; k++) {
+                    wrong += r->wrong[k] > 0 ? r->wrong[k] : 0;
+                    bw += r->busbw[k];
+                }
+                if (out && b->rank == 0) {
+                    if (progress && nsteps > 1)
+                        fprintf(stderr, "\r\033[K");
+                    mscx_perf_print_row(out, r);
+                    fflush(out);
+                    if (progress && nsteps > 1)
+                        mscx_perf_progress(stderr, step, nsteps, sizes[s]);
+                }
+            }
+        }
+    }
+    *rows_p = rows;
+    rows = NULL;
+    *nrows_p = nrows;
+    *wrong_p = wrong;
+    *avg_busbw_p = nrows ? bw / (double)(2 * nrows) : 0.0;
+    rc = 0;
+out:
+    free(rows);
+    free(sizes);
+    return rc;
+}

@@ -1,0 +1,474 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The collective algorithms of mscx-plangen. All are LL packet algorithms
+ * (except the one-rank copies): data travels as packets with the launch flag,
+ * so the only synchronisation is packet polling, plus one barrier where a
+ * port-channel transfer must wait for packets other blocks produce.
+ *
+ * Ops are emitted unfused (repkt + cpkt, repkt + ppkt, recpkt + rppkt,
+ * separate ppkts); the fusion pass folds them. Every split of a buffer range
+ * over several thread blocks uses tbg_info, and an op that reads a range a
+ * later op of the same block overwrites uses the same slicing, so in-place
+ * reads always precede writes within one block.
+ *
+ * Notation: N ranks, P ranks per node, M = N / P nodes, rank r = n * P + l,
+ * T = thread blocks per peer group.
+ */
+#include <stdio.h>
+#include <string.h>
+#include "plangen.h"
+
+#define A_PUSH(a, v) json_array_append_new((a), (v))
+
+static struct pg_tbg pg_tbg(uint32_t id, uint32_t size)
+{
+    return (struct pg_tbg){.id = id, .size = size};
+}
+
+static const struct pg_tbg pg_whole = {0, 1};
+
+/* Slot that sender @p g occupies in receiver @p p's per-peer region. */
+static uint32_t pg_slot(uint32_t g, uint32_t p)
+{
+    return g < p ? g : g - 1;
+}
+
+/* The q-th peer of @p g among @p n ranks (skipping g). */
+static uint32_t pg_peer(uint32_t g, uint32_t q)
+{
+    return q < g ? q : q + 1;
+}
+
+static json_t *pg_arr1(json_t *a)
+{
+    json_t *arr = json_array();
+    A_PUSH(arr, a);
+    return arr;
+}
+
+static int pg_new_tbs(struct pg_plan *p, uint32_t r, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (pg_tb_new(p, r) < 0)
+            return -1;
+    return 0;
+}
+
+/* Declare memory channels to every other rank of r's node, ascending. */
+static void pg_connect_node(struct pg_plan *p, uint32_t r, uint32_t P)
+{
+    uint32_t base = r / P * P;
+    for (uint32_t i = 0; i < P; i++)
+        if (base + i != r)
+            (void)pg_connect(p, r, PG_CH_MEMORY, base + i);
+}
+
+/* ---- one rank ---- */
+
+static int pg_copy(struct pg_plan *p)
+{
+    pg_plan_chunks(p, 1, 1, 0);
+    if (pg_tb_new(p, 0) < 0)
+        return -1;
+    if (p->inplace)
+        pg_op(p, 0, 0, "nop", NULL, NULL, NULL, NULL, false, pg_whole);
+    else
+        pg_op(p, 0, 0, "copy", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('o', 0, 1)), NULL, NULL, false, pg_whole);
+    return 0;
+}
+
+/* ---- allreduce, one node ---- */
+
+/*
+ * All-pairs one-shot: input is one chunk. Each block b of G = T(N-1) takes
+ * slice b of it: ppkt to every peer's scratch slot, then reduce the slice of
+ * the input in place with the N-1 received packet slots.
+ */
+static int pg_ar_oneshot(struct pg_plan *p, uint32_t N, uint32_t T)
+{
+    uint32_t G = T * (N - 1);
+    pg_plan_chunks(p, 1, 1, N - 1);
+    for (uint32_t g = 0; g < N; g++) {
+        pg_connect_node(p, g, N);
+        if (pg_new_tbs(p, g, G) < 0)
+            return -1;
+        for (uint32_t b = 0; b < G; b++) {
+            for (uint32_t q = 0; q < N - 1; q++) {
+                uint32_t peer = pg_peer(g, q);
+                pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', 0, 1)),
+                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_slot(g, peer), 1)), "memory", NULL, false,
+                      pg_tbg(b, G));
+            }
+            json_t *src = pg_arr1(pg_loc('i', 0, 1));
+            for (uint32_t k = 0; k < N - 1; k++)
+                A_PUSH(src, pg_loc('s', k, 1));
+            pg_op(p, g, b, "repkt", src, pg_arr1(pg_loc('i', 0, 1)), NULL, NULL, true, pg_tbg(b, G));
+        }
+    }
+    return 0;
+}
+
+/*
+ * Two-phase (section 4.1 of the format notes, with one chunk per rank): rank
+ * g owns chunk g. Per-peer groups (T blocks for peer p) scatter chunk p to
+ * p's scratch slot and later unpack p's result into chunk p; the global
+ * group (all G = T(N-1) blocks) reduces chunk g and broadcasts the result
+ * packets (repkt + ppkt -> respkt after fusion).
+ * Scratch: [0, N-1) contributions, [N-1, 2(N-1)) results, by sender slot.
+ */
+static int pg_ar_twophase(struct pg_plan *p, uint32_t N, uint32_t T)
+{
+    uint32_t G = T * (N - 1);
+    pg_plan_chunks(p, N, N, 2 * (N - 1));
+    for (uint32_t g = 0; g < N; g++) {
+        pg_connect_node(p, g, N);
+        if (pg_new_tbs(p, g, G) < 0)
+            return -1;
+        for (uint32_t q = 0; q < N - 1; q++) {
+            for (uint32_t t = 0; t < T; t++) {
+                uint32_t b = q * T + t, peer = pg_peer(g, q);
+                pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', peer, 1)),
+                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_slot(g, peer), 1)), "memory", NULL, false,
+                      pg_tbg(t, T));
+                json_t *src = pg_arr1(pg_loc('i', g, 1));
+                for (uint32_t k = 0; k < N - 1; k++)
+                    A_PUSH(src, pg_loc('s', k, 1));
+                pg_op(p, g, b, "repkt", src, pg_arr1(pg_loc('i', g, 1)), NULL, NULL, true, pg_tbg(b, G));
+                for (uint32_t k = 0; k < N - 1; k++) {
+                    uint32_t dp = pg_peer(g, k);
+                    pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', g, 1)),
+                          pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, dp, 's', N - 1 + pg_slot(g, dp), 1)), "memory", NULL,
+                          false, pg_tbg(b, G));
+                }
+                pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', N - 1 + pg_slot(peer, g), 1)),
+                      pg_arr1(pg_loc('i', peer, 1)), NULL, NULL, false, pg_tbg(t, T));
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- allreduce, several nodes ---- */
+
+/*
+ * Hierarchical packet allreduce (section 4.2, generalised to M nodes as the
+ * MSCCL++ multi-node default): input = P chunks, local rank l owns chunk l.
+ * Scratch: [0, P) intra-node receive (slot p from local peer p); [P, P+M)
+ * inter-node receive by node (own node's slot holds the packet copy of the
+ * node-local sum, which the port block ships); [P+M, 2P+M) final results by
+ * local rank (own slot holds the packet copy of the result).
+ * Block 0 drives the port channels; blocks 1.. form per-peer groups (T each)
+ * and together the global group of G = T(P-1) blocks.
+ */
+static int pg_ar_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
+{
+    uint32_t M = N / P, G = T * (P - 1);
+    pg_plan_chunks(p, P, P, 2 * P + M);
+    for (uint32_t r = 0; r < N; r++) {
+        uint32_t n = r / P, l = r % P;
+        pg_connect_node(p, r, P);
+        for (uint32_t m = 0; m < M; m++)
+            if (m != n)
+                (void)pg_connect(p, r, PG_CH_PORT, m * P + l);
+        if (pg_new_tbs(p, r, 1 + G) < 0)
+            return -1;
+        /* port block */
+        pg_barrier(p, r, 0, 0, 1 + G);
+        for (uint32_t m = 0; m < M; m++) {
+            if (m == n)
+                continue;
+            uint32_t partner = m * P + l;
+            json_t *ch = json_array();
+            A_PUSH(ch, json_integer(pg_tb_chan(p, r, 0, PG_CH_PORT, partner)));
+            pg_op(p, r, 0, "ppkt", pg_arr1(pg_loc('s', P + n, 1)),
+                  pg_arr1(pg_rem(p, r, 0, PG_CH_PORT, partner, 's', P + n, 1)), "port", ch, false, pg_whole);
+        }
+        for (uint32_t q = 0; q < P - 1; q++) {
+            for (uint32_t t = 0; t < T; t++) {
+                uint32_t gb = q * T + t, b = 1 + gb;
+                uint32_t pl = pg_peer(l, q), peer = n * P + pl;
+                /* 1. intra-node scatter of chunk pl */
+                pg_op(p, r, b, "ppkt", pg_arr1(pg_loc('i', pl, 1)),
+                      pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, peer, 's', l, 1)), "memory", NULL, false, pg_tbg(t, T));
+                /* 2. node-local sum of chunk l, packet copy for the port block */
+                json_t *src = pg_arr1(pg_loc('i', l, 1));
+                for (uint32_t k = 0; k < P; k++)
+                    if (k != l)
+                        A_PUSH(src, pg_loc('s', k, 1));
+                pg_op(p, r, b, "repkt", src, pg_arr1(pg_loc('i', l, 1)), NULL, NULL, true, pg_tbg(gb, G));
+                pg_op(p, r, b, "cpkt", pg_arr1(pg_loc('i', l, 1)), pg_arr1(pg_loc('s', P + n, 1)), NULL, NULL, false,
+                      pg_tbg(gb, G));
+                /* 3. the port block may send once every block wrote its slice */
+                pg_barrier(p, r, b, 0, 1 + G);
+                /* 4. add the other nodes' sums; packet copy to the own result slot */
+                src = pg_arr1(pg_loc('i', l, 1));
+                for (uint32_t m = 0; m < M; m++)
+                    if (m != n)
+                        A_PUSH(src, pg_loc('s', P + m, 1));
+                pg_op(p, r, b, "repkt", src, pg_arr1(pg_loc('i', l, 1)), NULL, NULL, true, pg_tbg(gb, G));
+                pg_op(p, r, b, "cpkt", pg_arr1(pg_loc('i', l, 1)), pg_arr1(pg_loc('s', P + M + l, 1)), NULL, NULL,
+                      false, pg_tbg(gb, G));
+                /* 5. intra-node broadcast of the result packets */
+                for (uint32_t k = 0; k < P - 1; k++) {
+                    uint32_t dp = n * P + pg_peer(l, k);
+                    pg_op(p, r, b, "rppkt", pg_arr1(pg_loc('s', P + M + l, 1)),
+                          pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, dp, 's', P + M + l, 1)), "memory", NULL, false,
+                          pg_tbg(gb, G));
+                }
+                /* 6. unpack peer pl's result into chunk pl */
+                pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', P + M + pl, 1)), pg_arr1(pg_loc('i', pl, 1)), NULL, NULL,
+                      false, pg_tbg(t, T));
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- allgather (out of place: input 1 chunk, output N chunks) ---- */
+
+/* One node: ppkt own input to every peer's slot, unpack each peer's slot into its output chunk. */
+static int pg_ag_allpairs(struct pg_plan *p, uint32_t N, uint32_t T)
+{
+    uint32_t G = T * (N - 1);
+    pg_plan_chunks(p, 1, N, N - 1);
+    for (uint32_t g = 0; g < N; g++) {
+        pg_connect_node(p, g, N);
+        if (pg_new_tbs(p, g, G) < 0)
+            return -1;
+        for (uint32_t q = 0; q < N - 1; q++) {
+            for (uint32_t t = 0; t < T; t++) {
+                uint32_t b = q * T + t, peer = pg_peer(g, q);
+                pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', 0, 1)),
+                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_slot(g, peer), 1)), "memory", NULL, false,
+                      pg_tbg(t, T));
+                pg_op(p, g, b, "copy", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('o', g, 1)), NULL, NULL, false,
+                      pg_tbg(b, G));
+                pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', pg_slot(peer, g), 1)), pg_arr1(pg_loc('o', peer, 1)),
+                      NULL, NULL, false, pg_tbg(t, T));
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * Several nodes. Scratch slot j (of N) receives rank j's data; slot r holds
+ * r's own input as packets for the port block, which packs it, syncs its
+ * threads and ships it to the same local rank of every other node. Each rank
+ * forwards what it received over the port to its local peers (rppkt) and
+ * unpacks everything into its output.
+ */
+static int pg_ag_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
+{
+    uint32_t M = N / P, G = T * (P - 1);
+    pg_plan_chunks(p, 1, N, N);
+    for (uint32_t r = 0; r < N; r++) {
+        uint32_t n = r / P, l = r % P;
+        pg_connect_node(p, r, P);
+        for (uint32_t m = 0; m < M; m++)
+            if (m != n)
+                (void)pg_connect(p, r, PG_CH_PORT, m * P + l);
+        if (pg_new_tbs(p, r, 1 + G) < 0)
+            return -1;
+        pg_op(p, r, 0, "cpkt", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('s', r, 1)), NULL, NULL, false, pg_whole);
+        pg_op(p, r, 0, "nop", NULL, NULL, NULL, NULL, false, pg_whole);
+        for (uint32_t m = 0; m < M; m++) {
+            if (m == n)
+                continue;
+            uint32_t partner = m * P + l;
+            json_t *ch = json_array();
+            A_PUSH(ch, json_integer(pg_tb_chan(p, r, 0, PG_CH_PORT, partner)));
+            pg_op(p, r, 0, "ppkt", pg_arr1(pg_loc('s', r, 1)), pg_arr1(pg_rem(p, r, 0, PG_CH_PORT, partner, 's', r, 1)),
+                  "port", ch, false, pg_whole);
+        }
+        for (uint32_t q = 0; q < P - 1; q++) {
+            for (uint32_t t = 0; t < T; t++) {
+                uint32_t gb = q * T + t, b = 1 + gb;
+                uint32_t pl = pg_peer(l, q), peer = n * P + pl;
+                pg_op(p, r, b, "ppkt", pg_arr1(pg_loc('i', 0, 1)),
+                      pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, peer, 's', r, 1)), "memory", NULL, false, pg_tbg(t, T));
+                pg_op(p, r, b, "copy", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('o', r, 1)), NULL, NULL, false,
+                      pg_tbg(gb, G));
+                for (uint32_t m = 0; m < M; m++) {
+                    if (m == n)
+                        continue;
+                    uint32_t src = m * P + l;
+                    pg_op(p, r, b, "rppkt", pg_arr1(pg_loc('s', src, 1)),
+                          pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, peer, 's', src, 1)), "memory", NULL, false,
+                          pg_tbg(t, T));
+                }
+                for (uint32_t m = 0; m < M; m++) {
+                    uint32_t j = m * P + pl;
+                    pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', j, 1)), pg_arr1(pg_loc('o', j, 1)), NULL, NULL, false,
+                          pg_tbg(t, T));
+                }
+                for (uint32_t m = 0; m < M; m++) {
+                    if (m == n)
+                        continue;
+                    uint32_t j = m * P + l;
+                    pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', j, 1)), pg_arr1(pg_loc('o', j, 1)), NULL, NULL, false,
+                          pg_tbg(gb, G));
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- reducescatter (out of place: input N chunks, output 1 chunk) ---- */
+
+/* One node: ppkt chunk p to peer p's slot; reduce own chunk with the N-1 slots into the output. */
+static int pg_rs_allpairs(struct pg_plan *p, uint32_t N, uint32_t T)
+{
+    uint32_t G = T * (N - 1);
+    pg_plan_chunks(p, N, 1, N - 1);
+    for (uint32_t g = 0; g < N; g++) {
+        pg_connect_node(p, g, N);
+        if (pg_new_tbs(p, g, G) < 0)
+            return -1;
+        for (uint32_t q = 0; q < N - 1; q++) {
+            for (uint32_t t = 0; t < T; t++) {
+                uint32_t b = q * T + t, peer = pg_peer(g, q);
+                pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', peer, 1)),
+                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_slot(g, peer), 1)), "memory", NULL, false,
+                      pg_tbg(t, T));
+                json_t *src = pg_arr1(pg_loc('i', g, 1));
+                for (uint32_t k = 0; k < N - 1; k++)
+                    A_PUSH(src, pg_loc('s', k, 1));
+                pg_op(p, g, b, "repkt", src, pg_arr1(pg_loc('o', 0, 1)), NULL, NULL, true, pg_tbg(b, G));
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * Several nodes. Local rank l collects, for every node m, its node's
+ * contributions to the chunk of rank (m, l): packet slot p*M + m from local
+ * peer p. For m != n it sums them (raw into scratch, packet copy for the port
+ * block) and the port block ships the partial to (m, l); the final reduce
+ * adds the own node's contributions and the partials that arrived.
+ * Scratch: packets [0, PM) intra, [PM, PM+M) partials to send, [PM+M,
+ * PM+2M) partials received (by node); raw partials at 2K + m, K = PM + 2M,
+ * which is past every packet line.
+ */
+static int pg_rs_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
+{
+    uint32_t M = N / P, G = T * (P - 1), K = P * M + 2 * M;
+    pg_plan_chunks(p, N, 1, 2 * K + M);
+    for (uint32_t r = 0; r < N; r++) {
+        uint32_t n = r / P, l = r % P;
+        pg_connect_node(p, r, P);
+        for (uint32_t m = 0; m < M; m++)
+            if (m != n)
+                (void)pg_connect(p, r, PG_CH_PORT, m * P + l);
+        if (pg_new_tbs(p, r, 1 + G) < 0)
+            return -1;
+        pg_barrier(p, r, 0, 0, 1 + G);
+        for (uint32_t m = 0; m < M; m++) {
+            if (m == n)
+                continue;
+            uint32_t partner = m * P + l;
+            json_t *ch = json_array();
+            A_PUSH(ch, json_integer(pg_tb_chan(p, r, 0, PG_CH_PORT, partner)));
+            pg_op(p, r, 0, "ppkt", pg_arr1(pg_loc('s', P * M + m, 1)),
+                  pg_arr1(pg_rem(p, r, 0, PG_CH_PORT, partner, 's', P * M + M + n, 1)), "port", ch, false, pg_whole);
+        }
+        for (uint32_t q = 0; q < P - 1; q++) {
+            for (uint32_t t = 0; t < T; t++) {
+                uint32_t gb = q * T + t, b = 1 + gb;
+                uint32_t pl = pg_peer(l, q), peer = n * P + pl;
+                for (uint32_t m = 0; m < M; m++)
+                    pg_op(p, r, b, "ppkt", pg_arr1(pg_loc('i', m * P + pl, 1)),
+                          pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, peer, 's', l * M + m, 1)), "memory", NULL, false,
+                          pg_tbg(t, T));
+                for (uint32_t m = 0; m < M; m++) {
+                    if (m == n)
+                        continue;
+                    json_t *src = pg_arr1(pg_loc('i', m * P + l, 1));
+                    for (uint32_t k = 0; k < P; k++)
+                        if (k != l)
+                            A_PUSH(src, pg_loc('s', k * M + m, 1));
+                    pg_op(p, r, b, "repkt", src, pg_arr1(pg_loc('s', 2 * K + m, 1)), NULL, NULL, true, pg_tbg(gb, G));
+                    pg_op(p, r, b, "cpkt", pg_arr1(pg_loc('s', 2 * K + m, 1)), pg_arr1(pg_loc('s', P * M + m, 1)), NULL,
+                          NULL, false, pg_tbg(gb, G));
+                }
+                pg_barrier(p, r, b, 0, 1 + G);
+                json_t *src = pg_arr1(pg_loc('i', n * P + l, 1));
+                for (uint32_t k = 0; k < P; k++)
+                    if (k != l)
+                        A_PUSH(src, pg_loc('s', k * M + n, 1));
+                for (uint32_t m = 0; m < M; m++)
+                    if (m != n)
+                        A_PUSH(src, pg_loc('s', P * M + M + m, 1));
+                pg_op(p, r, b, "repkt", src, pg_arr1(pg_loc('o', 0, 1)), NULL, NULL, true, pg_tbg(gb, G));
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- dispatch ---- */
+
+static int pg_fail(const char *msg, const struct pg_params *par)
+{
+    fprintf(stderr, "mscx-plangen: %s (collective %s, algorithm %s, %u ranks, %u per node)\n", msg,
+            mscx_coll_name(par->coll), par->algo, par->nranks, par->rpn);
+    return -1;
+}
+
+int pg_generate(const struct pg_params *par, struct pg_plan *p)
+{
+    uint32_t N = par->nranks, P = par->rpn, T = par->tbs_per_peer;
+    const char *a = par->algo;
+    bool copy = strcmp(a, "copy") == 0;
+    bool hier = strcmp(a, "hier2") == 0;
+    int rc;
+
+    if (N == 0 || P == 0 || N % P || T == 0)
+        return pg_fail("ranks must be a positive multiple of ranks per node, tbs-per-peer positive", par);
+    if (copy != (N == 1))
+        return pg_fail("the copy algorithm is for one rank, and one rank needs it", par);
+    if (!copy && hier != (N > P))
+        return pg_fail(hier ? "hier2 needs two or more nodes" : "this algorithm is for one node", par);
+    if (hier && P < 2)
+        return pg_fail("hier2 needs two or more ranks per node", par);
+    if (par->coll != MSCX_COLL_ALLREDUCE && par->coll != MSCX_COLL_ALLGATHER &&
+        par->coll != MSCX_COLL_REDUCESCATTER)
+        return pg_fail("unsupported collective", par);
+
+    bool inplace = par->coll == MSCX_COLL_ALLREDUCE;
+    if (pg_plan_init(p, par, !copy, inplace) < 0)
+        return -1;
+    if (par->name) {
+        snprintf(p->name, sizeof(p->name), "%s", par->name);
+    } else {
+        char lo[32], hi[32];
+        /* a range that starts just past a round size is labelled by that size: (64K, 1M] */
+        pg_size_label(par->min_size % 1024 == 1 ? par->min_size - 1 : par->min_size, lo, sizeof(lo));
+        pg_size_label(par->max_size, hi, sizeof(hi));
+        snprintf(p->name, sizeof(p->name), "%s_n%u_rpn%u_%s_%s_%s", mscx_coll_name(par->coll), N, P, a, lo, hi);
+    }
+
+    if (copy)
+        rc = pg_copy(p);
+    else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "oneshot") == 0 && !hier)
+        rc = pg_ar_oneshot(p, N, T);
+    else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "twophase") == 0)
+        rc = pg_ar_twophase(p, N, T);
+    else if (par->coll == MSCX_COLL_ALLREDUCE && hier)
+        rc = pg_ar_hier(p, N, P, T);
+    else if (par->coll == MSCX_COLL_ALLGATHER && strcmp(a, "allpairs") == 0)
+        rc = pg_ag_allpairs(p, N, T);
+    else if (par->coll == MSCX_COLL_ALLGATHER && hier)
+        rc = pg_ag_hier(p, N, P, T);
+    else if (par->coll == MSCX_COLL_REDUCESCATTER && strcmp(a, "allpairs") == 0)
+        rc = pg_rs_allpairs(p, N, T);
+    else if (par->coll == MSCX_COLL_REDUCESCATTER && hier)
+        rc = pg_rs_hier(p, N, P, T);
+    else
+        rc = pg_fail("unknown algorithm for this collective", par);
+    if (rc < 0)
+        pg_plan_fini(p);
+    return rc;
+}
