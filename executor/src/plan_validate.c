@@ -748,46 +748,30 @@ static int check_signals(struct vctx *v)
         }
     }
     /*
-     * Totals per ordered rank pair and type: the MSCCL++ DSL fixtures signal on some channels to a peer and
-     * wait on others (signal_wait_fuse_test), so the count is per peer, not per channel.
+     * Per channel: a signal on rank A's channel c lands on the channel of rank B
+     * that pairs with it (the k-th channel of A to B pairs with the k-th of B to
+     * A, as connections are made in declaration order), and only a wait there
+     * consumes it. Any other count leaves a wait that never finishes or a
+     * semaphore that drifts one step per launch.
      */
     for (uint32_t a = 0; a < p->nranks && rc == 0; a++) {
         const struct mscx_gpu *g = &p->gpus[a];
         for (int ty = MSCX_CHAN_MEMORY; ty <= MSCX_CHAN_PORT && rc == 0; ty++) {
             for (uint32_t c = 0; c < g->nchan[ty] && rc == 0; c++) {
-                uint32_t b = g->chan[ty][c].peer, sig = 0, wait = 0;
-                const struct sigcount *first_sig = NULL, *first_wait = NULL;
-                bool seen = false;
-                for (uint32_t d = 0; d < c && !seen; d++)
-                    seen = g->chan[ty][d].peer == b;
-                if (seen)
-                    continue; /* pair (a, b) handled at its first channel */
-                for (uint32_t d = c; d < g->nchan[ty]; d++) {
-                    const struct sigcount *sa = &cnt[a * MSCX_CHAN_COUNT + ty][d];
-                    if (g->chan[ty][d].peer != b)
-                        continue;
-                    sig += sa->sig;
-                    if (sa->sig && first_sig == NULL)
-                        first_sig = sa;
-                }
-                const struct mscx_gpu *gb = &p->gpus[b];
-                for (uint32_t d = 0; d < gb->nchan[ty]; d++) {
-                    const struct sigcount *sb = &cnt[b * MSCX_CHAN_COUNT + ty][d];
-                    if (gb->chan[ty][d].peer != a)
-                        continue;
-                    wait += sb->wait;
-                    if (sb->wait && first_wait == NULL)
-                        first_wait = sb;
-                }
-                if (sig != wait) {
-                    if (first_sig)
-                        op_path(v, a, first_sig->sig_t, first_sig->sig_i, "channel_ids");
-                    else
-                        op_path(v, b, first_wait->wait_t, first_wait->wait_i, "channel_ids");
-                    rc = vfail(v, "expected as many waits by rank %u on its %s channels to rank %u as signals from "
-                               "rank %u to rank %u on %s channels (%u per launch), got %u waits", b, ctype_names[ty],
-                               a, a, b, ctype_names[ty], sig, wait);
-                }
+                const struct mscx_chan *ch = &g->chan[ty][c];
+                if (!ch->paired)
+                    continue;
+                const struct sigcount *sa = &cnt[a * MSCX_CHAN_COUNT + ty][c];
+                const struct sigcount *sb = &cnt[ch->peer * MSCX_CHAN_COUNT + ty][ch->pair];
+                if (sa->sig == sb->wait)
+                    continue;
+                if (sa->sig)
+                    op_path(v, a, sa->sig_t, sa->sig_i, "channel_ids");
+                else
+                    op_path(v, ch->peer, sb->wait_t, sb->wait_i, "channel_ids");
+                rc = vfail(v, "expected as many waits on rank %u %s channel %u as signals on its pair, rank %u %s "
+                           "channel %u (%u per launch), got %u waits", ch->peer, ctype_names[ty], ch->pair, a,
+                           ctype_names[ty], c, sa->sig, sb->wait);
             }
         }
     }

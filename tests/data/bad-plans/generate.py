@@ -265,14 +265,14 @@ def _(p): op(p, 1, 1, 3)["name"] = "sem_release"
 
 
 @case("unmatched-signal", T0 + ".ops[1].channel_ids",
-      T0 + ".ops[1].channel_ids: expected as many waits by rank 1 on its memory channels to rank 0 as signals from "
-      "rank 0 to rank 1 on memory channels (1 per launch), got 0 waits")
+      T0 + ".ops[1].channel_ids: expected as many waits on rank 1 memory channel 0 as signals on its pair, "
+      "rank 0 memory channel 0 (1 per launch), got 0 waits")
 def _(p): p["gpus"][1]["threadblocks"][0]["ops"][2] = {"name": "nop"}
 
 
 @case("unmatched-port-signal", T0 + ".ops[5].channel_ids",
-      T0 + ".ops[5].channel_ids: expected as many waits by rank 1 on its port channels to rank 0 as signals from "
-      "rank 0 to rank 1 on port channels (1 per launch), got 0 waits")
+      T0 + ".ops[5].channel_ids: expected as many waits on rank 1 port channel 0 as signals on its pair, "
+      "rank 0 port channel 0 (1 per launch), got 0 waits")
 def _(p): p["gpus"][1]["threadblocks"][0]["ops"][6] = {"name": "nop"}
 
 
