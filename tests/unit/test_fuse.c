@@ -598,6 +598,9 @@ START_TEST(test_round_trip_fixtures)
         snprintf(dirbuf, sizeof(dirbuf), "%s", dir);
         int n = list_json(dirbuf, names, 64);
         for (int i = 0; i < n; i++) {
+            /* refused at load: they signal and wait on different channel pairs (see test_plan.c) */
+            if (strstr(names[i], "signal_wait_fuse_test") != NULL)
+                continue;
             snprintf(path, sizeof(path), "%s/%s", dirbuf, names[i]);
             struct mscx_plan *plan = load_file(path), *fused = NULL;
             check_round_trip(plan, names[i]);
@@ -616,8 +619,6 @@ static const char *const prefused[] = {
     "get_fuse_test.json",
     "put_fuse_test.json",
     "reduce_fuse_test.json",
-    "relaxed_signal_wait_fuse_test.json",
-    "signal_wait_fuse_test.json",
     "reduce_copy_packet_test.json",
     "reduce_copy_send_packet_test.json",
 };
