@@ -262,7 +262,7 @@ static ncclResult_t setup_exec(int prof, struct shim_comm *c, const struct mscx_
             }
             snprintf(why, sizeof(why), "the executor refused it: %s", mscx_status_str(st));
         }
-        char key[600];
+        char key[1200];
         snprintf(key, sizeof(key), "%s:%u", e->path, c->nranks);
         shim_warn_once(key, "mscx: plan %s does not fit comm of %u ranks: %s; its calls go to NCCL", e->path,
                        c->nranks, why);
@@ -440,7 +440,7 @@ int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
     }
     if (st == MSCX_ERR_INVALID_ARG || st == MSCX_ERR_UNSUPPORTED) {
         /* refused before anything was enqueued: this call goes to NCCL */
-        char key[600];
+        char key[1200];
         snprintf(key, sizeof(key), "launch:%s", c->route_name[pick]);
         shim_warn_once(key, "mscx: plan %s refused a launch of %llu bytes (%s); such calls go to NCCL",
                        c->route_name[pick], (unsigned long long)msg, mscx_status_str(st));

@@ -5,7 +5,7 @@
  * prof is 1 for the pnccl* entry points, which forward to the real pnccl*.
  *
  * Groups: calls inside ncclGroupStart/End always go to NCCL (our kernels are
- * not fused into NCCL's group launch); see docs in shim/README.md.
+ * not fused into NCCL's group launch); see shim/README.md.
  */
 #include <stddef.h>
 #include <string.h>

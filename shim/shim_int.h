@@ -124,7 +124,7 @@ void shim_topo_host_id(uint32_t rank, uint32_t nranks, uint64_t virtual_nodes, c
 
 struct shim_plan_entry {
     struct mscx_plan *plan;
-    char path[512];
+    char path[1024];
     struct shim_route_plan route;
 };
 

@@ -1,10 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * mscx-bench-gpu: in-process N-rank benchmarks of the GPU executor on one GPU.
- *   mscx-bench-gpu [algo-plan-dir]   (holds allreduce_pkt_n{2,4,8}.json)
- * Prints a markdown table: the plan-driven LL16 packet allreduce (fp32 sum)
+ *   mscx-bench-gpu [algo-plan-dir [plans-dir]]
+ * algo-plan-dir holds the DSL's allreduce_pkt_n{2,4,8}.json; plans-dir this
+ * project's plans/ (allreduce_n{N}_rpn{N}_oneshot_1K_64K.json, what the shim
+ * routes for one node at 1 KB..64 KB).
+ * Prints a markdown table: each plan-driven LL16 packet allreduce (fp32 sum)
  * against a hand-written kernel of the same algorithm (mscx_bench_gpu_ref.cu),
  * eager and under CUDA graphs, and the launch+completion time of an empty plan.
+ * Graph times: ITERS collectives of every rank captured back to back in one
+ * graph (ranks' streams forked and joined inside the capture), the graph
+ * replayed REPS times, median replay / ITERS, so graph launch cost is
+ * amortised. Eager: REPS batches of ITERS launches, median batch / ITERS.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,10 +21,12 @@
 #include "mscx/exec.h"
 #include "plan_int.h"
 
-int mscx_bench_ref_launch(float *buf, char **scr, uint32_t *state, uint32_t rank, uint32_t n, uint64_t chunk,
-                          uint64_t half, uint32_t blocks, uint32_t threads, void *stream);
+int mscx_bench_ref_launch(int oneshot, float *buf, char **scr, uint32_t *state, uint32_t rank, uint32_t n,
+                          uint64_t chunk, uint64_t half, uint32_t blocks, uint32_t threads, void *stream);
 
 #define MAXR 8
+#define ITERS 100
+#define REPS 7
 
 static double now_us(void)
 {
@@ -27,7 +36,8 @@ static double now_us(void)
 }
 
 struct bench {
-    uint32_t n, pid[MAXR], blocks;
+    uint32_t n, pid[MAXR], blocks, threads;
+    int oneshot;
     struct mscx_exec *ex[MAXR];
     cudaStream_t st[MAXR];
     float *buf[MAXR];
@@ -42,8 +52,10 @@ static int one_iter(struct bench *b)
     for (uint32_t r = 0; r < b->n; r++) {
         int rc;
         if (b->ref)
-            rc = mscx_bench_ref_launch(b->buf[r], b->scr, b->state[r], r, b->n, b->msg / b->n, 4 * b->msg,
-                                       b->blocks, 1024, b->st[r]);
+            rc = b->oneshot ? mscx_bench_ref_launch(1, b->buf[r], b->scr, b->state[r], r, b->n, b->msg,
+                                                    2ull * b->n * b->msg, b->blocks, b->threads, b->st[r])
+                            : mscx_bench_ref_launch(0, b->buf[r], b->scr, b->state[r], r, b->n, b->msg / b->n,
+                                                    4 * b->msg, b->blocks, b->threads, b->st[r]);
         else
             rc = mscx_exec_launch(b->ex[r], b->pid[r], b->buf[r], b->buf[r], b->msg, MSCX_DT_FP32, MSCX_REDOP_SUM,
                                   MSCX_PKT_LL16, b->st[r]);
@@ -53,15 +65,32 @@ static int one_iter(struct bench *b)
     return 0;
 }
 
+static int cmp_d(const void *x, const void *y)
+{
+    double a = *(const double *)x, c = *(const double *)y;
+    return a < c ? -1 : a > c;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_d);
+    return v[n / 2];
+}
+
 static double time_eager(struct bench *b, int iters)
 {
+    double t[REPS];
     one_iter(b);
     cudaDeviceSynchronize();
-    double t0 = now_us();
-    for (int i = 0; i < iters; i++)
-        one_iter(b);
-    cudaDeviceSynchronize();
-    return (now_us() - t0) / iters;
+    for (int k = 0; k < REPS; k++) {
+        double t0 = now_us();
+        for (int i = 0; i < iters; i++)
+            if (one_iter(b))
+                return -1;
+        cudaDeviceSynchronize();
+        t[k] = (now_us() - t0) / iters;
+    }
+    return median(t, REPS);
 }
 
 static double time_graph(struct bench *b, int per_graph, int replays)
@@ -86,21 +115,31 @@ static double time_graph(struct bench *b, int per_graph, int replays)
         return -1;
     cudaGraphLaunch(ge, b->st[0]);
     cudaDeviceSynchronize();
-    double t0 = now_us();
-    for (int i = 0; i < replays; i++)
+    double t[REPS];
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < replays && i < REPS; i++) {
+        float ms = 0;
+        cudaEventRecord(e0, b->st[0]);
         cudaGraphLaunch(ge, b->st[0]);
-    cudaDeviceSynchronize();
-    double t = (now_us() - t0) / (replays * (double)per_graph);
+        cudaEventRecord(e1, b->st[0]);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        t[i] = ms * 1000.0 / per_graph;
+    }
+    double med = median(t, replays < REPS ? replays : REPS);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
-    return t;
+    return med;
 }
 
-static void bench_n(const char *dir, uint32_t n)
+static void bench_n(const char *path, uint32_t n, int oneshot, const char *label)
 {
-    char path[4096], err[1024];
+    char err[1024];
     struct mscx_plan *plan;
-    snprintf(path, sizeof(path), "%s/allreduce_pkt_n%u.json", dir, n);
     if (mscx_plan_load(path, &plan, err, sizeof(err)) != MSCX_OK) {
         fprintf(stderr, "%s: %s\n", path, err);
         return;
@@ -109,7 +148,11 @@ static void bench_n(const char *dir, uint32_t n)
     memset(&b, 0, sizeof(b));
     b.n = n;
     b.blocks = plan->gpus[0].ntb;
-    const uint64_t maxmsg = 4u << 20;
+    b.threads = plan->nthreads ? plan->nthreads : 1024;
+    b.oneshot = oneshot;
+    uint64_t mn, mx;
+    mscx_plan_size_range(plan, &mn, &mx);
+    const uint64_t maxmsg = mx < (4u << 20) ? mx : (4u << 20);
     if (mscx_exec_create_local_group(n, 0, b.ex) != MSCX_OK)
         return;
     for (uint32_t r = 0; r < n; r++) {
@@ -122,19 +165,21 @@ static void bench_n(const char *dir, uint32_t n)
         cudaMemset(b.buf[r], 0, maxmsg);
         cudaMalloc((void **)&b.scr[r], 8 * maxmsg);
         cudaMemset(b.scr[r], 0, 8 * maxmsg);
-        cudaMalloc((void **)&b.state[r], 8);
-        cudaMemset(b.state[r], 0, 8);
+        cudaMalloc((void **)&b.state[r], 4096);
+        cudaMemset(b.state[r], 0, 4096);
     }
     for (uint64_t msg = 1024; msg <= maxmsg; msg *= 4) {
+        if (msg < mn)
+            continue;
         b.msg = msg;
         double e[2], g[2];
         for (int ref = 0; ref < 2; ref++) {
             b.ref = ref;
-            e[ref] = time_eager(&b, 200);
-            g[ref] = time_graph(&b, 50, 10);
+            e[ref] = time_eager(&b, ITERS);
+            g[ref] = time_graph(&b, ITERS, REPS);
         }
-        printf("| %u | %llu | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", n, (unsigned long long)msg, b.blocks,
-               e[0], e[1], g[0], g[1], g[0] / g[1]);
+        printf("| %s | %u | %llu | %u | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", label, n,
+               (unsigned long long)msg, b.blocks, e[0], e[1], e[0] / e[1], g[0], g[1], g[0] / g[1]);
         fflush(stdout);
     }
     for (uint32_t r = 0; r < n; r++) {
@@ -200,11 +245,19 @@ int main(int argc, char **argv)
         return 77;
     }
     const char *dir = argc > 1 ? argv[1] : "../shared/reference/mscclpp-algo-plans";
-    printf("LL16 packet allreduce, fp32 sum, in place; times in us per allreduce (all ranks)\n\n");
-    printf("| ranks | bytes | blocks/rank | exec eager | hand eager | exec graph | hand graph | graph ratio |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
-    for (uint32_t n = 2; n <= 8; n *= 2)
-        bench_n(dir, n);
+    const char *pdir = argc > 2 ? argv[2] : "plans";
+    char path[4096];
+    printf("LL16 packet allreduce, fp32 sum, in place; us per allreduce (all ranks); graph: %d per graph, "
+           "median of %d replays\n\n", ITERS, REPS);
+    printf("| plan | ranks | bytes | blocks/rank | exec eager | hand eager | eager ratio | exec graph | hand graph | "
+           "graph ratio |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (uint32_t n = 2; n <= 8; n *= 2) {
+        snprintf(path, sizeof(path), "%s/allreduce_n%u_rpn%u_oneshot_1K_64K.json", pdir, n, n);
+        bench_n(path, n, 1, "gen oneshot");
+        snprintf(path, sizeof(path), "%s/allreduce_pkt_n%u.json", dir, n);
+        bench_n(path, n, 0, "dsl allreduce_pkt");
+    }
     bench_empty();
     return 0;
 }

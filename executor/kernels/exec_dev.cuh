@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Device helpers of the executor kernel: operand resolution, raw and packet
- * loads and stores, spin loops with timeout and abort.
+ * loads and stores, spin loops with timeout and abort. Everything that is
+ * hot is templated on the packet format; nothing indexes a local array, so
+ * the kernel has no stack frame on its fast paths (cold helpers are
+ * __noinline__).
  */
 #ifndef MSCX_EXEC_DEV_CUH
 #define MSCX_EXEC_DEV_CUH
@@ -11,21 +14,28 @@
 #include "gpu_int.h"
 #include "mscx/status.h"
 
+#define MSCX_SLICE_UNIT 16u
+
 /* A resolved operand: flat (scratch, packet lines) or raw (input/output). */
 struct mscx_dopnd {
     char *base;
     uint64_t chunk, size; /* raw only */
+    uint64_t slot;        /* the owner's logical chunk size */
     int raw;
 };
 
 struct mscx_dstate {
     const struct mscx_gpu_args *a;
     struct mscx_gpu_ctx *ctx;
-    uint64_t so;      /* own scratch half offset of this launch */
+    uint64_t so; /* own scratch half offset of this launch */
     uint32_t flag;
     uint32_t parity;
     uint32_t op_index;
     uint32_t opcode;
+};
+
+struct mscx_dpipe {
+    uint64_t off, unit; /* unit 0: not in a pipeline iteration */
 };
 
 __device__ __forceinline__ uint64_t mscx_dtime(void)
@@ -56,18 +66,21 @@ struct mscx_spin {
     uint32_t n;
 };
 
-__device__ __forceinline__ int mscx_spin_step(const struct mscx_dstate *s, struct mscx_spin *sp)
+/*
+ * The clock is read every 256 polls; the abort word lives in mapped host
+ * memory (a PCIe read), so it is read only once a wait has lasted 1 ms.
+ */
+__device__ __noinline__ int mscx_spin_slow(const struct mscx_dstate *s, struct mscx_spin *sp)
 {
-    if ((++sp->n & 255u) != 0)
-        return 0;
-    if (s->ctx->host->abort) {
-        return 1;
-    }
     uint64_t now = mscx_dtime();
     if (sp->t0 == 0) {
         sp->t0 = now;
         return 0;
     }
+    if (now - sp->t0 < 1000000u)
+        return 0;
+    if (s->ctx->host->abort)
+        return 1;
     if (s->a->timeout_ns && now - sp->t0 > s->a->timeout_ns) {
         mscx_dfail(s, MSCX_ERR_TIMEOUT);
         return 1;
@@ -75,7 +88,31 @@ __device__ __forceinline__ int mscx_spin_step(const struct mscx_dstate *s, struc
     return 0;
 }
 
+__device__ __forceinline__ int mscx_spin_step(const struct mscx_dstate *s, struct mscx_spin *sp)
+{
+    if ((++sp->n & 255u) != 0)
+        return 0;
+    return mscx_spin_slow(s, sp);
+}
+
 /* ---- operands ---- */
+
+/*
+ * A peer's user pointers of this launch: the peer publishes them (and then
+ * the flag, release) at the start of its launch with the same flag; wait for
+ * that, so a stale pointer of an earlier launch is never used.
+ */
+__device__ __noinline__ char *mscx_dpeer_user(const struct mscx_dstate *s, struct mscx_gpu_pub *pub, int t)
+{
+    struct mscx_spin sp = {0, 0};
+    volatile uint32_t *f = &pub->flag[s->parity];
+    while (*f != s->flag) {
+        if (mscx_spin_step(s, &sp))
+            return NULL;
+    }
+    __threadfence();
+    return (char *)*(void *const volatile *)&pub->ptr[s->parity][t];
+}
 
 __device__ __forceinline__ struct mscx_dopnd mscx_dresolve(const struct mscx_dstate *s, const struct mscx_dev_operand *o)
 {
@@ -85,30 +122,33 @@ __device__ __forceinline__ struct mscx_dopnd mscx_dresolve(const struct mscx_dst
     r.size = 0;
     if (o->flags & MSCX_OPND_REMOTE) {
         const struct mscx_gpu_rbuf *rb = &s->ctx->rbuf[o->rbuf];
+        const struct mscx_gpu_geom *g = &a->geom[rb->geom];
+        r.slot = g->slot;
         if (rb->kind == MSCX_GPU_RBUF_SCRATCH) {
-            uint64_t half = a->half_per_chunk * rb->owner_scratch_chunks;
+            uint64_t half = g->half_per_chunk * rb->owner_scratch_chunks;
             r.base = (char *)rb->ptr + mscx_scratch_offset(s->flag, half);
             r.raw = 0;
         } else {
             int t = rb->type == MSCX_BUF_OUTPUT;
-            r.base = (char *)*(void *const volatile *)&rb->pub->ptr[s->parity][t];
+            r.base = mscx_dpeer_user(s, rb->pub, t);
             r.raw = 1;
-            r.chunk = t ? a->out_chunk : a->in_chunk;
-            r.size = t ? a->out_bytes : a->in_bytes;
+            r.chunk = t ? g->out_chunk : g->in_chunk;
+            r.size = r.base ? (t ? a->out_bytes : a->in_bytes) : 0;
         }
         return r;
     }
+    r.slot = a->geom[0].slot;
     switch (o->type) {
     case MSCX_BUF_INPUT:
         r.base = (char *)a->in;
         r.raw = 1;
-        r.chunk = a->in_chunk;
+        r.chunk = a->geom[0].in_chunk;
         r.size = a->in_bytes;
         break;
     case MSCX_BUF_OUTPUT:
         r.base = (char *)a->out;
         r.raw = 1;
-        r.chunk = a->out_chunk;
+        r.chunk = a->geom[0].out_chunk;
         r.size = a->out_bytes;
         break;
     default:
@@ -120,34 +160,29 @@ __device__ __forceinline__ struct mscx_dopnd mscx_dresolve(const struct mscx_dst
 }
 
 /*
- * Load @p n (4, 8 or 16) payload bytes at logical offset @p x; bytes past a
- * raw chunk's real end read as zero.
+ * Logical range of operand @p o (slot of its owner) after tbg slicing and the
+ * pipeline window: off0/len0 is the slice of a @p ref_size-chunk operand with
+ * slot @p ref_slot, reused when the operand has that size and slot.
  */
-__device__ __forceinline__ uint4 mscx_dload(const struct mscx_dopnd *r, uint64_t x, uint32_t n, uint64_t slot)
+__device__ __forceinline__ void mscx_drange(const struct mscx_dev_op *op, const struct mscx_dev_operand *o,
+                                            uint64_t slot, const struct mscx_dpipe *pp, uint64_t *off_p,
+                                            uint64_t *len_p)
 {
-    uint4 v = make_uint4(0, 0, 0, 0);
-    const char *p;
-    uint64_t avail = n;
-    if (r->raw) {
-        uint64_t real = mscx_raw_map(x, slot, r->chunk, r->size, &avail);
-        if (avail == 0)
-            return v;
-        p = r->base + real;
-    } else {
-        p = r->base + x;
+    uint64_t off, len;
+    mscx_operand_range(op, o, slot, MSCX_SLICE_UNIT, &off, &len);
+    if (pp->unit) {
+        uint64_t b = pp->off < len ? pp->off : len;
+        uint64_t e = pp->off + pp->unit < len ? pp->off + pp->unit : len;
+        off += b;
+        len = e - b;
     }
-    if (avail >= n && ((uintptr_t)p & (n - 1)) == 0) {
-        if (n == 16)
-            return *(const uint4 *)p;
-        if (n == 8) {
-            uint2 w = *(const uint2 *)p;
-            v.x = w.x;
-            v.y = w.y;
-            return v;
-        }
-        v.x = *(const uint32_t *)p;
-        return v;
-    }
+    *off_p = off;
+    *len_p = len;
+}
+
+/* Cold path of a raw load: partial or unaligned. */
+__device__ __noinline__ uint4 mscx_dload_slow(const char *p, uint64_t avail, uint32_t n)
+{
     uint32_t w[4] = {0, 0, 0, 0};
     uint32_t m = avail < n ? (uint32_t)avail : n;
     for (uint32_t i = 0; i < m; i++)
@@ -155,49 +190,115 @@ __device__ __forceinline__ uint4 mscx_dload(const struct mscx_dopnd *r, uint64_t
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/* Store @p n payload bytes at logical @p x; bytes past a raw chunk's real end are dropped. */
-__device__ __forceinline__ void mscx_dstore(const struct mscx_dopnd *r, uint64_t x, uint32_t n, uint64_t slot, uint4 v)
+__device__ __noinline__ void mscx_dstore_slow(char *p, uint64_t avail, uint32_t n, uint4 v)
 {
-    char *p;
-    uint64_t avail = n;
-    if (r->raw) {
-        uint64_t real = mscx_raw_map(x, slot, r->chunk, r->size, &avail);
-        if (avail == 0)
-            return;
-        p = r->base + real;
-    } else {
-        p = r->base + x;
-    }
-    if (avail >= n && ((uintptr_t)p & (n - 1)) == 0) {
-        if (n == 16)
-            *(uint4 *)p = v;
-        else if (n == 8)
-            *(uint2 *)p = make_uint2(v.x, v.y);
-        else
-            *(uint32_t *)p = v.x;
-        return;
-    }
     uint32_t w[4] = {v.x, v.y, v.z, v.w};
     uint32_t m = avail < n ? (uint32_t)avail : n;
     for (uint32_t i = 0; i < m; i++)
         p[i] = (char)(w[i >> 2] >> ((i & 3u) * 8u));
 }
 
-__device__ __forceinline__ uint4 mscx_dreduce(uint32_t dtype, uint32_t op, uint4 a, uint4 b)
+/* mscx_raw_map with a 32-bit division when the values allow it. */
+__device__ __forceinline__ uint64_t mscx_draw_map(const struct mscx_dopnd *r, uint64_t x, uint64_t *avail_p)
 {
-    a.x = mscx_reduce_word(dtype, op, a.x, b.x);
-    a.y = mscx_reduce_word(dtype, op, a.y, b.y);
-    a.z = mscx_reduce_word(dtype, op, a.z, b.z);
-    a.w = mscx_reduce_word(dtype, op, a.w, b.w);
+    uint64_t c, w;
+    if (((x | r->slot) >> 32) == 0) {
+        uint32_t c32 = (uint32_t)x / (uint32_t)r->slot;
+        c = c32;
+        w = (uint32_t)x - c32 * (uint32_t)r->slot;
+    } else {
+        c = x / r->slot;
+        w = x - c * r->slot;
+    }
+    uint64_t real = c * r->chunk + w;
+    uint64_t avail = 0;
+    if (w < r->chunk && real < r->size) {
+        avail = r->chunk - w;
+        if (avail > r->size - real)
+            avail = r->size - real;
+    }
+    *avail_p = avail;
+    return real;
+}
+
+template <uint32_t N> __device__ __forceinline__ uint4 mscx_dvload(const char *p)
+{
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (N == 16) {
+        v = *(const uint4 *)p;
+    } else if (N == 8) {
+        uint2 w = *(const uint2 *)p;
+        v.x = w.x;
+        v.y = w.y;
+    } else {
+        v.x = *(const uint32_t *)p;
+    }
+    return v;
+}
+
+template <uint32_t N> __device__ __forceinline__ void mscx_dvstore(char *p, uint4 v)
+{
+    if (N == 16)
+        *(uint4 *)p = v;
+    else if (N == 8)
+        *(uint2 *)p = make_uint2(v.x, v.y);
+    else
+        *(uint32_t *)p = v.x;
+}
+
+/* Load N (4, 8 or 16) payload bytes at logical offset @p x; bytes past a raw chunk's real end read as zero. */
+template <uint32_t N> __device__ __forceinline__ uint4 mscx_dload(const struct mscx_dopnd *r, uint64_t x)
+{
+    if (!r->raw)
+        return mscx_dvload<N>(r->base + x);
+    uint64_t avail;
+    uint64_t real = mscx_draw_map(r, x, &avail);
+    const char *p = r->base + real;
+    if (avail >= N && ((uintptr_t)p & (N - 1)) == 0)
+        return mscx_dvload<N>(p);
+    if (avail == 0)
+        return make_uint4(0, 0, 0, 0);
+    return mscx_dload_slow(p, avail, N);
+}
+
+/* Store N payload bytes at logical @p x; bytes past a raw chunk's real end are dropped. */
+template <uint32_t N> __device__ __forceinline__ void mscx_dstore(const struct mscx_dopnd *r, uint64_t x, uint4 v)
+{
+    if (!r->raw) {
+        mscx_dvstore<N>(r->base + x, v);
+        return;
+    }
+    uint64_t avail;
+    uint64_t real = mscx_draw_map(r, x, &avail);
+    char *p = r->base + real;
+    if (avail >= N && ((uintptr_t)p & (N - 1)) == 0) {
+        mscx_dvstore<N>(p, v);
+        return;
+    }
+    if (avail == 0)
+        return;
+    mscx_dstore_slow(p, avail, N, v);
+}
+
+/* Reduce the first NW words of two payload vectors (DT, OP fixed at compile time). */
+template <uint32_t DT, uint32_t OP, uint32_t NW> __device__ __forceinline__ uint4 mscx_dreduce(uint4 a, uint4 b)
+{
+    a.x = mscx_reduce_word(DT, OP, a.x, b.x);
+    if (NW > 1)
+        a.y = mscx_reduce_word(DT, OP, a.y, b.y);
+    if (NW > 2) {
+        a.z = mscx_reduce_word(DT, OP, a.z, b.z);
+        a.w = mscx_reduce_word(DT, OP, a.w, b.w);
+    }
     return a;
 }
 
-/* ---- packet lines ---- */
+/* ---- packet lines (same-GPU and peer memory alike: no fence, the flag travels with the data) ---- */
 
 /* Write the line holding payload unit @p v (LL16: v.x, v.y; LL8: v.x) at @p line. */
-__device__ __forceinline__ void mscx_dline_store(char *line, uint32_t pkt, uint4 v, uint32_t flag)
+template <uint32_t PKT> __device__ __forceinline__ void mscx_dline_store(char *line, uint4 v, uint32_t flag)
 {
-    if (pkt == MSCX_PKT_LL8) {
+    if (PKT == MSCX_PKT_LL8) {
         asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(line), "r"(v.x), "r"(flag) : "memory");
     } else {
         asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(line), "r"(v.x), "r"(flag),
@@ -206,13 +307,14 @@ __device__ __forceinline__ void mscx_dline_store(char *line, uint32_t pkt, uint4
     }
 }
 
-/* Blocking read of a line with @p flag. @return 0, or non-zero when giving up. */
-__device__ __forceinline__ int mscx_dline_read(const struct mscx_dstate *s, const char *line, uint32_t pkt, uint4 *v_p)
+/* Blocking read of a line with the launch flag. @return 0, or non-zero when giving up. */
+template <uint32_t PKT>
+__device__ __forceinline__ int mscx_dline_read(const struct mscx_dstate *s, const char *line, uint4 *v_p)
 {
     struct mscx_spin sp = {0, 0};
     uint32_t flag = s->flag;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (pkt == MSCX_PKT_LL8) {
+    if (PKT == MSCX_PKT_LL8) {
         uint32_t d, f;
         for (;;) {
             asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(d), "=r"(f) : "l"(line) : "memory");

@@ -1,94 +1,122 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The executor kernel: one launch runs one rank's plan. Block b runs thread
- * block b's ops in order, with a __syncthreads() between ops, so results do
- * not depend on the thread count. The launch flag lives in the context and is
- * advanced by the last block to finish, so graph replays stay correct.
+ * block b's ops in order. The kernel is templated on the packet format, the
+ * element type and the reduction operator (one dispatch per launch), plus a
+ * copy-only variant for plans without reductions. A block stages its ops in
+ * shared memory when they fit. __syncthreads() runs only before ops that the
+ * upload marked (MSCX_GPU_OPF_SYNC: a data hazard between threads of the
+ * block, signals, waits, barriers), so results do not depend on the thread
+ * count. Each block keeps its own launch flag in the context and advances it,
+ * so graph replays stay correct without any cross-block atomics.
  */
 #include <cuda_runtime.h>
 #include "exec_dev.cuh"
 
-#define MSCX_SLICE_UNIT 16u
-
-struct mscx_dpipe {
-    uint64_t off, unit; /* unit 0: not in a pipeline iteration */
+/* Slice of operands of @p size chunks with slot @p slot, computed once per op. */
+struct mscx_dref {
+    uint32_t size;
+    uint64_t slot, soff, len;
 };
 
-__device__ __forceinline__ void mscx_drange(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                            const struct mscx_dev_operand *o, const struct mscx_dpipe *pp,
-                                            uint64_t *off_p, uint64_t *len_p)
+__device__ __forceinline__ void mscx_dref_make(const struct mscx_dev_op *op, uint32_t size, uint64_t slot,
+                                               const struct mscx_dpipe *pp, struct mscx_dref *r)
 {
+    struct mscx_dev_operand o;
+    o.index = 0;
+    o.size = size;
     uint64_t off, len;
-    mscx_operand_range(op, o, s->a->slot, MSCX_SLICE_UNIT, &off, &len);
-    if (pp->unit) {
-        uint64_t b = pp->off < len ? pp->off : len;
-        uint64_t e = pp->off + pp->unit < len ? pp->off + pp->unit : len;
-        off += b;
-        len = e - b;
-    }
-    *off_p = off;
-    *len_p = len;
+    mscx_drange(op, &o, slot, pp, &off, &len);
+    r->size = size;
+    r->slot = slot;
+    r->soff = off;
+    r->len = len;
 }
 
-/* put, get, copy, pws, pwsf: pair i copies src[i] (src[0] when fewer) to dst[i]. */
+/* Resolve operand @p o and its logical range, reusing @p ref when the shape matches. */
+__device__ __forceinline__ struct mscx_dopnd mscx_dat(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                                      const struct mscx_dev_operand *o, const struct mscx_dpipe *pp,
+                                                      const struct mscx_dref *ref, uint64_t *off_p, uint64_t *len_p)
+{
+    struct mscx_dopnd r = mscx_dresolve(s, o);
+    if (o->size == ref->size && r.slot == ref->slot) {
+        *off_p = (uint64_t)o->index * r.slot + ref->soff;
+        *len_p = ref->len;
+    } else {
+        mscx_drange(op, o, r.slot, pp, off_p, len_p);
+    }
+    return r;
+}
+
+/* put, get, copy, pws, pwsf: pair i copies src[i] to dst[i]. */
 __device__ void mscx_dop_copy(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp)
 {
-    uint64_t slot = s->a->slot;
     uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
     for (uint32_t i = 0; i < npair; i++) {
-        const struct mscx_dev_operand *so = &op->src[i];
-        struct mscx_dopnd src = mscx_dresolve(s, so), dst = mscx_dresolve(s, &op->dst[i]);
+        struct mscx_dref ref;
         uint64_t soff, slen, doff, dlen;
-        mscx_drange(s, op, so, pp, &soff, &slen);
-        mscx_drange(s, op, &op->dst[i], pp, &doff, &dlen);
+        struct mscx_dopnd src = mscx_dresolve(s, &op->src[i]);
+        mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
+        soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
+        slen = ref.len;
+        struct mscx_dopnd dst = mscx_dat(s, op, &op->dst[i], pp, &ref, &doff, &dlen);
         uint64_t units = (slen < dlen ? slen : dlen) / 16u;
-        for (uint64_t u = threadIdx.x; u < units; u += blockDim.x)
-            mscx_dstore(&dst, doff + u * 16u, 16, slot, mscx_dload(&src, soff + u * 16u, 16, slot));
+        if (!src.raw && !dst.raw) {
+            for (uint64_t u = threadIdx.x; u < units; u += blockDim.x)
+                *(uint4 *)(dst.base + doff + u * 16u) = *(const uint4 *)(src.base + soff + u * 16u);
+        } else {
+            for (uint64_t u = threadIdx.x; u < units; u += blockDim.x)
+                mscx_dstore<16>(&dst, doff + u * 16u, mscx_dload<16>(&src, soff + u * 16u));
+        }
     }
 }
 
 /* re, res, rre, rres: every dst gets src[0] folded with src[1..] in order. */
-__device__ void mscx_dop_reduce(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp)
+template <uint32_t DT, uint32_t OP>
+__device__ void mscx_dop_reduce(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                const struct mscx_dpipe *pp)
 {
-    uint64_t slot = s->a->slot;
-    uint32_t dt = s->a->dtype, rop = s->a->op;
-    struct mscx_dopnd src[MSCX_MAX_OPERANDS], dst[MSCX_MAX_OPERANDS];
-    uint64_t soff[MSCX_MAX_OPERANDS], doff[MSCX_MAX_OPERANDS], len, l;
-    for (uint32_t k = 0; k < op->nsrc; k++) {
-        src[k] = mscx_dresolve(s, &op->src[k]);
-        mscx_drange(s, op, &op->src[k], pp, &soff[k], k ? &l : &len);
-    }
-    for (uint32_t k = 0; k < op->ndst; k++) {
-        dst[k] = mscx_dresolve(s, &op->dst[k]);
-        mscx_drange(s, op, &op->dst[k], pp, &doff[k], &l);
-    }
-    uint64_t units = len / 16u;
+    struct mscx_dref ref;
+    struct mscx_dopnd s0 = mscx_dresolve(s, &op->src[0]);
+    mscx_dref_make(op, op->src[0].size, s0.slot, pp, &ref);
+    uint64_t off0 = (uint64_t)op->src[0].index * s0.slot + ref.soff;
+    uint64_t units = ref.len / 16u;
+    uint32_t nsrc = op->nsrc, ndst = op->ndst;
     for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
-        uint4 acc = mscx_dload(&src[0], soff[0] + u * 16u, 16, slot);
-        for (uint32_t k = 1; k < op->nsrc; k++)
-            acc = mscx_dreduce(dt, rop, acc, mscx_dload(&src[k], soff[k] + u * 16u, 16, slot));
-        for (uint32_t k = 0; k < op->ndst; k++)
-            mscx_dstore(&dst[k], doff[k] + u * 16u, 16, slot, acc);
+        uint64_t x = u * 16u, off, len;
+        uint4 acc = mscx_dload<16>(&s0, off0 + x);
+        for (uint32_t k = 1; k < nsrc; k++) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
+            acc = mscx_dreduce<DT, OP, 4>(acc, mscx_dload<16>(&r, off + x));
+        }
+        for (uint32_t k = 0; k < ndst; k++) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+            mscx_dstore<16>(&r, off + x, acc);
+        }
     }
 }
 
 /* cpkt and memory ppkt: pack src[i] into lines at dst[i]. */
+template <uint32_t PKT>
 __device__ void mscx_dop_pack(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp)
 {
-    uint64_t slot = s->a->slot;
-    uint32_t pkt = s->a->pkt, pl = mscx_pkt_payload(pkt);
+    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
+    struct mscx_dref ref;
+    ref.size = 0xffffffffu;
+    ref.slot = 0;
     for (uint32_t i = 0; i < npair; i++) {
-        const struct mscx_dev_operand *so = &op->src[i];
-        struct mscx_dopnd src = mscx_dresolve(s, so), dst = mscx_dresolve(s, &op->dst[i]);
         uint64_t soff, slen, doff, dlen;
-        mscx_drange(s, op, so, pp, &soff, &slen);
-        mscx_drange(s, op, &op->dst[i], pp, &doff, &dlen);
+        struct mscx_dopnd src = mscx_dresolve(s, &op->src[i]);
+        if (op->src[i].size != ref.size || src.slot != ref.slot)
+            mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
+        soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
+        slen = ref.len;
+        struct mscx_dopnd dst = mscx_dat(s, op, &op->dst[i], pp, &ref, &doff, &dlen);
         uint64_t units = (slen < dlen ? slen : dlen) / pl;
-        for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
-            uint4 v = mscx_dload(&src, soff + u * pl, pl, slot);
-            mscx_dline_store(dst.base + 2u * (doff + u * pl), pkt, v, s->flag);
-        }
+        char *lines = dst.base + 2u * doff;
+        for (uint64_t u = threadIdx.x; u < units; u += blockDim.x)
+            mscx_dline_store<PKT>(lines + 2u * pl * u, mscx_dload<pl>(&src, soff + u * pl), s->flag);
     }
 }
 
@@ -96,34 +124,30 @@ __device__ void mscx_dop_pack(const struct mscx_dstate *s, const struct mscx_dev
  * rppkt, port ppkt and upkt: read the lines of src[i] (src[0] for rppkt) and
  * forward them as lines (or, for upkt, store the payload raw) to dst.
  */
-__device__ int mscx_dop_forward(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp,
-                                int single_src, int unpack)
+template <uint32_t PKT>
+__device__ int mscx_dop_forward(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                const struct mscx_dpipe *pp, int single_src, int unpack)
 {
-    uint64_t slot = s->a->slot;
-    uint32_t pkt = s->a->pkt, pl = mscx_pkt_payload(pkt);
+    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     uint32_t npass = single_src ? 1u : (op->nsrc < op->ndst ? op->nsrc : op->ndst);
     for (uint32_t i = 0; i < npass; i++) {
-        const struct mscx_dev_operand *so = &op->src[i < op->nsrc ? i : 0];
-        struct mscx_dopnd src = mscx_dresolve(s, so);
-        uint64_t soff, slen;
-        mscx_drange(s, op, so, pp, &soff, &slen);
+        struct mscx_dref ref;
+        struct mscx_dopnd src = mscx_dresolve(s, &op->src[i]);
+        mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
+        uint64_t soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
         uint32_t d0 = single_src ? 0 : i, d1 = single_src ? op->ndst : i + 1;
-        struct mscx_dopnd dst[MSCX_MAX_OPERANDS];
-        uint64_t doff[MSCX_MAX_OPERANDS], dlen;
-        for (uint32_t k = d0; k < d1; k++) {
-            dst[k] = mscx_dresolve(s, &op->dst[k]);
-            mscx_drange(s, op, &op->dst[k], pp, &doff[k], &dlen);
-        }
-        uint64_t units = slen / pl;
+        uint64_t units = ref.len / pl;
         for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
             uint4 v;
-            if (mscx_dline_read(s, src.base + 2u * (soff + u * pl), pkt, &v))
+            if (mscx_dline_read<PKT>(s, src.base + 2u * (soff + u * pl), &v))
                 return 1;
             for (uint32_t k = d0; k < d1; k++) {
+                uint64_t off, len;
+                struct mscx_dopnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
                 if (unpack)
-                    mscx_dstore(&dst[k], doff[k] + u * pl, pl, slot, v);
+                    mscx_dstore<pl>(&r, off + u * pl, v);
                 else
-                    mscx_dline_store(dst[k].base + 2u * (doff[k] + u * pl), pkt, v, s->flag);
+                    mscx_dline_store<PKT>(r.base + 2u * (off + u * pl), v, s->flag);
             }
         }
     }
@@ -131,49 +155,56 @@ __device__ int mscx_dop_forward(const struct mscx_dstate *s, const struct mscx_d
 }
 
 /* repkt, respkt, recpkt, recspkt: dst[0] raw = src[0] raw folded with src[1..] lines; dst[1..] lines. */
-__device__ int mscx_dop_reduce_pkt(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp)
+template <uint32_t PKT, uint32_t DT, uint32_t OP>
+__device__ int mscx_dop_reduce_pkt(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                   const struct mscx_dpipe *pp)
 {
-    uint64_t slot = s->a->slot;
-    uint32_t pkt = s->a->pkt, pl = mscx_pkt_payload(pkt);
-    uint32_t dt = s->a->dtype, rop = s->a->op;
-    struct mscx_dopnd src[MSCX_MAX_OPERANDS], dst[MSCX_MAX_OPERANDS];
-    uint64_t soff[MSCX_MAX_OPERANDS], doff[MSCX_MAX_OPERANDS], len, l;
-    for (uint32_t k = 0; k < op->nsrc; k++) {
-        src[k] = mscx_dresolve(s, &op->src[k]);
-        mscx_drange(s, op, &op->src[k], pp, &soff[k], k ? &l : &len);
-    }
-    for (uint32_t k = 0; k < op->ndst; k++) {
-        dst[k] = mscx_dresolve(s, &op->dst[k]);
-        mscx_drange(s, op, &op->dst[k], pp, &doff[k], &l);
-    }
-    uint64_t units = len / pl;
+    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
+    const uint32_t nw = pl / 4u;
+    struct mscx_dref ref;
+    struct mscx_dopnd s0 = mscx_dresolve(s, &op->src[0]);
+    mscx_dref_make(op, op->src[0].size, s0.slot, pp, &ref);
+    uint64_t off0 = (uint64_t)op->src[0].index * s0.slot + ref.soff;
+    uint64_t units = ref.len / pl;
+    uint32_t nsrc = op->nsrc, ndst = op->ndst;
     for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
-        uint4 acc = mscx_dload(&src[0], soff[0] + u * pl, pl, slot);
-        for (uint32_t k = 1; k < op->nsrc; k++) {
+        uint64_t x = u * pl, off, len;
+        uint4 acc = mscx_dload<pl>(&s0, off0 + x);
+        for (uint32_t k = 1; k < nsrc; k++) {
             uint4 v;
-            if (mscx_dline_read(s, src[k].base + 2u * (soff[k] + u * pl), pkt, &v))
+            struct mscx_dopnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
+            if (mscx_dline_read<PKT>(s, r.base + 2u * (off + x), &v))
                 return 1;
-            acc = mscx_dreduce(dt, rop, acc, v);
+            acc = mscx_dreduce<DT, OP, nw>(acc, v);
         }
-        if (op->ndst > 0)
-            mscx_dstore(&dst[0], doff[0] + u * pl, pl, slot, acc);
-        for (uint32_t k = 1; k < op->ndst; k++)
-            mscx_dline_store(dst[k].base + 2u * (doff[k] + u * pl), pkt, acc, s->flag);
+        if (ndst > 0) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->dst[0], pp, &ref, &off, &len);
+            mscx_dstore<pl>(&r, off + x, acc);
+        }
+        for (uint32_t k = 1; k < ndst; k++) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+            mscx_dline_store<PKT>(r.base + 2u * (off + x), acc, s->flag);
+        }
     }
     return 0;
 }
 
+/* Release: the block synchronised before this op (MSCX_GPU_OPF_SYNC), so the fence covers its writes. */
 __device__ void mscx_dop_signal(const struct mscx_dstate *s, const struct mscx_dev_op *op)
 {
     uint32_t t = threadIdx.x;
     if (t < op->nchan) {
         unsigned long long *tok = s->ctx->peer_inbound[op->chan_type][op->chan[t]];
-        __threadfence_system();
+        if (s->ctx->sys_scope)
+            __threadfence_system();
+        else
+            __threadfence();
         if (tok)
             atomicAdd(tok, 1ull);
     }
 }
 
+/* Acquire; the next op synchronises the block (MSCX_GPU_OPF_SYNC). */
 __device__ void mscx_dop_wait(const struct mscx_dstate *s, const struct mscx_dev_op *op)
 {
     uint32_t t = threadIdx.x;
@@ -186,7 +217,10 @@ __device__ void mscx_dop_wait(const struct mscx_dstate *s, const struct mscx_dev
             if (mscx_spin_step(s, &sp))
                 break;
         }
-        __threadfence_system();
+        if (s->ctx->sys_scope)
+            __threadfence_system();
+        else
+            __threadfence();
     }
 }
 
@@ -206,6 +240,7 @@ __device__ void mscx_dop_barrier(const struct mscx_dstate *s, const struct mscx_
         }
         __threadfence();
     }
+    __syncthreads();
 }
 
 __device__ void mscx_dop_sem(const struct mscx_dstate *s, const struct mscx_dev_op *op, int acquire)
@@ -230,8 +265,10 @@ __device__ void mscx_dop_sem(const struct mscx_dstate *s, const struct mscx_dev_
     __threadfence();
 }
 
-/* Run one op; @return non-zero after giving up (error recorded). */
-__device__ int mscx_dop_run(struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp)
+/* Run one op; @return non-zero after giving up (error recorded). RED: the reducing ops exist. */
+template <uint32_t PKT, uint32_t DT, uint32_t OP, bool RED>
+__device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                            const struct mscx_dpipe *pp)
 {
     int port = op->chan_type == MSCX_CHAN_PORT;
     switch (op->opcode) {
@@ -252,25 +289,28 @@ __device__ int mscx_dop_run(struct mscx_dstate *s, const struct mscx_dev_op *op,
     case MSCX_OP_REDUCE_SEND:
     case MSCX_OP_READ_REDUCE:
     case MSCX_OP_READ_REDUCE_SEND:
-        mscx_dop_reduce(s, op, pp);
+        if (RED)
+            mscx_dop_reduce<DT, OP>(s, op, pp);
         return 0;
     case MSCX_OP_COPY_PACKETS:
-        mscx_dop_pack(s, op, pp);
+        mscx_dop_pack<PKT>(s, op, pp);
         return 0;
     case MSCX_OP_PUT_PACKETS:
         if (port)
-            return mscx_dop_forward(s, op, pp, 0, 0);
-        mscx_dop_pack(s, op, pp);
+            return mscx_dop_forward<PKT>(s, op, pp, 0, 0);
+        mscx_dop_pack<PKT>(s, op, pp);
         return 0;
     case MSCX_OP_READ_PUT_PACKETS:
-        return mscx_dop_forward(s, op, pp, 1, 0);
+        return mscx_dop_forward<PKT>(s, op, pp, 1, 0);
     case MSCX_OP_UNPACK_PACKETS:
-        return mscx_dop_forward(s, op, pp, 0, 1);
+        return mscx_dop_forward<PKT>(s, op, pp, 0, 1);
     case MSCX_OP_REDUCE_PACKETS:
     case MSCX_OP_REDUCE_SEND_PACKETS:
     case MSCX_OP_REDUCE_COPY_PACKETS:
     case MSCX_OP_REDUCE_COPY_SEND_PACKETS:
-        return mscx_dop_reduce_pkt(s, op, pp);
+        if (RED)
+            return mscx_dop_reduce_pkt<PKT, DT, OP>(s, op, pp);
+        return 0;
     case MSCX_OP_SIGNAL:
     case MSCX_OP_RELAXED_SIGNAL:
         mscx_dop_signal(s, op);
@@ -280,7 +320,10 @@ __device__ int mscx_dop_run(struct mscx_dstate *s, const struct mscx_dev_op *op,
         mscx_dop_wait(s, op);
         return 0;
     case MSCX_OP_FLUSH:
-        __threadfence_system();
+        if (s->ctx->sys_scope)
+            __threadfence_system();
+        else
+            __threadfence();
         return 0;
     case MSCX_OP_BARRIER:
         mscx_dop_barrier(s, op);
@@ -291,80 +334,162 @@ __device__ int mscx_dop_run(struct mscx_dstate *s, const struct mscx_dev_op *op,
     case MSCX_OP_SEM_RELEASE:
         mscx_dop_sem(s, op, 0);
         return 0;
-    default: /* nop; multicast ops are refused before launch */
+    default: /* nop (synchronised by its flag); multicast ops are refused before launch */
         return 0;
     }
 }
 
+/* Clear this launch's scratch half once every block of the rank is done (flag wrap only). */
+__device__ __noinline__ void mscx_dwrap_clear(const struct mscx_dstate *s)
+{
+    __shared__ uint32_t last;
+    struct mscx_gpu_ctx *ctx = s->ctx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&ctx->done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    uint64_t half = s->a->geom[0].half_per_chunk * ctx->scratch_chunks;
+    uint64_t bytes = half ? half : ctx->scratch_bytes;
+    uint32_t *p = (uint32_t *)(ctx->scratch + s->so);
+    for (uint64_t i = threadIdx.x; i < bytes / 4u; i += blockDim.x)
+        p[i] = 0;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        ctx->done = 0;
+        __threadfence();
+    }
+}
+
+template <uint32_t PKT, uint32_t DT, uint32_t OP, bool RED>
 __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const struct mscx_gpu_args args)
 {
+    extern __shared__ uint32_t mscx_sops[];
     struct mscx_gpu_ctx *ctx = args.ctx;
     struct mscx_dstate s;
     s.a = &args;
     s.ctx = ctx;
-    s.flag = mscx_flag_next(*(volatile uint32_t *)&ctx->flag);
+    s.flag = mscx_flag_next(*(volatile uint32_t *)&ctx->bflag[blockIdx.x]);
     s.parity = s.flag & 1u;
-    s.so = mscx_scratch_offset(s.flag, args.half_per_chunk * ctx->scratch_chunks);
+    s.so = mscx_scratch_offset(s.flag, args.geom[0].half_per_chunk * ctx->scratch_chunks);
     s.op_index = 0;
     s.opcode = 0;
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
+    uint32_t b = ctx->tb_begin[blockIdx.x], e = ctx->tb_begin[blockIdx.x + 1];
+    const struct mscx_dev_op *ops = ctx->ops + b;
+    if (e - b <= args.smem_ops) {
+        const uint32_t *g = (const uint32_t *)ops;
+        uint32_t words = (e - b) * (uint32_t)(sizeof(struct mscx_dev_op) / 4u);
+        for (uint32_t i = threadIdx.x; i < words; i += blockDim.x)
+            mscx_sops[i] = __ldg(g + i);
+        ops = (const struct mscx_dev_op *)mscx_sops;
+    }
+    if (ctx->publish && blockIdx.x == 0 && threadIdx.x == 0) {
         ctx->pub.ptr[s.parity][0] = (void *)args.in;
         ctx->pub.ptr[s.parity][1] = args.out;
-        __threadfence_system();
+        if (ctx->sys_scope)
+            __threadfence_system();
+        else
+            __threadfence();
+        *(volatile uint32_t *)&ctx->pub.flag[s.parity] = s.flag;
     }
     __syncthreads();
-    uint32_t b = ctx->tb_begin[blockIdx.x], e = ctx->tb_begin[blockIdx.x + 1];
+    uint32_t n = e - b;
     struct mscx_dpipe none = {0, 0};
-    for (uint32_t i = b; i < e; i++) {
-        const struct mscx_dev_op *op = &ctx->ops[i];
-        s.op_index = i - b;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct mscx_dev_op *op = &ops[i];
+        s.op_index = i;
         s.opcode = op->opcode;
+        if (op->flags & MSCX_GPU_OPF_SYNC)
+            __syncthreads();
         if (op->opcode == MSCX_OP_PIPELINE) {
             uint32_t nb = op->pipe_nops;
             uint64_t unit = op->pipe_unit;
-            uint64_t total = (uint64_t)op->pipe_nchunks * args.slot;
+            uint64_t total = (uint64_t)op->pipe_nchunks * args.geom[0].slot;
             uint64_t iters = unit ? (total + unit - 1) / unit : 1u;
             for (uint64_t it = 0; it < iters; it++) {
                 struct mscx_dpipe pp = {it * unit, unit};
-                for (uint32_t k = 1; k <= nb && i + k < e; k++) {
-                    const struct mscx_dev_op *bop = &ctx->ops[i + k];
-                    s.op_index = i + k - b;
+                for (uint32_t k = 1; k <= nb && i + k < n; k++) {
+                    const struct mscx_dev_op *bop = &ops[i + k];
+                    s.op_index = i + k;
                     s.opcode = bop->opcode;
-                    mscx_dop_run(&s, bop, &pp);
-                    __syncthreads();
+                    __syncthreads(); /* pipeline bodies: conservative */
+                    mscx_dop_run<PKT, DT, OP, RED>(&s, bop, &pp);
                 }
             }
+            __syncthreads();
             i += nb;
             continue;
         }
-        mscx_dop_run(&s, op, &none);
-        __syncthreads();
+        mscx_dop_run<PKT, DT, OP, RED>(&s, op, &none);
     }
-    if (threadIdx.x == 0) {
-        __threadfence_system();
-        uint32_t old = atomicAdd(&ctx->done, 1u);
-        if (old == gridDim.x - 1) {
-            ctx->done = 0;
-            __threadfence();
-            *(volatile uint32_t *)&ctx->flag = s.flag;
-            __threadfence_system();
-        }
+    if (mscx_gpu_wrap_clear(s.flag) && ctx->scratch)
+        mscx_dwrap_clear(&s);
+    if (threadIdx.x == 0)
+        *(volatile uint32_t *)&ctx->bflag[blockIdx.x] = s.flag;
+}
+
+typedef void (*mscx_kfn)(const struct mscx_gpu_args);
+
+template <uint32_t PKT, uint32_t DT> static mscx_kfn mscx_pick_op(uint32_t op)
+{
+    switch (op) {
+    case MSCX_REDOP_PROD:
+        return mscx_exec_kernel<PKT, DT, MSCX_REDOP_PROD, true>;
+    case MSCX_REDOP_MIN:
+        return mscx_exec_kernel<PKT, DT, MSCX_REDOP_MIN, true>;
+    case MSCX_REDOP_MAX:
+        return mscx_exec_kernel<PKT, DT, MSCX_REDOP_MAX, true>;
+    default:
+        return mscx_exec_kernel<PKT, DT, MSCX_REDOP_SUM, true>;
+    }
+}
+
+template <uint32_t PKT> static mscx_kfn mscx_pick(const struct mscx_gpu_args *a)
+{
+    if (!a->reduce)
+        return mscx_exec_kernel<PKT, 0, 0, false>;
+    switch (a->dtype) {
+    case MSCX_DT_FP16:
+        return mscx_pick_op<PKT, MSCX_DT_FP16>(a->op);
+    case MSCX_DT_BF16:
+        return mscx_pick_op<PKT, MSCX_DT_BF16>(a->op);
+    case MSCX_DT_INT32:
+        return mscx_pick_op<PKT, MSCX_DT_INT32>(a->op);
+    case MSCX_DT_UINT32:
+        return mscx_pick_op<PKT, MSCX_DT_UINT32>(a->op);
+    default:
+        return mscx_pick_op<PKT, MSCX_DT_FP32>(a->op);
     }
 }
 
 extern "C" int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads,
                                       void *stream)
 {
+    mscx_kfn fn = args->pkt == MSCX_PKT_LL8 ? mscx_pick<MSCX_PKT_LL8>(args) : mscx_pick<MSCX_PKT_LL16>(args);
     void *params[1] = {(void *)args};
-    cudaError_t rc = cudaLaunchKernel((const void *)mscx_exec_kernel, dim3(nblocks), dim3(nthreads), params, 0,
+    size_t smem = (size_t)args->smem_ops * sizeof(struct mscx_dev_op);
+    cudaError_t rc = cudaLaunchKernel((const void *)fn, dim3(nblocks), dim3(nthreads), params, smem,
                                       (cudaStream_t)stream);
     return rc == cudaSuccess ? 0 : (int)rc;
 }
 
-extern "C" int mscx_gpu_kernel_occupancy(uint32_t nthreads)
+extern "C" int mscx_gpu_kernel_occupancy(uint32_t nthreads, uint32_t smem_bytes)
 {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mscx_exec_kernel, (int)nthreads, 0) != cudaSuccess)
-        return -1;
-    return n;
+    /* the reducing instantiations use the most registers; take the least occupancy of a few */
+    mscx_kfn fns[3] = {mscx_exec_kernel<MSCX_PKT_LL16, MSCX_DT_BF16, MSCX_REDOP_SUM, true>,
+                       mscx_exec_kernel<MSCX_PKT_LL8, MSCX_DT_FP16, MSCX_REDOP_PROD, true>,
+                       mscx_exec_kernel<MSCX_PKT_LL16, 0, 0, false>};
+    int best = -1;
+    for (int i = 0; i < 3; i++) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fns[i], (int)nthreads, smem_bytes) != cudaSuccess)
+            return -1;
+        if (best < 0 || n < best)
+            best = n;
+    }
+    return best;
 }

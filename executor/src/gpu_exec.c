@@ -32,13 +32,17 @@ struct gpu_plan {
     uint32_t ntb, nthreads;
     char *d_ctx;           /* the context allocation: struct mscx_gpu_ctx + tables */
     size_t ctx_bytes;
-    size_t off_ops, off_tb, off_rbuf, off_sem, off_tok[MSCX_CHAN_COUNT], off_exp[MSCX_CHAN_COUNT],
+    size_t off_ops, off_tb, off_rbuf, off_sem, off_bflag, off_tok[MSCX_CHAN_COUNT], off_exp[MSCX_CHAN_COUNT],
         off_pin[MSCX_CHAN_COUNT];
     char *scratch;
     uint64_t scratch_bytes;
     struct gpu_rec *recs;  /* [nranks] */
     void **opened;         /* [2 * nranks] IPC mappings to close */
     int ready;
+    uint32_t smem_ops;     /* ops staged in shared memory per block (0: none) */
+    uint32_t ngeom;        /* geometry classes; geom_rank[c] represents class c (class 0: this rank) */
+    uint32_t geom_rank[MSCX_GPU_MAX_GEOM];
+    int reduce;            /* the plan has reduction ops */
     /* launch cache */
     uint64_t c_msg;
     int c_dtype;
@@ -117,6 +121,8 @@ static void ctx_layout(struct gpu_plan *gp, const struct mscx_gpu *gpu)
     o = align_up(o + (size_t)gpu->nrbuf * sizeof(struct mscx_gpu_rbuf), 64);
     gp->off_sem = o;
     o = align_up(o + (size_t)gpu->nsem * sizeof(int32_t), 64);
+    gp->off_bflag = o;
+    o = align_up(o + (size_t)gpu->ntb * sizeof(uint32_t), 64);
     for (int t = 0; t < MSCX_CHAN_COUNT; t++) {
         uint32_t n = (t == MSCX_CHAN_MEMORY || t == MSCX_CHAN_PORT) ? gpu->nchan[t] : 0;
         gp->off_tok[t] = o;
@@ -145,6 +151,73 @@ static mscx_status_t scratch_need(const struct mscx_plan *plan, uint32_t rank, u
             need = g.scratch_bytes;
     }
     *bytes_p = need;
+    return MSCX_OK;
+}
+
+/* Geometry class of rank @p o's chunk counts (registered by setup_geoms). */
+static uint32_t geom_class(const struct gpu_plan *gp, uint32_t o)
+{
+    const struct mscx_gpu *g = &gp->plan->gpus[o];
+    for (uint32_t c = 0; c < gp->ngeom; c++) {
+        const struct mscx_gpu *h = &gp->plan->gpus[gp->geom_rank[c]];
+        if (h->input_chunks == g->input_chunks && h->output_chunks == g->output_chunks &&
+            h->scratch_chunks == g->scratch_chunks)
+            return c;
+    }
+    return 0; /* not reached: setup_geoms registered every owner */
+}
+
+/*
+ * Register the chunk geometries of this rank and of every owner of a remote
+ * buffer it names: remote operands use the owner's geometry. Also notes
+ * whether the plan reduces and the shared-memory staging of ops.
+ */
+static mscx_status_t setup_geoms(struct gpu_plan *gp, uint32_t rank)
+{
+    const struct mscx_plan *plan = gp->plan;
+    const struct mscx_gpu *gpu = &plan->gpus[rank];
+    gp->ngeom = 1;
+    gp->geom_rank[0] = rank;
+    for (uint32_t i = 0; i < gpu->nrbuf; i++) {
+        uint32_t o = gpu->rbuf[i].rank, c;
+        const struct mscx_gpu *g = &plan->gpus[o];
+        for (c = 0; c < gp->ngeom; c++) {
+            const struct mscx_gpu *h = &plan->gpus[gp->geom_rank[c]];
+            if (h->input_chunks == g->input_chunks && h->output_chunks == g->output_chunks &&
+                h->scratch_chunks == g->scratch_chunks)
+                break;
+        }
+        if (c < gp->ngeom)
+            continue;
+        if (gp->ngeom == MSCX_GPU_MAX_GEOM) {
+            MSCX_WARN("plan %s: rank %u reaches more than %d distinct chunk geometries; refusing", plan->name,
+                      rank, MSCX_GPU_MAX_GEOM);
+            return MSCX_ERR_UNSUPPORTED;
+        }
+        gp->geom_rank[gp->ngeom++] = o;
+    }
+    uint32_t max_ops = 0;
+    for (uint32_t b = 0; b < gpu->ntb; b++)
+        if (gpu->tb[b].nops > max_ops)
+            max_ops = gpu->tb[b].nops;
+    gp->smem_ops = (uint64_t)max_ops * sizeof(struct mscx_dev_op) <= 32768 ? max_ops : 0;
+    gp->reduce = 0;
+    for (uint32_t i = 0; i < gpu->nops; i++) {
+        switch (gpu->ops[i].opcode) {
+        case MSCX_OP_REDUCE:
+        case MSCX_OP_REDUCE_SEND:
+        case MSCX_OP_READ_REDUCE:
+        case MSCX_OP_READ_REDUCE_SEND:
+        case MSCX_OP_REDUCE_PACKETS:
+        case MSCX_OP_REDUCE_SEND_PACKETS:
+        case MSCX_OP_REDUCE_COPY_PACKETS:
+        case MSCX_OP_REDUCE_COPY_SEND_PACKETS:
+            gp->reduce = 1;
+            break;
+        default:
+            break;
+        }
+    }
     return MSCX_OK;
 }
 
@@ -188,11 +261,18 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
     c->nsem = gpu->nsem;
     c->scratch_chunks = gpu->scratch_chunks;
     c->scratch = gp->scratch;
+    c->scratch_bytes = gp->scratch_bytes;
+    c->bflag = (uint32_t *)(d + gp->off_bflag);
+    for (uint32_t r = 0; r < n; r++) /* some peer reads this rank's user buffers */
+        for (uint32_t i = 0; i < plan->gpus[r].nrbuf; i++)
+            if (plan->gpus[r].rbuf[i].rank == rank && plan->gpus[r].rbuf[i].type != MSCX_BUF_SCRATCH)
+                c->publish = 1;
     c->ops = (const struct mscx_dev_op *)(d + gp->off_ops);
     c->tb_begin = (const uint32_t *)(d + gp->off_tb);
     c->rbuf = (const struct mscx_gpu_rbuf *)(d + gp->off_rbuf);
     c->sem = (int32_t *)(d + gp->off_sem);
     memcpy(img + gp->off_ops, gpu->ops, (size_t)gpu->nops * sizeof(struct mscx_dev_op));
+    mscx_gpu_mark_syncs(plan, rank, (struct mscx_dev_op *)(img + gp->off_ops));
     uint32_t *tb = (uint32_t *)(img + gp->off_tb);
     for (uint32_t b = 0; b < gpu->ntb; b++)
         tb[b] = gpu->tb[b].op_begin;
@@ -202,6 +282,9 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
         uint32_t o = gpu->rbuf[i].rank;
         rb[i].type = gpu->rbuf[i].type;
         rb[i].owner_scratch_chunks = plan->gpus[o].scratch_chunks;
+        rb[i].geom = geom_class(gp, o);
+        if (gp->recs[o].device != gp->recs[rank].device)
+            c->sys_scope = 1;
         if (gpu->rbuf[i].type == MSCX_BUF_SCRATCH) {
             rb[i].kind = MSCX_GPU_RBUF_SCRATCH;
             rb[i].ptr = peer_scr[o];
@@ -229,6 +312,8 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
             const struct mscx_chan *ch = &gpu->chan[t][k];
             if (!ch->paired)
                 continue;
+            if (gp->recs[ch->peer].device != gp->recs[rank].device)
+                c->sys_scope = 1;
             /* peer contexts share our layout rule: recompute the peer's token offset */
             struct gpu_plan tmp;
             ctx_layout(&tmp, &plan->gpus[ch->peer]);
@@ -244,7 +329,7 @@ out:
     return st;
 }
 
-static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks)
+static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks, uint32_t smem_bytes)
 {
     int sms = 0, dev = 0;
     uint32_t t = plan->nthreads ? plan->nthreads : 1024;
@@ -255,7 +340,7 @@ static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         return 0;
     for (; t >= 32; t /= 2) {
-        int occ = mscx_gpu_kernel_occupancy(t);
+        int occ = mscx_gpu_kernel_occupancy(t, smem_bytes);
         if (occ > 0 && (uint64_t)occ * (uint64_t)sms >= total_blocks)
             return t;
         if (t == 32)
@@ -292,7 +377,9 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
             total_blocks += plan->gpus[r].ntb;
     }
     GPU_CHECK_GOTO(cudaSetDevice(ex->device), st, fail);
-    gp->nthreads = pick_threads(plan, (uint32_t)total_blocks);
+    if ((st = setup_geoms(gp, rank)) != MSCX_OK)
+        goto fail;
+    gp->nthreads = pick_threads(plan, (uint32_t)total_blocks, gp->smem_ops * (uint32_t)sizeof(struct mscx_dev_op));
     if (gp->nthreads == 0) {
         MSCX_WARN("plan %s: %llu thread blocks cannot all be resident on device %d even at 32 threads; refusing",
                   plan->name, (unsigned long long)total_blocks, ex->device);
@@ -391,11 +478,22 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         a->ctx = (struct mscx_gpu_ctx *)gp->d_ctx;
         a->in_bytes = g.in_bytes;
         a->out_bytes = g.out_bytes;
-        a->in_chunk = g.in_chunk;
-        a->out_chunk = g.out_chunk;
-        a->slot = g.slot;
-        uint32_t sc = plan->gpus[ex->bs.rank].scratch_chunks;
-        a->half_per_chunk = sc ? g.scratch_half / sc : 0;
+        for (uint32_t c = 0; c < gp->ngeom; c++) {
+            struct mscx_geom h = g;
+            uint32_t o = gp->geom_rank[c];
+            if (c > 0 && (st = mscx_plan_geom(plan, o, in, out, dtype, &h, err, sizeof(err))) != MSCX_OK) {
+                MSCX_WARN("caller bug: plan %s, rank %u, %llu bytes: %s", plan->name, o,
+                          (unsigned long long)msg_bytes, err);
+                return st;
+            }
+            uint32_t sc = plan->gpus[o].scratch_chunks;
+            a->geom[c].slot = h.slot;
+            a->geom[c].in_chunk = h.in_chunk;
+            a->geom[c].out_chunk = h.out_chunk;
+            a->geom[c].half_per_chunk = sc ? h.scratch_half / sc : 0;
+        }
+        a->reduce = (uint32_t)gp->reduce;
+        a->smem_ops = gp->smem_ops;
         a->timeout_ns = cfg->timeout_ms * 1000000ull;
         gp->c_msg = msg_bytes;
         gp->c_dtype = (int)dtype;
@@ -507,4 +605,35 @@ mscx_status_t mscx_exec_create_local_group(uint32_t nranks, int cuda_device, str
     }
     memcpy(execs, g->execs, nranks * sizeof(*execs));
     return MSCX_OK;
+}
+
+int mscx_gpu_debug_set_flag(struct mscx_exec *ex, uint32_t plan_id, uint32_t flag)
+{
+    if (!ex || plan_id >= ex->nplans)
+        return -1;
+    struct gpu_plan *gp = &ex->plans[plan_id];
+    uint32_t *f = calloc(gp->ntb ? gp->ntb : 1, sizeof(uint32_t));
+    if (!f)
+        return -1;
+    for (uint32_t b = 0; b < gp->ntb; b++)
+        f[b] = flag;
+    cudaError_t rc = cudaMemcpy(gp->d_ctx + gp->off_bflag, f, gp->ntb * sizeof(uint32_t), cudaMemcpyHostToDevice);
+    free(f);
+    return rc == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
+}
+
+int mscx_gpu_debug_fill_scratch(struct mscx_exec *ex, uint32_t plan_id, uint32_t word)
+{
+    if (!ex || plan_id >= ex->nplans)
+        return -1;
+    struct gpu_plan *gp = &ex->plans[plan_id];
+    uint64_t n = gp->scratch_bytes / 4u;
+    uint32_t *h = malloc(n ? n * 4u : 4u);
+    if (!h)
+        return -1;
+    for (uint64_t i = 0; i < n; i++)
+        h[i] = word;
+    cudaError_t rc = n ? cudaMemcpy(gp->scratch, h, n * 4u, cudaMemcpyHostToDevice) : cudaSuccess;
+    free(h);
+    return rc == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
 }

@@ -22,8 +22,36 @@ enum mscx_gpu_rbuf_kind {
 
 /* The pointers a rank publishes at each launch, by flag parity. */
 struct mscx_gpu_pub {
-    void *ptr[2][2]; /* [parity][0: input, 1: output] */
+    void *ptr[2][2];  /* [parity][0: input, 1: output] */
+    uint32_t flag[2]; /* [parity]: flag of the launch that published ptr[parity] (release) */
+    uint32_t pad[2];
 };
+
+/* Private op flag set at upload (never in a plan): __syncthreads() before the op. */
+#define MSCX_GPU_OPF_SYNC 0x80u
+
+/* Distinct per-rank chunk geometries a launch carries (rank's own is class 0). */
+#define MSCX_GPU_MAX_GEOM 4
+
+/* Geometry of one class for one launch (bytes). */
+struct mscx_gpu_geom {
+    uint64_t slot, in_chunk, out_chunk;
+    uint64_t half_per_chunk; /* scratch_half / scratch_chunks (0 when not double buffered) */
+};
+
+/**
+ * Scratch clearing at a flag wrap: the launches with the last two flags before
+ * the wrap (one per scratch half) clear their half after every block of the
+ * rank has finished, so that no line written before the wrap can match a flag
+ * after it. @return non-zero when the launch with @p flag clears.
+ */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline int mscx_gpu_wrap_clear(uint32_t flag)
+{
+    return flag >= 0xfffffffeu;
+}
 
 struct mscx_gpu_rbuf {
     void *ptr;                     /* scratch base of the owner */
@@ -31,7 +59,7 @@ struct mscx_gpu_rbuf {
     uint32_t kind;                 /* enum mscx_gpu_rbuf_kind */
     uint32_t type;                 /* enum mscx_buf_type */
     uint32_t owner_scratch_chunks; /* for the owner's scratch half */
-    uint32_t pad;
+    uint32_t geom;                 /* index into mscx_gpu_args.geom: the owner's chunk geometry */
 };
 
 /* Error record written by the first failing thread. */
@@ -53,10 +81,12 @@ struct mscx_gpu_host {
  */
 struct mscx_gpu_ctx {
     /* advanced by the kernel */
-    uint32_t flag;      /* flag of the last finished launch (0: none yet) */
-    uint32_t done;      /* blocks finished in the current launch */
+    uint32_t *bflag;    /* [ntb] flag of block b's last launch (0: none yet); every block advances its own */
+    uint32_t done;      /* blocks finished, counted only at a wrap-clearing launch */
     uint32_t err_claim; /* first failing thread of the context claims the error record */
-    uint32_t pad0;
+    uint32_t publish;   /* some peer reads this rank's user buffers: publish them at each launch */
+    uint32_t sys_scope; /* some channel peer is another device: system-scope signals */
+    uint32_t max_ops;   /* most ops of one block (pipeline bodies counted) */
     struct mscx_gpu_host *host; /* device view of the rank's mapped host block */
     struct mscx_gpu_pub pub;
     unsigned long long barrier[MSCX_MAX_BARRIERS];
@@ -71,6 +101,7 @@ struct mscx_gpu_ctx {
     unsigned long long *expected[MSCX_CHAN_COUNT];  /* [nchan] tokens consumed */
     unsigned long long **peer_inbound[MSCX_CHAN_COUNT]; /* [nchan] the paired channel's token on the peer */
     char *scratch;
+    uint64_t scratch_bytes; /* allocated */
 };
 
 /* Per-launch arguments (passed by value). */
@@ -78,17 +109,29 @@ struct mscx_gpu_args {
     struct mscx_gpu_ctx *ctx;
     const void *in;
     void *out;
-    uint64_t in_bytes, out_bytes, in_chunk, out_chunk, slot;
-    uint64_t half_per_chunk; /* scratch_half / scratch_chunks (0 when not double buffered) */
+    uint64_t in_bytes, out_bytes;
+    struct mscx_gpu_geom geom[MSCX_GPU_MAX_GEOM]; /* [0]: this rank's */
     uint64_t timeout_ns;     /* 0: never */
     uint32_t dtype, op, pkt;
+    uint32_t reduce;         /* the plan has reduction ops (else the copy-only kernel runs) */
+    uint32_t smem_ops;       /* ops of a block staged in shared memory (0: read from global) */
     uint32_t pad;
 };
 
 /* Implemented in kernels/exec_kernel.cu. */
 int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads, void *stream);
-/* Resident blocks per SM for @p nthreads, or -1 on error. */
-int mscx_gpu_kernel_occupancy(uint32_t nthreads);
+/* Resident blocks per SM for @p nthreads and @p smem_bytes of dynamic shared memory (worst instantiation), or -1. */
+int mscx_gpu_kernel_occupancy(uint32_t nthreads, uint32_t smem_bytes);
+
+/* gpu_sync.c: set MSCX_GPU_OPF_SYNC on @p ops (an image of plan->gpus[rank].ops). */
+struct mscx_plan;
+void mscx_gpu_mark_syncs(const struct mscx_plan *plan, uint32_t rank, struct mscx_dev_op *ops);
+
+/* Tests: set every block's flag of (ex, plan_id) to @p flag (the next launch uses its successor). Syncs. */
+struct mscx_exec;
+int mscx_gpu_debug_set_flag(struct mscx_exec *ex, uint32_t plan_id, uint32_t flag);
+/* Tests: fill the whole scratch of (ex, plan_id) with the 32-bit word @p word. Syncs. */
+int mscx_gpu_debug_fill_scratch(struct mscx_exec *ex, uint32_t plan_id, uint32_t word);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,9 @@
  *   stress  10,000 back-to-back launches, two plans and alternating sizes
  *   graph   one launch per rank captured in a CUDA graph, replayed 1,000 times
  *   hang    a plan whose peer never runs ends with MSCX_ERR_TIMEOUT
+ *   wrap    launches across the 32-bit flag wrap over scratch full of stale
+ *           lines that carry the post-wrap flag: results stay right
+ * Every case runs under MSCX_TIMEOUT_MS=5000 (host and GPU executors).
  * Exits 77 when no GPU is present.
  */
 #include <dirent.h>
@@ -19,6 +22,8 @@
 #include "mscx/env.h"
 #include "mscx/hostexec.h"
 #include "plan_int.h"
+#include "gpu_int.h"
+#include "op_sem.h"
 
 #define ITERS 2
 #define MAXR 64
@@ -260,12 +265,88 @@ static const struct {
 
 static int g_cases, g_skipped, g_plans;
 
+/*
+ * Op-test plans may read packets that no op of the plan sends (the host
+ * simulation seeds them itself); such a plan cannot run alone on either
+ * executor. @return non-zero when some scratch chunk is read as packets and
+ * no op writes packets to it (chunk granularity, by owner rank).
+ */
+static int pkt_unproduced(const struct mscx_plan *plan)
+{
+    uint32_t n = plan->nranks;
+    int bad = 0;
+    uint8_t **m = calloc(n, sizeof(*m));
+    for (uint32_t r = 0; r < n; r++)
+        m[r] = calloc(plan->gpus[r].scratch_chunks + 1, 1);
+    for (uint32_t r = 0; r < n; r++) {
+        const struct mscx_gpu *g = &plan->gpus[r];
+        for (uint32_t i = 0; i < g->nops; i++) {
+            const struct mscx_dev_op *op = &g->ops[i];
+            int rd_all = 0, wr_all = 0, rd_from1 = 0, wr_from1 = 0;
+            switch (op->opcode) {
+            case MSCX_OP_COPY_PACKETS:
+                wr_all = 1;
+                break;
+            case MSCX_OP_PUT_PACKETS:
+                wr_all = 1;
+                rd_all = op->chan_type == MSCX_CHAN_PORT;
+                break;
+            case MSCX_OP_READ_PUT_PACKETS:
+                rd_all = wr_all = 1;
+                break;
+            case MSCX_OP_UNPACK_PACKETS:
+                rd_all = 1;
+                break;
+            case MSCX_OP_REDUCE_PACKETS:
+            case MSCX_OP_REDUCE_SEND_PACKETS:
+            case MSCX_OP_REDUCE_COPY_PACKETS:
+            case MSCX_OP_REDUCE_COPY_SEND_PACKETS:
+                rd_from1 = wr_from1 = 1;
+                break;
+            default:
+                continue;
+            }
+            for (int w = 0; w < 2; w++) {
+                uint32_t cnt = w ? op->ndst : op->nsrc;
+                for (uint32_t k = (w ? wr_from1 : rd_from1); k < cnt; k++) {
+                    const struct mscx_dev_operand *o = w ? &op->dst[k] : &op->src[k];
+                    uint32_t owner = r, type = o->type;
+                    if (!(w ? (wr_all || wr_from1) : (rd_all || rd_from1)))
+                        continue;
+                    if (o->flags & MSCX_OPND_REMOTE) {
+                        owner = g->rbuf[o->rbuf].rank;
+                        type = g->rbuf[o->rbuf].type;
+                    }
+                    if (type != MSCX_BUF_SCRATCH)
+                        continue;
+                    for (uint32_t c = o->index; c < o->index + o->size && c < plan->gpus[owner].scratch_chunks; c++)
+                        m[owner][c] |= (uint8_t)(w ? 2 : 1);
+                }
+            }
+        }
+    }
+    for (uint32_t r = 0; r < n; r++) {
+        for (uint32_t c = 0; c < plan->gpus[r].scratch_chunks; c++)
+            if (m[r][c] == 1)
+                bad = 1;
+        free(m[r]);
+    }
+    free(m);
+    return bad;
+}
+
 static void test_plan(const char *path)
 {
     struct mscx_plan *plan;
     char err[1024];
     if (mscx_plan_load(path, &plan, err, sizeof(err)) != MSCX_OK) {
         FAIL("load %s: %s", path, err);
+        return;
+    }
+    if (mscx_plan_collective(plan) == MSCX_COLL_TEST && pkt_unproduced(plan)) {
+        printf("skip %s: reads packets no op sends (the host simulation seeds them; nothing does on the GPU)\n",
+               path);
+        mscx_plan_destroy(plan);
         return;
     }
     if (mscx_plan_executable(plan, err, sizeof(err)) != MSCX_OK || mscx_plan_nranks(plan) > MAXR) {
@@ -442,6 +523,60 @@ static void test_stress(int graph)
     mscx_plan_destroy(plan);
 }
 
+/* Flags just below the wrap, scratch full of stale lines carrying the first flags after it. */
+static void test_wrap(void)
+{
+    struct mscx_plan *plan = load_ar2();
+    if (!plan)
+        return;
+    struct group g;
+    uint32_t pid[2];
+    const uint64_t bytes = 4096;
+    if (group_make(&g, 2) != 0 || mscx_exec_add_plan(g.ex[0], plan, bytes, &pid[0]) != MSCX_OK ||
+        mscx_exec_add_plan(g.ex[1], plan, bytes, &pid[1]) != MSCX_OK) {
+        FAIL("setup");
+        return;
+    }
+    if (!mscx_gpu_wrap_clear(0xfffffffeu) || !mscx_gpu_wrap_clear(0xffffffffu) || mscx_gpu_wrap_clear(1u) ||
+        mscx_gpu_wrap_clear(0xfffffffdu) || mscx_flag_next(0xffffffffu) != 1u)
+        FAIL("wrap: host-side wrap logic");
+    uint8_t *buf[2];
+    uint8_t *h = malloc(bytes);
+    int32_t *exp = malloc(bytes);
+    for (uint32_t r = 0; r < 2; r++) {
+        CK(cudaMalloc((void **)&buf[r], bytes));
+        fill_pattern(h, bytes, MSCX_DT_INT32, (uint64_t)r * 7 + 2);
+        CK(cudaMemcpy(buf[r], h, bytes, cudaMemcpyHostToDevice));
+        /* stale lines of all-1 words (data 1, flag 1): max takes a 1 where a line matched wrongly */
+        if (mscx_gpu_debug_set_flag(g.ex[r], pid[r], 0xfffffffbu) != 0 ||
+            mscx_gpu_debug_fill_scratch(g.ex[r], pid[r], 1u) != 0)
+            FAIL("wrap: debug setup");
+    }
+    expect_max(2, bytes, exp);
+    /* flags fffffffc..ffffffff at 1 KB (they rewrite only the first lines), then 1..4 at 4 KB: the lines
+     * past 1 KB still hold flag 1 unless the wrap cleared them */
+    for (int i = 0; i < 8; i++)
+        for (uint32_t r = 0; r < 2; r++)
+            if (mscx_exec_launch(g.ex[r], pid[r], buf[r], buf[r], i < 4 ? 1024 : bytes, MSCX_DT_INT32, MSCX_REDOP_MAX,
+                                 MSCX_PKT_LL16, g.st[r]) != MSCX_OK)
+                FAIL("wrap: launch %d", i);
+    CK(cudaDeviceSynchronize());
+    for (uint32_t r = 0; r < 2; r++) {
+        if (mscx_exec_async_error(g.ex[r]) != MSCX_OK)
+            FAIL("wrap: rank %u async error", r);
+        CK(cudaMemcpy(h, buf[r], bytes, cudaMemcpyDeviceToHost));
+        if (memcmp(h, exp, bytes) != 0)
+            FAIL("wrap: rank %u result differs after the flag wrap", r);
+    }
+    printf("wrap: 8 launches across the flag wrap checked\n");
+    group_free(&g);
+    free(h);
+    free(exp);
+    cudaFree(buf[0]);
+    cudaFree(buf[1]);
+    mscx_plan_destroy(plan);
+}
+
 static void test_hang(void)
 {
     struct mscx_plan *plan = load_ar2();
@@ -483,6 +618,7 @@ int main(int argc, char **argv)
     if (argc > 2 && strcmp(mode, "plans") != 0)
         g_ar2 = argv[2]; /* the 2-rank packet allreduce plan, where the reference tree is elsewhere */
     if (strcmp(mode, "plans") == 0) {
+        mscx_config_override("MSCX_TIMEOUT_MS", "5000"); /* per-case limit, host and GPU */
         if (argc > 2) {
             for (int i = 2; i < argc; i++) {
                 size_t l = strlen(argv[i]);
@@ -508,6 +644,8 @@ int main(int argc, char **argv)
         test_stress(0);
     } else if (strcmp(mode, "graph") == 0) {
         test_stress(1);
+    } else if (strcmp(mode, "wrap") == 0) {
+        test_wrap();
     } else if (strcmp(mode, "hang") == 0) {
         test_hang();
     } else {

@@ -197,18 +197,22 @@ START_TEST(test_plans_sim)
         }
     }
     ck_assert_uint_gt(nsmall, 0);
-    /* the top of the range (capped at 2 MB), sampled combos */
-    if (reduces) {
-        sim_one(plan, hi / size_unit(plan, MSCX_DT_FP32) * size_unit(plan, MSCX_DT_FP32), MSCX_DT_FP32,
-                MSCX_REDOP_SUM, MSCX_PKT_LL16, 4);
-        sim_one(plan, hi / size_unit(plan, MSCX_DT_BF16) * size_unit(plan, MSCX_DT_BF16), MSCX_DT_BF16,
-                MSCX_REDOP_MAX, MSCX_PKT_LL8, 5);
-    } else {
-        sim_one(plan, hi / size_unit(plan, MSCX_DT_FP32) * size_unit(plan, MSCX_DT_FP32), MSCX_DT_FP32,
-                MSCX_REDOP_SUM, MSCX_PKT_LL8, 4);
-        sim_one(plan, hi / size_unit(plan, MSCX_DT_INT8) * size_unit(plan, MSCX_DT_INT8), MSCX_DT_INT8,
-                MSCX_REDOP_SUM, MSCX_PKT_LL16, 5);
-    }
+    /* the top of the range (capped at 2 MB): one sampled combo per plan, rotating */
+    static const struct {
+        enum mscx_dtype dt;
+        enum mscx_redop op;
+        enum mscx_pkt_format pkt;
+    } top[] = {
+        {MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16},
+        {MSCX_DT_BF16, MSCX_REDOP_MAX, MSCX_PKT_LL8},
+        {MSCX_DT_INT32, MSCX_REDOP_PROD, MSCX_PKT_LL16},
+        {MSCX_DT_FP16, MSCX_REDOP_MIN, MSCX_PKT_LL8},
+    };
+    enum mscx_dtype tdt = top[_i % 4].dt;
+    if (!reduces && _i % 4 == 2)
+        tdt = MSCX_DT_INT8; /* data movement: a one-byte type */
+    uint64_t tu = size_unit(plan, tdt);
+    sim_one(plan, hi / tu * tu, tdt, top[_i % 4].op, top[_i % 4].pkt, 4);
     /* a size in the middle of the range with an odd element count */
     uint64_t u = size_unit(plan, MSCX_DT_FP16), mid = round_up(lo + (hi - lo) / 3, u);
     if ((mid / u) % 2 == 0)
@@ -310,14 +314,15 @@ START_TEST(test_plangen_nofuse_same)
     static const struct {
         const char *args;
         uint64_t msg;
+        bool fuses; /* the algorithm has ops the pass folds */
     } algos[] = {
-        {"--coll allreduce --algo oneshot --ranks 4 --tbs-per-peer 2 --min-size 1K --max-size 64K", 3 * 1024 + 6},
-        {"--coll allreduce --algo twophase --ranks 8 --tbs-per-peer 2 --min-size 1K --max-size 1M", 40000 + 2},
-        {"--coll allreduce --algo hier2 --ranks 8 --ranks-per-node 4 --tbs-per-peer 2 --max-size 2M", 24000 + 2},
-        {"--coll allgather --algo allpairs --ranks 4 --tbs-per-peer 2", 4 * 1026},
-        {"--coll allgather --algo hier2 --ranks 8 --ranks-per-node 4 --tbs-per-peer 2", 8 * 514},
-        {"--coll reducescatter --algo allpairs --ranks 4 --tbs-per-peer 2", 4 * 1030},
-        {"--coll reducescatter --algo hier2 --ranks 8 --ranks-per-node 4 --tbs-per-peer 2", 8 * 1030},
+        {"--coll allreduce --algo oneshot --ranks 4 --tbs-per-peer 2 --min-size 1K --max-size 64K", 3 * 1024 + 6, true},
+        {"--coll allreduce --algo twophase --ranks 8 --tbs-per-peer 2 --min-size 1K --max-size 1M", 40000 + 2, true},
+        {"--coll allreduce --algo hier2 --ranks 8 --ranks-per-node 4 --tbs-per-peer 2 --max-size 2M", 24000 + 2, true},
+        {"--coll allgather --algo allpairs --ranks 4 --tbs-per-peer 2", 4 * 1026, false},
+        {"--coll allgather --algo hier2 --ranks 8 --ranks-per-node 4 --tbs-per-peer 2", 8 * 514, false},
+        {"--coll reducescatter --algo allpairs --ranks 4 --tbs-per-peer 2", 4 * 1030, false},
+        {"--coll reducescatter --algo hier2 --ranks 8 --ranks-per-node 4 --tbs-per-peer 2", 8 * 1030, true},
     };
     for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
         char args[512], err[MSCX_PLAN_ERR_LEN];
@@ -341,8 +346,7 @@ START_TEST(test_plangen_nofuse_same)
         }
         ck_assert_uint_eq(st.ops_before, nu);
         ck_assert_uint_eq(st.ops_after, nf);
-        /* every algorithm but the all-pairs allgather has something to fuse */
-        if (!strstr(algos[i].args, "allgather --algo allpairs"))
+        if (algos[i].fuses)
             ck_assert_msg(nf < nu, "%s: nothing fused (%u ops)", algos[i].args, nu);
 
         sim_one(pu_plan, algos[i].msg, MSCX_DT_FP16, MSCX_REDOP_SUM, MSCX_PKT_LL8, 9);
