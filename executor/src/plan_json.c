@@ -22,6 +22,7 @@
 
 #include "mscx/log.h"
 #include "plan_int.h"
+#include "json_arena.h"
 #include "plan_json_int.h"
 
 #define PATH_DEPTH 16
@@ -152,6 +153,63 @@ static void note_historical(struct pctx *c, const char *name)
         c->historical[c->nhistorical++] = name;
 }
 
+/*
+ * jansson refuses integers above INT64_MAX, and the MSCCL++ DSL writes an
+ * unbounded max_message_size as 2^64-1. Rather than parse the whole plan a
+ * second time with every integer as a double, rewrite such a size literal to
+ * INT64_MAX, padded with spaces so that every line:column stays right; the
+ * getter below reads INT64_MAX there as unbounded.
+ * @return a malloc'd copy when something was rewritten, else NULL
+ */
+static char *rewrite_huge_sizes(const char *json, size_t len)
+{
+    static const char *const keys[] = {"\"max_message_size\"", "\"min_message_size\""};
+    char *copy = NULL;
+    for (size_t i = 0; i < len; i++) {
+        if (json[i] < '0' || json[i] > '9' || (i > 0 && json[i - 1] >= '0' && json[i - 1] <= '9'))
+            continue;
+        size_t e = i;
+        while (e < len && json[e] >= '0' && json[e] <= '9')
+            e++;
+        if (e - i < 19 || e - i > 20 || (e < len && (json[e] == '.' || json[e] == 'e' || json[e] == 'E'))) {
+            i = e;
+            continue;
+        }
+        char num[24];
+        memcpy(num, json + i, e - i);
+        num[e - i] = '\0';
+        errno = 0;
+        unsigned long long v = strtoull(num, NULL, 10);
+        size_t k = i;
+        while (k > 0 && (json[k - 1] == ' ' || json[k - 1] == '\t' || json[k - 1] == '\n' || json[k - 1] == '\r'))
+            k--;
+        bool size_key = false;
+        if (k > 0 && json[k - 1] == ':') {
+            k--;
+            while (k > 0 && (json[k - 1] == ' ' || json[k - 1] == '\t' || json[k - 1] == '\n' || json[k - 1] == '\r'))
+                k--;
+            for (int q = 0; q < 2; q++) {
+                size_t kl = strlen(keys[q]);
+                size_key |= k >= kl && memcmp(json + k - kl, keys[q], kl) == 0;
+            }
+        }
+        if (errno == 0 && v > (unsigned long long)INT64_MAX && size_key) {
+            if (copy == NULL) {
+                copy = malloc(len + 1);
+                if (copy == NULL)
+                    return NULL;
+                memcpy(copy, json, len);
+                copy[len] = '\0';
+            }
+            memcpy(copy + i, "9223372036854775807", 19);
+            if (e - i == 20)
+                copy[i + 19] = ' ';
+        }
+        i = e;
+    }
+    return copy;
+}
+
 /* ---- typed field getters ---- */
 
 /* Integral value of a number node, -1 when not an integral number. */
@@ -187,6 +245,10 @@ static int get_u64_v(struct pctx *c, const json_t *v, const char *leaf, uint64_t
     if (is_int) {
         if (i < 0)
             return fail(c, leaf, v, "an unsigned integer");
+        if (clamp && i == INT64_MAX && max == UINT64_MAX) { /* see rewrite_huge_sizes() */
+            *out_p = UINT64_MAX;
+            return 0;
+        }
         if ((uint64_t)i > max)
             return fail(c, leaf, v, "an integer at most %" PRIu64, max);
         *out_p = (uint64_t)i;
@@ -829,12 +891,17 @@ mscx_status_t mscx_plan_load_buffer(const char *json, size_t len, const char *or
     json_error_t jerr;
     mscx_status_t st = MSCX_ERR_PLAN;
     char tmp[2 * MSCX_PLAN_ERR_LEN + 256];
+    struct mscx_json_arena arena;
 
     if (origin == NULL)
         origin = "<buffer>";
     if (err && errlen)
         err[0] = '\0';
-    root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    /* the JSON tree lives only inside this function: parse it into an arena */
+    mscx_json_arena_begin(&arena);
+    char *rewritten = rewrite_huge_sizes(json, len);
+    root = json_loadb(rewritten ? rewritten : json, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(rewritten);
     if (root == NULL && json_error_code(&jerr) == json_error_numeric_overflow) /* 2^64-1 sizes */
         root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
     if (root == NULL) {
@@ -878,6 +945,7 @@ mscx_status_t mscx_plan_load_buffer(const char *json, size_t len, const char *or
         goto err_report;
     }
     json_decref(root);
+    mscx_json_arena_end(&arena);
     free(c);
     *plan_p = p;
     return MSCX_OK;
@@ -889,6 +957,7 @@ err_report:
     mscx_plan_free(p);
     free(c);
     json_decref(root);
+    mscx_json_arena_end(&arena);
     return st;
 }
 
