@@ -208,13 +208,15 @@ MSCX_HD uint32_t mscx_pkt_half_data(uint64_t half)
 /**
  * Flags: the launch flag is a per-context counter kept in device memory and
  * advanced by the executor once per launch. It is never 0, so zeroed scratch
- * never matches, and it skips 0 when it wraps (the executors clear scratch at
- * a wrap so that stale lines from 2^32 launches ago cannot match either).
+ * never matches. At the wrap it goes from 0xffffffff (odd) to 2 (even), not
+ * to 1: consecutive launches must alternate scratch halves (see
+ * mscx_scratch_offset), and 0xffffffff followed by 1 would put two launches
+ * in a row on the same half.
  */
 MSCX_HD uint32_t mscx_flag_next(uint32_t flag)
 {
     uint32_t n = flag + 1u;
-    return n == 0u ? 1u : n;
+    return n == 0u ? 2u : n;
 }
 
 /* Scratch half used by a launch with @p flag: the second half on even flags. */

@@ -538,7 +538,7 @@ static void test_wrap(void)
         return;
     }
     if (!mscx_gpu_wrap_clear(0xfffffffeu) || !mscx_gpu_wrap_clear(0xffffffffu) || mscx_gpu_wrap_clear(1u) ||
-        mscx_gpu_wrap_clear(0xfffffffdu) || mscx_flag_next(0xffffffffu) != 1u)
+        mscx_gpu_wrap_clear(0xfffffffdu) || mscx_flag_next(0xffffffffu) != 2u)
         FAIL("wrap: host-side wrap logic");
     uint8_t *buf[2];
     uint8_t *h = malloc(bytes);

@@ -519,6 +519,21 @@ START_TEST(test_sched_seeds)
 }
 END_TEST
 
+/* The launch flag never takes 0 and alternates scratch halves across its wrap. */
+START_TEST(test_flag_wrap_parity)
+{
+    uint32_t f = 0xfffffff0u;
+    for (int i = 0; i < 40; i++) {
+        uint32_t n = mscx_flag_next(f);
+        ck_assert_uint_ne(n, 0);
+        ck_assert_msg(mscx_scratch_offset(n, 64) != mscx_scratch_offset(f, 64), "flags %#x and %#x share a half", f,
+                      n);
+        f = n;
+    }
+    ck_assert_uint_eq(mscx_flag_next(0xffffffffu), 2u);
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("hostexec");
@@ -534,6 +549,7 @@ Suite *mscx_test_suite(void)
     tcase_add_loop_test(tc, test_dtype_ops, 0, 2);
     tcase_add_loop_test(tc, test_timeout, 0, 2);
     tcase_add_loop_test(tc, test_sched_seeds, 0, 2);
+    tcase_add_test(tc, test_flag_wrap_parity);
     suite_add_tcase(s, tc);
     return s;
 }
