@@ -3,7 +3,10 @@
  * Checked simulation: deterministic exact inputs, the host executor, and a
  * bit-for-bit comparison with the collective's definition. "test" plans (and
  * collectives without a definition here) are run twice with different thread
- * schedules and the final buffers of both runs must agree.
+ * schedules and the final buffers of both runs must agree. Reducing
+ * collectives always get exact inputs (whatever the plan's ops); float
+ * allreduce cases then run once more with rounding-sensitive inputs and
+ * every rank's output must equal rank 0's.
  *
  * Packet lines that a test plan reads but no operation of the plan produces
  * (the DSL's one-op demonstrations) are seeded before each launch with exact
@@ -83,9 +86,46 @@ static void elem_value(enum mscx_dtype dt, enum mscx_redop op, uint32_t rank, ui
     memcpy(p, &u, 4);
 }
 
-/* Fill @p bytes starting at element @p first; exact = reduction-safe values, else arbitrary bits. */
+/*
+ * Rounding-sensitive floating-point values for the cross-rank check: a
+ * normal-ish value (sum of four uniforms) times 2^e with e spread over the
+ * type's comfortable range, never zero (no signed-zero ties for min/max).
+ * Products get factors of magnitude in [0.7, 1.4] so 16-rank products stay
+ * finite in fp16.
+ */
+static float noisy_value(enum mscx_dtype dt, enum mscx_redop op, uint64_t h)
+{
+    float u = 0.0f;
+    for (int i = 0; i < 4; i++)
+        u += (float)((h >> (10 * i)) & 0x3ffu) / 512.0f - 1.0f;
+    uint32_t e = (uint32_t)(h >> 40);
+    if (op == MSCX_REDOP_PROD) {
+        float f = 1.0f + 0.1f * u; /* within [0.6, 1.4] */
+        if (f < 0.7f)
+            f = 0.7f + (float)(e % 97) / 1000.0f;
+        return (h >> 63) ? -f : f;
+    }
+    int32_t span = dt == MSCX_DT_FP16 ? 6 : 12;
+    int32_t ex = (int32_t)(e % (uint32_t)(2 * span + 1)) - span;
+    if (u > -1.0f / 64 && u < 1.0f / 64)
+        u = u < 0 ? -0.5f : 0.5f;
+    float scale = 1.0f;
+    for (; ex > 0; ex--)
+        scale *= 2.0f;
+    for (; ex < 0; ex++)
+        scale *= 0.5f;
+    return u * scale;
+}
+
+enum fill_mode {
+    FILL_BITS,  /* arbitrary bits (data movement) */
+    FILL_EXACT, /* reduction-safe values: every order gives the same bits */
+    FILL_NOISY  /* floats whose sums round differently in different orders */
+};
+
+/* Fill @p bytes starting at element @p first with values of @p mode. */
 static void fill_values(enum mscx_dtype dt, enum mscx_redop op, uint32_t rank, uint32_t iter, uint32_t seed,
-                        uint64_t salt, uint64_t first, bool exact, uint8_t *buf, uint64_t bytes)
+                        uint64_t salt, uint64_t first, enum fill_mode mode, uint8_t *buf, uint64_t bytes)
 {
     uint32_t esize = mscx_dtype_size(dt);
     if (esize == 0)
@@ -93,8 +133,10 @@ static void fill_values(enum mscx_dtype dt, enum mscx_redop op, uint32_t rank, u
     uint64_t n = bytes / esize;
     for (uint64_t e = 0; e < n; e++) {
         uint64_t h = elem_hash(seed, rank, iter, salt, first + e);
-        if (exact) {
+        if (mode == FILL_EXACT) {
             elem_value(dt, op, rank, h, buf + e * esize);
+        } else if (mode == FILL_NOISY) {
+            put_float(dt, noisy_value(dt, op, h), buf + e * esize);
         } else {
             for (uint32_t i = 0; i < esize; i++)
                 buf[e * esize + i] = (uint8_t)(h >> (8 * (i % 8)));
@@ -107,7 +149,7 @@ void mscx_sim_fill(enum mscx_dtype dtype, enum mscx_redop op, uint32_t nranks, u
                    uint32_t seed, void *buf, uint64_t bytes)
 {
     (void)nranks;
-    fill_values(dtype, op, rank, iter, seed, 0, 0, true, buf, bytes);
+    fill_values(dtype, op, rank, iter, seed, 0, 0, FILL_EXACT, buf, bytes);
 }
 
 /* ---- the checked run ---- */
@@ -117,7 +159,7 @@ struct sim_ctx {
     const struct mscx_sim_case *c;
     uint32_t nranks;
     uint64_t in_bytes, out_bytes;
-    bool exact;           /* inputs must reduce exactly */
+    enum fill_mode mode;  /* input values */
     uint8_t **got;        /* [iter * nranks + rank], out_bytes each */
     uint8_t **fin;        /* final in|out|scratch per rank (determinism runs) */
     uint64_t *fin_len;
@@ -133,7 +175,7 @@ static void sim_fill_cb(void *ctx, uint32_t rank, uint32_t iter, void *in, uint6
         memset(out, 0xa5, out_bytes); /* unwritten output shows */
     if (iter == 0 && s->plan->inplace && out_bytes > in_bytes)
         memset(out, 0xa5, out_bytes);
-    fill_values(s->c->dtype, s->c->op, rank, iter, s->c->seed, 0, 0, s->exact, in, in_bytes);
+    fill_values(s->c->dtype, s->c->op, rank, iter, s->c->seed, 0, 0, s->mode, in, in_bytes);
 }
 
 static void sim_collect_cb(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
@@ -174,7 +216,7 @@ static void sim_seed_cb(void *ctx, uint32_t rank, uint32_t iter, uint32_t flag, 
         if (!s->seed_line[rank][j] || so + (j + 1) * P > scratch_bytes)
             continue;
         fill_values(s->c->dtype, s->c->op, rank, iter, s->c->seed, 0x5eed, j * L / mscx_dtype_size(s->c->dtype),
-                    true, payload, L);
+                    FILL_EXACT, payload, L);
         uint8_t *line = scratch + so + j * P;
         for (uint32_t h = 0; h < P / 8; h++) {
             uint32_t d;
@@ -302,7 +344,7 @@ static void expected(struct sim_ctx *s, uint32_t rank, uint32_t iter, uint8_t *e
     case MSCX_COLL_REDUCESCATTER: {
         uint64_t at = s->plan->coll == MSCX_COLL_ALLREDUCE ? 0 : (uint64_t)rank * out;
         for (uint32_t q = 0; q < N; q++) {
-            fill_values(c->dtype, c->op, q, iter, c->seed, 0, 0, true, tmp, in);
+            fill_values(c->dtype, c->op, q, iter, c->seed, 0, 0, FILL_EXACT, tmp, in);
             if (q == 0)
                 memcpy(exp, tmp + at, out);
             else
@@ -312,18 +354,18 @@ static void expected(struct sim_ctx *s, uint32_t rank, uint32_t iter, uint8_t *e
     }
     case MSCX_COLL_ALLGATHER:
         for (uint32_t q = 0; q < N; q++)
-            fill_values(c->dtype, c->op, q, iter, c->seed, 0, 0, s->exact, exp + (uint64_t)q * in, in);
+            fill_values(c->dtype, c->op, q, iter, c->seed, 0, 0, s->mode, exp + (uint64_t)q * in, in);
         break;
     case MSCX_COLL_ALLTOALL: {
         uint64_t blk = in / N;
         for (uint32_t q = 0; q < N; q++) {
-            fill_values(c->dtype, c->op, q, iter, c->seed, 0, 0, s->exact, tmp, in);
+            fill_values(c->dtype, c->op, q, iter, c->seed, 0, 0, s->mode, tmp, in);
             memcpy(exp + (uint64_t)q * blk, tmp + (uint64_t)rank * blk, blk);
         }
         break;
     }
     default: /* broadcast from root 0 */
-        fill_values(c->dtype, c->op, 0, iter, c->seed, 0, 0, s->exact, exp, out);
+        fill_values(c->dtype, c->op, 0, iter, c->seed, 0, 0, s->mode, exp, out);
         break;
     }
 }
@@ -359,13 +401,10 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static bool plan_reduces(const struct mscx_plan *plan)
+/* Reducing collectives: inputs must reduce exactly whatever the plan's ops are (a one-rank nop reduces too). */
+static bool coll_reduces(enum mscx_coll coll)
 {
-    for (uint32_t r = 0; r < plan->nranks; r++)
-        for (uint32_t i = 0; i < plan->gpus[r].nops; i++)
-            if (mscx_opcode_reduces(plan->gpus[r].ops[i].opcode))
-                return true;
-    return false;
+    return coll == MSCX_COLL_ALLREDUCE || coll == MSCX_COLL_REDUCESCATTER;
 }
 
 /* Run once; @return MSCX_OK, or the executor's status with the reason in res_p->msg. */
@@ -443,6 +482,66 @@ oom:
     free(tmp);
     snprintf(res_p->msg, sizeof(res_p->msg), "out of memory for the simulation buffers");
     return MSCX_ERR_NO_MEMORY;
+}
+
+/*
+ * Allreduce replicas must agree bit for bit even where the reduction order
+ * matters (data-parallel training keeps replicas in sync through it). The
+ * exact inputs cannot show that, so floating-point cases run once more with
+ * rounding-sensitive inputs and every rank's output must equal rank 0's.
+ * Integer reductions are associative, and the other collectives hold each
+ * reduced element on one rank only (reducescatter) or move bits unchanged
+ * (allgather: the definition check with arbitrary bits covers them).
+ */
+static bool needs_consistency(const struct sim_ctx *s)
+{
+    enum mscx_dtype dt = s->c->dtype;
+    return !s->c->no_cross_rank && s->plan->coll == MSCX_COLL_ALLREDUCE && s->nranks > 1 &&
+           (dt == MSCX_DT_FP32 || dt == MSCX_DT_FP16 || dt == MSCX_DT_BF16);
+}
+
+/*
+ * Runs after check_definition, reusing its output buffers. One launch: the
+ * reduction order does not depend on the launch (the definition check
+ * covers back-to-back launches).
+ */
+static mscx_status_t check_consistent(struct sim_ctx *s, struct mscx_sim_result *res_p)
+{
+    uint32_t iters = 1;
+    uint32_t esize = mscx_dtype_size(s->c->dtype);
+    struct mscx_sim_case one = *s->c;
+    const struct mscx_sim_case *saved_c = s->c;
+    one.iters = 1;
+    s->c = &one;
+    s->mode = FILL_NOISY;
+    mscx_status_t st = run_once(s, s->c->seed ^ 0x5a5au, false, res_p);
+    s->mode = FILL_EXACT;
+    s->c = saved_c;
+    if (st != MSCX_OK)
+        return ran_status(st, res_p);
+    for (uint32_t it = 0; it < iters; it++) {
+        const uint8_t *ref = s->got[(uint64_t)it * s->nranks];
+        for (uint32_t r = 1; r < s->nranks; r++) {
+            const uint8_t *got = s->got[(uint64_t)it * s->nranks + r];
+            for (uint64_t b = 0; b < s->out_bytes; b++) {
+                if (got[b] == ref[b])
+                    continue;
+                if (res_p->mismatches++ == 0) {
+                    uint64_t e = b / esize;
+                    uint32_t vr = 0, v0 = 0;
+                    memcpy(&vr, got + e * esize, esize);
+                    memcpy(&v0, ref + e * esize, esize);
+                    snprintf(res_p->msg, sizeof(res_p->msg),
+                             "%s: ranks disagree on rounding-sensitive inputs: rank %u iter %u element %" PRIu64
+                             " (byte offset %" PRIu64 " of %" PRIu64 "): 0x%0*x, rank 0 has 0x%0*x",
+                             mscx_coll_name(s->plan->coll), r, it, e, e * esize, s->out_bytes, (int)(2 * esize), vr,
+                             (int)(2 * esize), v0);
+                }
+                res_p->pass = 0;
+            }
+        }
+    }
+    return MSCX_OK;
 }
 
 static mscx_status_t check_deterministic(struct sim_ctx *s, const struct mscx_geom *geoms,
@@ -524,7 +623,7 @@ mscx_status_t mscx_sim_check(const struct mscx_plan *plan, const struct mscx_sim
         if (g0->input_chunks && g0->output_chunks)
             s.out_bytes = (s.in_bytes / es + g0->input_chunks - 1) / g0->input_chunks * es * g0->output_chunks;
     }
-    s.exact = plan_reduces(plan) || !has_definition(plan->coll);
+    s.mode = coll_reduces(plan->coll) || !has_definition(plan->coll) ? FILL_EXACT : FILL_BITS;
     geoms = calloc(s.nranks, sizeof(*geoms));
     if (geoms == NULL) {
         snprintf(res_p->msg, sizeof(res_p->msg), "out of memory");
@@ -536,8 +635,11 @@ mscx_status_t mscx_sim_check(const struct mscx_plan *plan, const struct mscx_sim
         if (st != MSCX_OK)
             goto out;
     }
-    if (has_definition(plan->coll))
+    if (has_definition(plan->coll)) {
         st = check_definition(&s, res_p);
+        if (st == MSCX_OK && res_p->pass && needs_consistency(&s))
+            st = check_consistent(&s, res_p);
+    }
     else
         st = check_deterministic(&s, geoms, res_p);
 out:

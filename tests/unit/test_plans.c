@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The shipped plans (plans/*.json) and the generator (mscx-plangen):
+ * The shipped plans (the JSON files in plans/) and the generator (mscx-plangen):
  * every plan loads, is executable, claims a sane range that no sibling
  * overlaps, and computes its collective on the host executor (mscx_sim_check)
  * at its range boundaries and at odd sizes, for every datatype and operator
@@ -30,7 +30,7 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The sorted list of plans/*.json (file names). */
+/* The sorted list of JSON files in plans/ (file names). */
 static void list_plans(void)
 {
     if (nplan_files)
@@ -151,16 +151,24 @@ END_TEST
 
 /* ---- simulation ---- */
 
-static void sim_one(const struct mscx_plan *plan, uint64_t bytes, enum mscx_dtype dt, enum mscx_redop op,
-                    enum mscx_pkt_format pkt, uint32_t seed)
+static void sim_one_x(const struct mscx_plan *plan, uint64_t bytes, enum mscx_dtype dt, enum mscx_redop op,
+                      enum mscx_pkt_format pkt, uint32_t seed, bool cross_rank)
 {
-    struct mscx_sim_case c = {.msg_bytes = bytes, .dtype = dt, .op = op, .pkt = pkt, .iters = 2, .seed = seed};
+    struct mscx_sim_case c = {.msg_bytes = bytes, .dtype = dt, .op = op, .pkt = pkt, .iters = 2, .seed = seed,
+                              .no_cross_rank = !cross_rank};
     struct mscx_sim_result res;
     memset(&res, 0, sizeof(res));
     mscx_status_t s = mscx_sim_check(plan, &c, &res);
     ck_assert_msg(s == MSCX_OK && res.pass, "%s: %llu bytes %s %s %s: %s (%s)", mscx_plan_name(plan),
                   (unsigned long long)bytes, mscx_dtype_name(dt), mscx_redop_name(op),
                   pkt == MSCX_PKT_LL8 ? "ll8" : "ll16", s == MSCX_OK ? res.msg : mscx_status_str(s), res.msg);
+}
+
+/* With the allreduce cross-rank check (float types). */
+static void sim_one(const struct mscx_plan *plan, uint64_t bytes, enum mscx_dtype dt, enum mscx_redop op,
+                    enum mscx_pkt_format pkt, uint32_t seed)
+{
+    sim_one_x(plan, bytes, dt, op, pkt, seed, true);
 }
 
 /* One plan, by index (a loop test): boundaries, odd sizes, every claimed dtype x op. */
@@ -183,9 +191,15 @@ START_TEST(test_plans_sim)
                 continue;
             uint64_t u = size_unit(plan, (enum mscx_dtype)dt);
             uint64_t small = round_up(lo, u);
-            /* every combo at the smallest size, both packet formats */
-            sim_one(plan, small, (enum mscx_dtype)dt, (enum mscx_redop)op, MSCX_PKT_LL16, 1);
-            sim_one(plan, small, (enum mscx_dtype)dt, (enum mscx_redop)op, MSCX_PKT_LL8, 2);
+            /*
+             * every combo at the smallest size, both packet formats; the
+             * cross-rank run (sampled: it doubles a float case) with LL16 for
+             * the order-sensitive sum and prod, min and max being
+             * order-free on its non-zero finite inputs
+             */
+            sim_one_x(plan, small, (enum mscx_dtype)dt, (enum mscx_redop)op, MSCX_PKT_LL16, 1,
+                      op == MSCX_REDOP_SUM || op == MSCX_REDOP_PROD);
+            sim_one_x(plan, small, (enum mscx_dtype)dt, (enum mscx_redop)op, MSCX_PKT_LL8, 2, dt == MSCX_DT_BF16 && op == MSCX_REDOP_SUM);
             /* an odd element count that splits unevenly over chunks and slices */
             uint64_t odd = small + 3 * u;
             if ((odd / u) % 2 == 0)
@@ -197,6 +211,20 @@ START_TEST(test_plans_sim)
         }
     }
     ck_assert_uint_gt(nsmall, 0);
+    /*
+     * Allreduce: mscx_sim_check also requires bit-identical results on every
+     * rank with rounding-sensitive float inputs. The loop above ran it at the
+     * smallest size for every float type with sum and prod/LL16 and bf16
+     * sum/LL8, and odd sizes with fp32 sum/LL16 and bf16 prod/LL8; complete
+     * the odd-size square.
+     */
+    if (mscx_plan_collective(plan) == MSCX_COLL_ALLREDUCE) {
+        uint64_t u32 = size_unit(plan, MSCX_DT_FP32), odd = round_up(lo, u32) + 5 * u32;
+        if (odd <= hi) {
+            sim_one(plan, odd, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL8, 7);
+            sim_one(plan, odd, MSCX_DT_BF16, MSCX_REDOP_SUM, MSCX_PKT_LL16, 8);
+        }
+    }
     /* the top of the range (capped at 2 MB): one sampled combo per plan, rotating */
     static const struct {
         enum mscx_dtype dt;
@@ -220,6 +248,54 @@ START_TEST(test_plans_sim)
     if (mid <= hi)
         sim_one(plan, mid, MSCX_DT_FP16, reduces ? MSCX_REDOP_MIN : MSCX_REDOP_SUM, MSCX_PKT_LL16, 6);
     mscx_plan_destroy(plan);
+}
+END_TEST
+
+/*
+ * The cross-rank check is not vacuous: reversing the packet sources of one
+ * rank's reductions in a shipped plan keeps every exact result (sums of
+ * small integers) but changes the rounding on that rank, and the check must
+ * name it.
+ */
+START_TEST(test_plans_sim_rank_order)
+{
+    static const struct {
+        const char *file;
+        uint32_t rank;
+    } cases[] = {
+        {"allreduce_n4_rpn4_oneshot_1K_64K.json", 2},
+        {"allreduce_n8_rpn8_oneshot_1K_64K.json", 5},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct mscx_plan *plan = load_plan(cases[i].file);
+        struct mscx_gpu *g = &plan->gpus[cases[i].rank];
+        uint32_t changed = 0;
+        for (uint32_t k = 0; k < g->nops; k++) {
+            struct mscx_dev_op *op = &g->ops[k];
+            if (!mscx_opcode_reduces(op->opcode) || op->nsrc < 3)
+                continue;
+            for (uint32_t a = 1, b = op->nsrc - 1; a < b; a++, b--) {
+                struct mscx_dev_operand t = op->src[a];
+                op->src[a] = op->src[b];
+                op->src[b] = t;
+            }
+            changed++;
+        }
+        ck_assert_uint_gt(changed, 0);
+        struct mscx_sim_case c = {.msg_bytes = 4096, .dtype = MSCX_DT_FP32, .op = MSCX_REDOP_SUM,
+                                  .pkt = MSCX_PKT_LL16, .iters = 1, .seed = 3};
+        struct mscx_sim_result res;
+        ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
+        ck_assert_msg(!res.pass, "%s: reordered rank %u not caught", cases[i].file, cases[i].rank);
+        char want[64];
+        snprintf(want, sizeof(want), "rank %u ", cases[i].rank);
+        ck_assert_msg(strstr(res.msg, "ranks disagree") && strstr(res.msg, want), "%s: %s", cases[i].file, res.msg);
+        /* integers are associative: the same plan passes */
+        c.dtype = MSCX_DT_INT32;
+        ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
+        ck_assert_msg(res.pass, "%s int32: %s", cases[i].file, res.msg);
+        mscx_plan_destroy(plan);
+    }
 }
 END_TEST
 
@@ -417,6 +493,7 @@ Suite *mscx_test_suite(void)
     suite_add_tcase(s, tc);
     tc = mscx_tcase("sim");
     tcase_add_loop_test(tc, test_plans_sim, 0, MAX_PLANS);
+    tcase_add_test(tc, test_plans_sim_rank_order);
     suite_add_tcase(s, tc);
     tc = mscx_tcase("plangen");
     tcase_add_test(tc, test_plangen_nofuse_same);

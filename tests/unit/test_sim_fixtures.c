@@ -32,7 +32,7 @@ static struct mscx_plan *load_ref(const char *dir, const char *name)
 static void check_case(const struct mscx_plan *plan, const char *name, uint64_t bytes, enum mscx_dtype dt,
                        enum mscx_redop op, enum mscx_pkt_format pkt, uint32_t iters)
 {
-    struct mscx_sim_case c = {bytes, dt, op, pkt, iters, 3};
+    struct mscx_sim_case c = {bytes, dt, op, pkt, iters, 3, 0};
     struct mscx_sim_result res;
     mscx_status_t st = mscx_sim_check(plan, &c, &res);
     ck_assert_msg(st == MSCX_OK, "%s %llu B %s %s %s: status %s: %s", name, (unsigned long long)bytes,
@@ -84,7 +84,7 @@ START_TEST(test_op_plans)
                 check_case(plan, op_plans[_i], sizes[s], MSCX_DT_FP32, MSCX_REDOP_SUM, (enum mscx_pkt_format)f, 2);
                 continue;
             }
-            struct mscx_sim_case c = {sizes[s], MSCX_DT_FP32, MSCX_REDOP_SUM, (enum mscx_pkt_format)f, 2, 3};
+            struct mscx_sim_case c = {sizes[s], MSCX_DT_FP32, MSCX_REDOP_SUM, (enum mscx_pkt_format)f, 2, 3, 0};
             struct mscx_sim_result res;
             ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
             ck_assert_msg(res.pass || strstr(res.msg, "two schedules disagree"), "%s", res.msg);
@@ -100,7 +100,7 @@ START_TEST(test_switch_refused)
     mscx_test_allow_warn("multicast");
     for (int k = 0; k < 2; k++) {
         struct mscx_plan *plan = load_ref("mscclpp-op-plans", names[k]);
-        struct mscx_sim_case c = {1024, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 1, 1};
+        struct mscx_sim_case c = {1024, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 1, 1, 0};
         struct mscx_sim_result res;
         ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_ERR_UNSUPPORTED);
         ck_assert_int_eq(res.pass, 0);
@@ -147,7 +147,7 @@ START_TEST(test_detects_wrong_plan)
         k++;
     ck_assert_uint_lt(k, g->nops);
     g->ops[k].dst[0].index ^= 1; /* still in range, now the wrong chunk */
-    struct mscx_sim_case c = {1024, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2, 3};
+    struct mscx_sim_case c = {1024, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2, 3, 0};
     struct mscx_sim_result res;
     ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
     ck_assert_int_eq(res.pass, 0);

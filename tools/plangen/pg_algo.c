@@ -80,14 +80,19 @@ static int pg_copy(struct pg_plan *p)
 /* ---- allreduce, one node ---- */
 
 /*
- * All-pairs one-shot: input is one chunk. Each block b of G = T(N-1) takes
- * slice b of it: ppkt to every peer's scratch slot, then reduce the slice of
- * the input in place with the N-1 received packet slots.
+ * All-pairs one-shot: input is one chunk; scratch slot j holds rank j's
+ * packets. Each block b of G = T(N-1) takes slice b of the buffer and ppkts
+ * it to slot g of every peer. Every rank then reduces in one order, rank 0's
+ * data first and the others in rank order, so all ranks get the same bits:
+ * rank g > 0 packs its own slice into its own slot g (cpkt), unpacks rank
+ * 0's slice into the input (already sent and packed), and reduces that with
+ * slots 1..N-1; rank 0 reduces its own input with slots 1..N-1. All ops of
+ * a block use the same slice, so no block overwrites input another reads.
  */
 static int pg_ar_oneshot(struct pg_plan *p, uint32_t N, uint32_t T)
 {
     uint32_t G = T * (N - 1);
-    pg_plan_chunks(p, 1, 1, N - 1);
+    pg_plan_chunks(p, 1, 1, N);
     for (uint32_t g = 0; g < N; g++) {
         pg_connect_node(p, g, N);
         if (pg_new_tbs(p, g, G) < 0)
@@ -96,11 +101,16 @@ static int pg_ar_oneshot(struct pg_plan *p, uint32_t N, uint32_t T)
             for (uint32_t q = 0; q < N - 1; q++) {
                 uint32_t peer = pg_peer(g, q);
                 pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', 0, 1)),
-                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_slot(g, peer), 1)), "memory", NULL, false,
+                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', g, 1)), "memory", NULL, false, pg_tbg(b, G));
+            }
+            if (g > 0) {
+                pg_op(p, g, b, "cpkt", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('s', g, 1)), NULL, NULL, false,
+                      pg_tbg(b, G));
+                pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', 0, 1)), pg_arr1(pg_loc('i', 0, 1)), NULL, NULL, false,
                       pg_tbg(b, G));
             }
             json_t *src = pg_arr1(pg_loc('i', 0, 1));
-            for (uint32_t k = 0; k < N - 1; k++)
+            for (uint32_t k = 1; k < N; k++)
                 A_PUSH(src, pg_loc('s', k, 1));
             pg_op(p, g, b, "repkt", src, pg_arr1(pg_loc('i', 0, 1)), NULL, NULL, true, pg_tbg(b, G));
         }
@@ -158,7 +168,9 @@ static int pg_ar_twophase(struct pg_plan *p, uint32_t N, uint32_t T)
  * node-local sum, which the port block ships); [P+M, 2P+M) final results by
  * local rank (own slot holds the packet copy of the result).
  * Block 0 drives the port channels; blocks 1.. form per-peer groups (T each)
- * and together the global group of G = T(P-1) blocks.
+ * and together the global group of G = T(P-1) blocks. Each chunk's node sum
+ * is computed once (by its owner), and the nodes' sums are folded in node
+ * order on every node, so all ranks hold the same bits.
  */
 static int pg_ar_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
 {
@@ -200,11 +212,18 @@ static int pg_ar_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
                       pg_tbg(gb, G));
                 /* 3. the port block may send once every block wrote its slice */
                 pg_barrier(p, r, b, 0, 1 + G);
-                /* 4. add the other nodes' sums; packet copy to the own result slot */
+                /*
+                 * 4. add the nodes' sums in node order on every node (identical
+                 * bits everywhere): node n > 0 unpacks node 0's sum over its
+                 * own (whose packet copy stays in slot P + n) and folds slots
+                 * P + 1.. P + M - 1; packet copy to the own result slot
+                 */
+                if (n > 0)
+                    pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', P, 1)), pg_arr1(pg_loc('i', l, 1)), NULL, NULL, false,
+                          pg_tbg(gb, G));
                 src = pg_arr1(pg_loc('i', l, 1));
-                for (uint32_t m = 0; m < M; m++)
-                    if (m != n)
-                        A_PUSH(src, pg_loc('s', P + m, 1));
+                for (uint32_t m = 1; m < M; m++)
+                    A_PUSH(src, pg_loc('s', P + m, 1));
                 pg_op(p, r, b, "repkt", src, pg_arr1(pg_loc('i', l, 1)), NULL, NULL, true, pg_tbg(gb, G));
                 pg_op(p, r, b, "cpkt", pg_arr1(pg_loc('i', l, 1)), pg_arr1(pg_loc('s', P + M + l, 1)), NULL, NULL,
                       false, pg_tbg(gb, G));

@@ -3,7 +3,9 @@
  * @file sim.h
  * Checked simulation: run a plan on the host executor with deterministic
  * exact-arithmetic inputs and compare with the collective's definition
- * (allreduce, allgather, reducescatter, alltoall, broadcast). A "test" plan
+ * (allreduce, allgather, reducescatter, alltoall, broadcast). Floating-point
+ * allreduce cases also run once with rounding-sensitive inputs, and every
+ * rank's output must be bit-identical (replicas stay in sync). A "test" plan
  * has no definition: it must finish, and two runs with different thread
  * schedules must agree bit for bit.
  */
@@ -26,6 +28,7 @@ struct mscx_sim_case {
     enum mscx_pkt_format pkt;
     uint32_t iters;       /* back-to-back launches with advancing flags, each checked */
     uint32_t seed;
+    int no_cross_rank;    /* 1: skip the allreduce cross-rank run (sampling in long sweeps) */
 };
 
 struct mscx_sim_result {
