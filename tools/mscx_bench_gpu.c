@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * mscx-bench-gpu: in-process N-rank benchmarks of the GPU executor on one GPU.
- *   mscx-bench-gpu [algo-plan-dir [plans-dir]]
+ *   mscx-bench-gpu [algo-plan-dir [plans-dir [max-bytes]]]
  * algo-plan-dir holds the DSL's allreduce_pkt_n{2,4,8}.json; plans-dir this
  * project's plans/ (allreduce_n{N}_rpn{N}_oneshot_1K_64K.json, what the shim
  * routes for one node at 1 KB..64 KB).
@@ -136,6 +136,8 @@ static double time_graph(struct bench *b, int per_graph, int replays)
     return med;
 }
 
+static uint64_t g_max_bytes = 4u << 20;
+
 static void bench_n(const char *path, uint32_t n, int oneshot, const char *label)
 {
     char err[1024];
@@ -152,7 +154,7 @@ static void bench_n(const char *path, uint32_t n, int oneshot, const char *label
     b.oneshot = oneshot;
     uint64_t mn, mx;
     mscx_plan_size_range(plan, &mn, &mx);
-    const uint64_t maxmsg = mx < (4u << 20) ? mx : (4u << 20);
+    const uint64_t maxmsg = mx < g_max_bytes ? mx : g_max_bytes;
     if (mscx_exec_create_local_group(n, 0, b.ex) != MSCX_OK)
         return;
     for (uint32_t r = 0; r < n; r++) {
@@ -246,6 +248,8 @@ int main(int argc, char **argv)
     }
     const char *dir = argc > 1 ? argv[1] : "../shared/reference/mscclpp-algo-plans";
     const char *pdir = argc > 2 ? argv[2] : "plans";
+    if (argc > 3 && strtoull(argv[3], NULL, 0) >= 1024)
+        g_max_bytes = strtoull(argv[3], NULL, 0);
     char path[4096];
     printf("LL16 packet allreduce, fp32 sum, in place; us per allreduce (all ranks); graph: %d per graph, "
            "median of %d replays\n\n", ITERS, REPS);

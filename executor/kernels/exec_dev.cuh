@@ -32,6 +32,7 @@ struct mscx_dstate {
     uint32_t parity;
     uint32_t op_index;
     uint32_t opcode;
+    uint32_t rop; /* reduction operator of the launch */
 };
 
 struct mscx_dpipe {
@@ -46,7 +47,7 @@ __device__ __forceinline__ uint64_t mscx_dtime(void)
 }
 
 /* Record an error once and make every spinning thread of this rank give up. */
-__device__ __noinline__ void mscx_dfail(const struct mscx_dstate *s, int32_t code)
+static __device__ __noinline__ void mscx_dfail(const struct mscx_dstate *s, int32_t code)
 {
     struct mscx_gpu_host *h = s->ctx->host;
     if (atomicCAS(&s->ctx->err_claim, 0u, 1u) == 0u) {
@@ -70,7 +71,7 @@ struct mscx_spin {
  * The clock is read every 256 polls; the abort word lives in mapped host
  * memory (a PCIe read), so it is read only once a wait has lasted 1 ms.
  */
-__device__ __noinline__ int mscx_spin_slow(const struct mscx_dstate *s, struct mscx_spin *sp)
+static __device__ __noinline__ int mscx_spin_slow(const struct mscx_dstate *s, struct mscx_spin *sp)
 {
     uint64_t now = mscx_dtime();
     if (sp->t0 == 0) {
@@ -102,7 +103,7 @@ __device__ __forceinline__ int mscx_spin_step(const struct mscx_dstate *s, struc
  * the flag, release) at the start of its launch with the same flag; wait for
  * that, so a stale pointer of an earlier launch is never used.
  */
-__device__ __noinline__ char *mscx_dpeer_user(const struct mscx_dstate *s, struct mscx_gpu_pub *pub, int t)
+static __device__ __noinline__ char *mscx_dpeer_user(const struct mscx_dstate *s, struct mscx_gpu_pub *pub, int t)
 {
     struct mscx_spin sp = {0, 0};
     volatile uint32_t *f = &pub->flag[s->parity];
@@ -152,7 +153,7 @@ __device__ __forceinline__ struct mscx_dopnd mscx_dresolve(const struct mscx_dst
         r.size = a->out_bytes;
         break;
     default:
-        r.base = s->ctx->scratch + s->so;
+        r.base = a->scratch + s->so;
         r.raw = 0;
         break;
     }
@@ -181,7 +182,7 @@ __device__ __forceinline__ void mscx_drange(const struct mscx_dev_op *op, const 
 }
 
 /* Cold path of a raw load: partial or unaligned. */
-__device__ __noinline__ uint4 mscx_dload_slow(const char *p, uint64_t avail, uint32_t n)
+static __device__ __noinline__ uint4 mscx_dload_slow(const char *p, uint64_t avail, uint32_t n)
 {
     uint32_t w[4] = {0, 0, 0, 0};
     uint32_t m = avail < n ? (uint32_t)avail : n;
@@ -190,7 +191,7 @@ __device__ __noinline__ uint4 mscx_dload_slow(const char *p, uint64_t avail, uin
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-__device__ __noinline__ void mscx_dstore_slow(char *p, uint64_t avail, uint32_t n, uint4 v)
+static __device__ __noinline__ void mscx_dstore_slow(char *p, uint64_t avail, uint32_t n, uint4 v)
 {
     uint32_t w[4] = {v.x, v.y, v.z, v.w};
     uint32_t m = avail < n ? (uint32_t)avail : n;
@@ -280,8 +281,40 @@ template <uint32_t N> __device__ __forceinline__ void mscx_dstore(const struct m
     mscx_dstore_slow(p, avail, N, v);
 }
 
+/*
+ * Flat view of @p len bytes of operand @p r from logical offset @p off: a
+ * pointer p such that logical byte off + x lies at p + x for every x below
+ * len, or NULL when the range needs the logical->real remapping (it crosses a
+ * raw chunk's real end, or chunks that are not contiguous) or p is not
+ * aligned to @p align. Scratch operands are always flat. Where this returns
+ * non-NULL, plain vector accesses give exactly what mscx_dload/mscx_dstore
+ * give, because every byte touched is real data.
+ */
+__device__ __forceinline__ char *mscx_dflat(const struct mscx_dopnd *r, uint64_t off, uint64_t len, uint32_t align)
+{
+    if (!r->raw)
+        return r->base + off;
+    if (r->base == NULL)
+        return NULL;
+    uint64_t real;
+    if (r->chunk == r->slot) {
+        real = off; /* chunks are contiguous: the identity */
+    } else {
+        uint64_t c0 = off / r->slot, w0 = off - c0 * r->slot;
+        if (w0 + len > r->chunk)
+            return NULL;
+        real = c0 * r->chunk + w0;
+    }
+    if (real + len > r->size)
+        return NULL;
+    char *p = r->base + real;
+    if (((uintptr_t)p & (align - 1u)) != 0)
+        return NULL;
+    return p;
+}
+
 /* Reduce the first NW words of two payload vectors (DT, OP fixed at compile time). */
-template <uint32_t DT, uint32_t OP, uint32_t NW> __device__ __forceinline__ uint4 mscx_dreduce(uint4 a, uint4 b)
+template <uint32_t DT, uint32_t OP, uint32_t NW> __device__ __forceinline__ uint4 mscx_dreduce_t(uint4 a, uint4 b)
 {
     a.x = mscx_reduce_word(DT, OP, a.x, b.x);
     if (NW > 1)
@@ -291,6 +324,21 @@ template <uint32_t DT, uint32_t OP, uint32_t NW> __device__ __forceinline__ uint
         a.w = mscx_reduce_word(DT, OP, a.w, b.w);
     }
     return a;
+}
+
+/* The operator is uniform across the launch, so this switch is a uniform branch (one instantiation per dtype). */
+template <uint32_t DT, uint32_t NW> __device__ __forceinline__ uint4 mscx_dreduce(uint32_t op, uint4 a, uint4 b)
+{
+    switch (op) {
+    case MSCX_REDOP_PROD:
+        return mscx_dreduce_t<DT, MSCX_REDOP_PROD, NW>(a, b);
+    case MSCX_REDOP_MIN:
+        return mscx_dreduce_t<DT, MSCX_REDOP_MIN, NW>(a, b);
+    case MSCX_REDOP_MAX:
+        return mscx_dreduce_t<DT, MSCX_REDOP_MAX, NW>(a, b);
+    default:
+        return mscx_dreduce_t<DT, MSCX_REDOP_SUM, NW>(a, b);
+    }
 }
 
 /* ---- packet lines (same-GPU and peer memory alike: no fence, the flag travels with the data) ---- */

@@ -4,6 +4,7 @@
  * exchange, launches. The kernel is in kernels/exec_kernel.cu; the device
  * layout in gpu_int.h.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 /* What a rank tells its peers about one plan context. */
 struct gpu_rec {
     int64_t pid;
+    uint64_t host;        /* host identity: a pid names a process only together with it */
     int32_t device;
     int32_t pad;
     uint64_t ctx_dev;     /* struct mscx_gpu_ctx * in the owner's address space */
@@ -36,6 +38,8 @@ struct gpu_plan {
         off_pin[MSCX_CHAN_COUNT];
     char *scratch;
     uint64_t scratch_bytes;
+    char *tmp;             /* staging for calls whose in-place-ness differs from the plan's */
+    uint64_t tmp_bytes;
     struct gpu_rec *recs;  /* [nranks] */
     void **opened;         /* [2 * nranks] IPC mappings to close */
     int ready;
@@ -43,6 +47,7 @@ struct gpu_plan {
     uint32_t ngeom;        /* geometry classes; geom_rank[c] represents class c (class 0: this rank) */
     uint32_t geom_rank[MSCX_GPU_MAX_GEOM];
     int reduce;            /* the plan has reduction ops */
+    int publish, sys_scope; /* copies of the context's flags (kernel arguments) */
     /* launch cache */
     uint64_t c_msg;
     int c_dtype;
@@ -221,6 +226,25 @@ static mscx_status_t setup_geoms(struct gpu_plan *gp, uint32_t rank)
     return MSCX_OK;
 }
 
+/* FNV-1a of the host name and the boot id: ranks on one host and boot share it. */
+static uint64_t host_identity(void)
+{
+    char buf[320] = {0};
+    uint64_t h = 1469598103934665603ull;
+    if (gethostname(buf, 255) != 0)
+        buf[0] = '\0';
+    size_t n = strlen(buf);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (fgets(buf + n, (int)(sizeof(buf) - n), f) == NULL)
+            buf[n] = '\0';
+        fclose(f);
+    }
+    for (const char *p = buf; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h;
+}
+
 /* Fill the tables of one rank's context once every rank's record is known. */
 static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp)
 {
@@ -229,6 +253,7 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
     const struct mscx_gpu *gpu = &plan->gpus[rank];
     mscx_status_t st = MSCX_OK;
     int64_t pid = (int64_t)getpid();
+    uint64_t host = gp->recs[rank].host;
     char *img = calloc(1, gp->ctx_bytes);
     char **peer_ctx = calloc(n, sizeof(char *)), **peer_scr = calloc(n, sizeof(char *));
     gp->opened = calloc(2u * n, sizeof(void *));
@@ -238,7 +263,7 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
     }
     for (uint32_t r = 0; r < n; r++) {
         const struct gpu_rec *rc = &gp->recs[r];
-        if (rc->pid == pid) {
+        if (rc->pid == pid && rc->host == host) {
             peer_ctx[r] = (char *)(uintptr_t)rc->ctx_dev;
             peer_scr[r] = (char *)(uintptr_t)rc->scratch_dev;
             continue;
@@ -289,7 +314,7 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
             rb[i].kind = MSCX_GPU_RBUF_SCRATCH;
             rb[i].ptr = peer_scr[o];
         } else {
-            if (gp->recs[o].pid != pid) {
+            if (gp->recs[o].pid != pid || gp->recs[o].host != host) {
                 MSCX_WARN("plan %s: rank %u reads or writes rank %u's user buffer across processes: "
                           "user buffer registration is not implemented", plan->name, rank, o);
                 st = MSCX_ERR_UNSUPPORTED;
@@ -321,6 +346,8 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
         }
     }
     GPU_CHECK_GOTO(cudaMemcpy(gp->d_ctx, img, gp->ctx_bytes, cudaMemcpyHostToDevice), st, out);
+    gp->publish = (int)c->publish;
+    gp->sys_scope = (int)c->sys_scope;
     gp->ready = 1;
 out:
     free(img);
@@ -393,10 +420,18 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
         GPU_CHECK_GOTO(cudaMalloc((void **)&gp->scratch, gp->scratch_bytes), st, fail);
         GPU_CHECK_GOTO(cudaMemset(gp->scratch, 0, gp->scratch_bytes), st, fail);
     }
+    {
+        uint64_t in, out;
+        mscx_coll_sizes(plan->coll, n, max_msg_bytes, &in, &out);
+        gp->tmp_bytes = in > out ? in : out;
+        if (gp->tmp_bytes)
+            GPU_CHECK_GOTO(cudaMalloc((void **)&gp->tmp, gp->tmp_bytes), st, fail);
+    }
     GPU_CHECK_GOTO(cudaDeviceSynchronize(), st, fail);
     struct gpu_rec mine;
     memset(&mine, 0, sizeof(mine));
     mine.pid = (int64_t)getpid();
+    mine.host = host_identity();
     mine.device = ex->device;
     mine.ctx_dev = (uint64_t)(uintptr_t)gp->d_ctx;
     mine.scratch_dev = (uint64_t)(uintptr_t)gp->scratch;
@@ -434,12 +469,103 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     }
     return gpu_plan_finalize(ex, gp);
 fail:
+    if (gp->tmp)
+        cudaFree(gp->tmp);
     if (gp->scratch)
         cudaFree(gp->scratch);
     if (gp->d_ctx)
         cudaFree(gp->d_ctx);
     memset(gp, 0, sizeof(*gp));
     return st;
+}
+
+/*
+ * A plan is written for one buffer placement: in-place (the collective's
+ * aliasing: allreduce out == in, allgather in == out + rank * in_bytes,
+ * reducescatter out == in + rank * out_bytes) or out-of-place. Routing must
+ * not depend on pointers, so every call runs whatever its placement: when it
+ * differs from the plan's, the data is staged with device copies on the
+ * call's stream (graph-capturable) and the plan runs on the placement it
+ * expects. The send buffer is never written.
+ */
+struct alias_plan {
+    const void *in;
+    void *out;
+    const void *pre_src, *post_src;
+    void *pre_dst, *post_dst;
+    uint64_t pre_bytes, post_bytes;
+};
+
+static mscx_status_t alias_adapt(const struct gpu_plan *gp, uint32_t rank, const void *send, void *recv,
+                                 struct alias_plan *ap_p)
+{
+    const struct mscx_plan *plan = gp->plan;
+    uint64_t in = gp->c_args.in_bytes, out = gp->c_args.out_bytes;
+    const char *s = (const char *)send;
+    char *r = (char *)recv;
+    struct alias_plan ap = {send, recv, NULL, NULL, NULL, NULL, 0, 0};
+    int call_inplace;
+    switch (plan->coll) {
+    case MSCX_COLL_ALLGATHER:
+        call_inplace = s == r + (uint64_t)rank * in;
+        break;
+    case MSCX_COLL_REDUCESCATTER:
+        call_inplace = r == s + (uint64_t)rank * out;
+        break;
+    default:
+        call_inplace = s == r;
+        break;
+    }
+    if (call_inplace == (int)plan->inplace || in == 0) {
+        *ap_p = ap;
+        return MSCX_OK;
+    }
+    uint64_t need = plan->inplace && plan->coll != MSCX_COLL_REDUCESCATTER ? 0 : (in > out ? in : out);
+    if (need > gp->tmp_bytes) {
+        MSCX_WARN("internal bug: plan %s: %llu staging bytes needed, %llu allocated", plan->name,
+                  (unsigned long long)need, (unsigned long long)gp->tmp_bytes);
+        return MSCX_ERR_INTERNAL;
+    }
+    if (plan->inplace) {
+        switch (plan->coll) {
+        case MSCX_COLL_ALLGATHER: /* put our contribution where an in-place call keeps it */
+            ap.in = r + (uint64_t)rank * in;
+            ap.pre_src = s;
+            ap.pre_dst = r + (uint64_t)rank * in;
+            ap.pre_bytes = in;
+            break;
+        case MSCX_COLL_REDUCESCATTER: /* run in place on a copy, then deliver our slice */
+            ap.in = gp->tmp;
+            ap.out = gp->tmp + (uint64_t)rank * out;
+            ap.pre_src = s;
+            ap.pre_dst = gp->tmp;
+            ap.pre_bytes = in;
+            ap.post_src = gp->tmp + (uint64_t)rank * out;
+            ap.post_dst = r;
+            ap.post_bytes = out;
+            break;
+        default: /* out == in: start from the input in the output buffer */
+            ap.in = r;
+            ap.pre_src = s;
+            ap.pre_dst = r;
+            ap.pre_bytes = in < out ? in : out;
+            break;
+        }
+    } else if (plan->coll == MSCX_COLL_REDUCESCATTER) {
+        /* the result would overwrite input the plan still reads: reduce into staging */
+        ap.out = gp->tmp;
+        ap.post_src = gp->tmp;
+        ap.post_dst = r;
+        ap.post_bytes = out;
+    } else {
+        /* the plan writes the output while reading the input: read from a copy */
+        ap.in = gp->tmp;
+        ap.pre_src = s;
+        ap.pre_dst = gp->tmp;
+        ap.pre_bytes = in;
+    }
+    *ap_p = ap;
+    return MSCX_OK;
 }
 
 mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf, void *recvbuf,
@@ -476,6 +602,14 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         struct mscx_gpu_args *a = &gp->c_args;
         memset(a, 0, sizeof(*a));
         a->ctx = (struct mscx_gpu_ctx *)gp->d_ctx;
+        a->ops = (const struct mscx_dev_op *)(gp->d_ctx + gp->off_ops);
+        a->tb_begin = (const uint32_t *)(gp->d_ctx + gp->off_tb);
+        a->bflag = (uint32_t *)(gp->d_ctx + gp->off_bflag);
+        a->scratch = gp->scratch;
+        a->scratch_bytes = gp->scratch_bytes;
+        a->scratch_chunks = plan->gpus[ex->bs.rank].scratch_chunks;
+        a->publish = (uint32_t)gp->publish;
+        a->sys_scope = (uint32_t)gp->sys_scope;
         a->in_bytes = g.in_bytes;
         a->out_bytes = g.out_bytes;
         for (uint32_t c = 0; c < gp->ngeom; c++) {
@@ -499,16 +633,25 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         gp->c_dtype = (int)dtype;
     }
     struct mscx_gpu_args a = gp->c_args;
-    a.in = sendbuf;
-    a.out = recvbuf;
+    struct alias_plan ap;
+    mscx_status_t ast = alias_adapt(gp, ex->bs.rank, sendbuf, recvbuf, &ap);
+    if (ast != MSCX_OK)
+        return ast;
+    a.in = ap.in;
+    a.out = ap.out;
     a.dtype = dtype;
     a.op = op;
     a.pkt = pkt;
-    if (gp->ntb == 0)
-        return MSCX_OK;
-    int rc = mscx_gpu_kernel_launch(&a, gp->ntb, gp->nthreads, stream);
-    if (rc != 0)
-        return gpu_check((cudaError_t)rc, "kernel launch");
+    cudaStream_t s = (cudaStream_t)stream;
+    if (ap.pre_bytes && cudaMemcpyAsync(ap.pre_dst, ap.pre_src, ap.pre_bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+        return gpu_check(cudaGetLastError(), "staging copy");
+    if (gp->ntb != 0) {
+        int rc = mscx_gpu_kernel_launch(&a, gp->ntb, gp->nthreads, stream);
+        if (rc != 0)
+            return gpu_check((cudaError_t)rc, "kernel launch");
+    }
+    if (ap.post_bytes && cudaMemcpyAsync(ap.post_dst, ap.post_src, ap.post_bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+        return gpu_check(cudaGetLastError(), "staging copy");
     return MSCX_OK;
 }
 
@@ -549,6 +692,8 @@ void mscx_exec_destroy(struct mscx_exec *ex)
         }
         if (gp->scratch)
             cudaFree(gp->scratch);
+        if (gp->tmp)
+            cudaFree(gp->tmp);
         if (gp->d_ctx)
             cudaFree(gp->d_ctx);
         free(gp->recs);

@@ -41,9 +41,10 @@ struct mscx_gpu_geom {
 
 /**
  * Scratch clearing at a flag wrap: the launches with the last two flags before
- * the wrap (one per scratch half) clear their half after every block of the
- * rank has finished, so that no line written before the wrap can match a flag
- * after it. @return non-zero when the launch with @p flag clears.
+ * the wrap each clear, after every block of the rank has finished, the whole
+ * scratch except the other half of their own geometry; together they clear
+ * everything, so that no line written before the wrap can match a flag after
+ * it. @return non-zero when the launch with @p flag clears.
  */
 #ifdef __CUDACC__
 __host__ __device__
@@ -104,9 +105,22 @@ struct mscx_gpu_ctx {
     uint64_t scratch_bytes; /* allocated */
 };
 
-/* Per-launch arguments (passed by value). */
+/*
+ * Per-launch arguments (passed by value, __grid_constant__). The context's
+ * fixed tables are repeated here so that a block reaches its ops with one
+ * dependent load (tb_begin) instead of three.
+ */
 struct mscx_gpu_args {
     struct mscx_gpu_ctx *ctx;
+    const struct mscx_dev_op *ops; /* = ctx->ops */
+    const uint32_t *tb_begin;      /* = ctx->tb_begin */
+    uint32_t *bflag;               /* = ctx->bflag */
+    char *scratch;                 /* = ctx->scratch */
+    uint64_t scratch_bytes;        /* = ctx->scratch_bytes */
+    uint32_t scratch_chunks;       /* = ctx->scratch_chunks */
+    uint32_t publish;              /* = ctx->publish */
+    uint32_t sys_scope;            /* = ctx->sys_scope */
+    uint32_t pad0;
     const void *in;
     void *out;
     uint64_t in_bytes, out_bytes;
@@ -118,7 +132,7 @@ struct mscx_gpu_args {
     uint32_t pad;
 };
 
-/* Implemented in kernels/exec_kernel.cu. */
+/* Implemented in kernels/exec_kernel.cu (dispatch) and kernels/exec_k_*.cu (one per packet format). */
 int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads, void *stream);
 /* Resident blocks per SM for @p nthreads and @p smem_bytes of dynamic shared memory (worst instantiation), or -1. */
 int mscx_gpu_kernel_occupancy(uint32_t nthreads, uint32_t smem_bytes);

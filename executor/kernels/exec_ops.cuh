@@ -1,0 +1,593 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The executor kernel template: one launch runs one rank's plan. Block b runs
+ * thread block b's ops in order. The kernel is templated on the packet format
+ * and the element type (the operator is a uniform runtime branch inside the
+ * reduction), plus a copy-only variant for plans without reductions; each
+ * packet format is instantiated in its own translation unit (exec_k_*.cu) so
+ * that the build compiles them in parallel. A block stages its ops in shared
+ * memory when they fit. __syncthreads() runs only before ops that the upload
+ * marked (MSCX_GPU_OPF_SYNC: a data hazard between threads of the block,
+ * signals, waits, barriers), so results do not depend on the thread count.
+ * Each block keeps its own launch flag in the context and advances it, so
+ * graph replays stay correct without any cross-block atomics.
+ *
+ * Every data op resolves its operands once per op, not per element: when all
+ * the bytes an op touches are real data (the common case: no clipping at a
+ * chunk's or the buffer's real end, see mscx_dflat) the inner loop is plain
+ * pointer arithmetic and wide loads and stores; otherwise the op takes the
+ * general path that maps each unit logical->real and clips it.
+ */
+#ifndef MSCX_EXEC_OPS_CUH
+#define MSCX_EXEC_OPS_CUH
+
+#include <cuda_runtime.h>
+#include "exec_dev.cuh"
+
+typedef void (*mscx_kfn)(const struct mscx_gpu_args);
+
+/* Slice of operands of @p size chunks with slot @p slot, computed once per op. */
+struct mscx_dref {
+    uint32_t size;
+    uint64_t slot, soff, len;
+};
+
+__device__ __forceinline__ void mscx_dref_make(const struct mscx_dev_op *op, uint32_t size, uint64_t slot,
+                                               const struct mscx_dpipe *pp, struct mscx_dref *r)
+{
+    struct mscx_dev_operand o;
+    o.index = 0;
+    o.size = size;
+    uint64_t off, len;
+    mscx_drange(op, &o, slot, pp, &off, &len);
+    r->size = size;
+    r->slot = slot;
+    r->soff = off;
+    r->len = len;
+}
+
+/* Resolve operand @p o and its logical range, reusing @p ref when the shape matches. */
+__device__ __forceinline__ struct mscx_dopnd mscx_dat(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                                      const struct mscx_dev_operand *o, const struct mscx_dpipe *pp,
+                                                      const struct mscx_dref *ref, uint64_t *off_p, uint64_t *len_p)
+{
+    struct mscx_dopnd r = mscx_dresolve(s, o);
+    if (o->size == ref->size && r.slot == ref->slot) {
+        *off_p = (uint64_t)o->index * r.slot + ref->soff;
+        *len_p = ref->len;
+    } else {
+        mscx_drange(op, o, r.slot, pp, off_p, len_p);
+    }
+    return r;
+}
+
+/* put, get, copy, pws, pwsf: pair i copies src[i] to dst[i]. */
+static __device__ void mscx_dop_copy(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp)
+{
+    uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
+    for (uint32_t i = 0; i < npair; i++) {
+        struct mscx_dref ref;
+        uint64_t soff, slen, doff, dlen;
+        struct mscx_dopnd src = mscx_dresolve(s, &op->src[i]);
+        mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
+        soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
+        slen = ref.len;
+        struct mscx_dopnd dst = mscx_dat(s, op, &op->dst[i], pp, &ref, &doff, &dlen);
+        uint64_t units = (slen < dlen ? slen : dlen) / 16u;
+        if (units == 0)
+            continue;
+        const char *ps = mscx_dflat(&src, soff, units * 16u, 16u);
+        char *pd = mscx_dflat(&dst, doff, units * 16u, 16u);
+        if (ps && pd && units < 0x80000000ull) {
+            uint32_t n = (uint32_t)units;
+            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
+                *(uint4 *)(pd + (uint64_t)u * 16u) = *(const uint4 *)(ps + (uint64_t)u * 16u);
+        } else {
+            for (uint64_t u = threadIdx.x; u < units; u += blockDim.x)
+                mscx_dstore<16>(&dst, doff + u * 16u, mscx_dload<16>(&src, soff + u * 16u));
+        }
+    }
+}
+
+/* re, res, rre, rres: every dst gets src[0] folded with src[1..] in order. */
+template <uint32_t DT>
+static __device__ void mscx_dop_reduce(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                const struct mscx_dpipe *pp)
+{
+    struct mscx_dref ref;
+    struct mscx_dopnd s0 = mscx_dresolve(s, &op->src[0]);
+    mscx_dref_make(op, op->src[0].size, s0.slot, pp, &ref);
+    uint64_t off0 = (uint64_t)op->src[0].index * s0.slot + ref.soff;
+    uint64_t units = ref.len / 16u;
+    uint32_t nsrc = op->nsrc, ndst = op->ndst, rop = s->rop;
+    if (units == 0)
+        return;
+    {
+        const char *sp[MSCX_MAX_OPERANDS];
+        char *dp[MSCX_MAX_OPERANDS];
+        uint64_t bytes = units * 16u, off, len;
+        int ok = units < 0x80000000ull;
+        sp[0] = mscx_dflat(&s0, off0, bytes, 16u);
+        ok &= sp[0] != NULL;
+        for (uint32_t k = 1; k < nsrc && ok; k++) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
+            sp[k] = mscx_dflat(&r, off, bytes, 16u);
+            ok &= sp[k] != NULL;
+        }
+        for (uint32_t k = 0; k < ndst && ok; k++) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+            dp[k] = mscx_dflat(&r, off, bytes, 16u);
+            ok &= dp[k] != NULL;
+        }
+        if (ok) {
+            uint32_t n = (uint32_t)units;
+            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+                uint64_t x = (uint64_t)u * 16u;
+                uint4 acc = *(const uint4 *)(sp[0] + x);
+                for (uint32_t k = 1; k < nsrc; k++)
+                    acc = mscx_dreduce<DT, 4>(rop, acc, *(const uint4 *)(sp[k] + x));
+                for (uint32_t k = 0; k < ndst; k++)
+                    *(uint4 *)(dp[k] + x) = acc;
+            }
+            return;
+        }
+    }
+    for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
+        uint64_t x = u * 16u, off, len;
+        uint4 acc = mscx_dload<16>(&s0, off0 + x);
+        for (uint32_t k = 1; k < nsrc; k++) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
+            acc = mscx_dreduce<DT, 4>(rop, acc, mscx_dload<16>(&r, off + x));
+        }
+        for (uint32_t k = 0; k < ndst; k++) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+            mscx_dstore<16>(&r, off + x, acc);
+        }
+    }
+}
+
+/* cpkt and memory ppkt: pack src[i] into lines at dst[i]. */
+template <uint32_t PKT>
+static __device__ void mscx_dop_pack(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp)
+{
+    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
+    uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
+    uint32_t flag = s->flag;
+    struct mscx_dref ref;
+    ref.size = 0xffffffffu;
+    ref.slot = 0;
+    for (uint32_t i = 0; i < npair; i++) {
+        uint64_t soff, slen, doff, dlen;
+        struct mscx_dopnd src = mscx_dresolve(s, &op->src[i]);
+        if (op->src[i].size != ref.size || src.slot != ref.slot)
+            mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
+        soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
+        slen = ref.len;
+        struct mscx_dopnd dst = mscx_dat(s, op, &op->dst[i], pp, &ref, &doff, &dlen);
+        uint64_t units = (slen < dlen ? slen : dlen) / pl;
+        if (units == 0)
+            continue;
+        char *lines = dst.base + 2u * doff;
+        const char *ps = mscx_dflat(&src, soff, units * pl, pl);
+        if (ps && units < 0x80000000ull) {
+            uint32_t n = (uint32_t)units;
+            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
+                mscx_dline_store<PKT>(lines + 2u * pl * (uint64_t)u, mscx_dvload<pl>(ps + (uint64_t)u * pl), flag);
+        } else {
+            for (uint64_t u = threadIdx.x; u < units; u += blockDim.x)
+                mscx_dline_store<PKT>(lines + 2u * pl * u, mscx_dload<pl>(&src, soff + u * pl), flag);
+        }
+    }
+}
+
+/*
+ * rppkt, port ppkt and upkt: read the lines of src[i] (src[0] for rppkt) and
+ * forward them as lines (or, for upkt, store the payload raw) to dst.
+ */
+template <uint32_t PKT>
+static __device__ int mscx_dop_forward(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                const struct mscx_dpipe *pp, int single_src, int unpack)
+{
+    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
+    uint32_t npass = single_src ? 1u : (op->nsrc < op->ndst ? op->nsrc : op->ndst);
+    uint32_t flag = s->flag;
+    for (uint32_t i = 0; i < npass; i++) {
+        struct mscx_dref ref;
+        struct mscx_dopnd src = mscx_dresolve(s, &op->src[i]);
+        mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
+        uint64_t soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
+        uint32_t d0 = single_src ? 0 : i, d1 = single_src ? op->ndst : i + 1;
+        uint64_t units = ref.len / pl;
+        if (units == 0)
+            continue;
+        {
+            char *dp[MSCX_MAX_OPERANDS];
+            int ok = units < 0x80000000ull;
+            for (uint32_t k = d0; k < d1 && ok; k++) {
+                uint64_t off, len;
+                struct mscx_dopnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+                dp[k] = unpack ? mscx_dflat(&r, off, units * pl, pl) : r.base + 2u * off;
+                ok &= dp[k] != NULL;
+            }
+            if (ok) {
+                const char *sl = src.base + 2u * soff;
+                uint32_t n = (uint32_t)units;
+                for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+                    uint4 v;
+                    uint64_t x = (uint64_t)u * pl;
+                    if (mscx_dline_read<PKT>(s, sl + 2u * x, &v))
+                        return 1;
+                    for (uint32_t k = d0; k < d1; k++) {
+                        if (unpack)
+                            mscx_dvstore<pl>(dp[k] + x, v);
+                        else
+                            mscx_dline_store<PKT>(dp[k] + 2u * x, v, flag);
+                    }
+                }
+                continue;
+            }
+        }
+        for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
+            uint4 v;
+            if (mscx_dline_read<PKT>(s, src.base + 2u * (soff + u * pl), &v))
+                return 1;
+            for (uint32_t k = d0; k < d1; k++) {
+                uint64_t off, len;
+                struct mscx_dopnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+                if (unpack)
+                    mscx_dstore<pl>(&r, off + u * pl, v);
+                else
+                    mscx_dline_store<PKT>(r.base + 2u * (off + u * pl), v, flag);
+            }
+        }
+    }
+    return 0;
+}
+
+/* repkt, respkt, recpkt, recspkt: dst[0] raw = src[0] raw folded with src[1..] lines; dst[1..] lines. */
+template <uint32_t PKT, uint32_t DT>
+static __device__ int mscx_dop_reduce_pkt(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                   const struct mscx_dpipe *pp)
+{
+    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
+    const uint32_t nw = pl / 4u;
+    struct mscx_dref ref;
+    struct mscx_dopnd s0 = mscx_dresolve(s, &op->src[0]);
+    mscx_dref_make(op, op->src[0].size, s0.slot, pp, &ref);
+    uint64_t off0 = (uint64_t)op->src[0].index * s0.slot + ref.soff;
+    uint64_t units = ref.len / pl;
+    uint32_t nsrc = op->nsrc, ndst = op->ndst, rop = s->rop, flag = s->flag;
+    if (units == 0)
+        return 0;
+    {
+        const char *sp[MSCX_MAX_OPERANDS];
+        char *dp[MSCX_MAX_OPERANDS];
+        uint64_t off, len;
+        const char *p0 = mscx_dflat(&s0, off0, units * pl, pl);
+        int ok = p0 != NULL && units < 0x80000000ull;
+        for (uint32_t k = 1; k < nsrc && ok; k++) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
+            sp[k] = r.base + 2u * off;
+        }
+        if (ndst > 0 && ok) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->dst[0], pp, &ref, &off, &len);
+            dp[0] = mscx_dflat(&r, off, units * pl, pl);
+            ok &= dp[0] != NULL;
+        }
+        for (uint32_t k = 1; k < ndst && ok; k++) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+            dp[k] = r.base + 2u * off;
+        }
+        if (ok) {
+            uint32_t n = (uint32_t)units;
+            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+                uint64_t x = (uint64_t)u * pl;
+                uint4 acc = mscx_dvload<pl>(p0 + x);
+                for (uint32_t k = 1; k < nsrc; k++) {
+                    uint4 v;
+                    if (mscx_dline_read<PKT>(s, sp[k] + 2u * x, &v))
+                        return 1;
+                    acc = mscx_dreduce<DT, nw>(rop, acc, v);
+                }
+                if (ndst > 0)
+                    mscx_dvstore<pl>(dp[0] + x, acc);
+                for (uint32_t k = 1; k < ndst; k++)
+                    mscx_dline_store<PKT>(dp[k] + 2u * x, acc, flag);
+            }
+            return 0;
+        }
+    }
+    for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
+        uint64_t x = u * pl, off, len;
+        uint4 acc = mscx_dload<pl>(&s0, off0 + x);
+        for (uint32_t k = 1; k < nsrc; k++) {
+            uint4 v;
+            struct mscx_dopnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
+            if (mscx_dline_read<PKT>(s, r.base + 2u * (off + x), &v))
+                return 1;
+            acc = mscx_dreduce<DT, nw>(rop, acc, v);
+        }
+        if (ndst > 0) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->dst[0], pp, &ref, &off, &len);
+            mscx_dstore<pl>(&r, off + x, acc);
+        }
+        for (uint32_t k = 1; k < ndst; k++) {
+            struct mscx_dopnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+            mscx_dline_store<PKT>(r.base + 2u * (off + x), acc, flag);
+        }
+    }
+    return 0;
+}
+
+/* Release: the block synchronised before this op (MSCX_GPU_OPF_SYNC), so the fence covers its writes. */
+static __device__ void mscx_dop_signal(const struct mscx_dstate *s, const struct mscx_dev_op *op)
+{
+    uint32_t t = threadIdx.x;
+    if (t < op->nchan) {
+        unsigned long long *tok = s->ctx->peer_inbound[op->chan_type][op->chan[t]];
+        if (s->ctx->sys_scope)
+            __threadfence_system();
+        else
+            __threadfence();
+        if (tok)
+            atomicAdd(tok, 1ull);
+    }
+}
+
+/* Acquire; the next op synchronises the block (MSCX_GPU_OPF_SYNC). */
+static __device__ void mscx_dop_wait(const struct mscx_dstate *s, const struct mscx_dev_op *op)
+{
+    uint32_t t = threadIdx.x;
+    if (t < op->nchan) {
+        uint32_t c = op->chan[t];
+        unsigned long long target = atomicAdd(&s->ctx->expected[op->chan_type][c], 1ull) + 1ull;
+        volatile unsigned long long *in = s->ctx->inbound[op->chan_type] + c;
+        struct mscx_spin sp = {0, 0};
+        while (*in < target) {
+            if (mscx_spin_step(s, &sp))
+                break;
+        }
+        if (s->ctx->sys_scope)
+            __threadfence_system();
+        else
+            __threadfence();
+    }
+}
+
+static __device__ void mscx_dop_barrier(const struct mscx_dstate *s, const struct mscx_dev_op *op)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long n = op->barrier_ntb ? op->barrier_ntb : 1u;
+        __threadfence();
+        unsigned long long old = atomicAdd(&s->ctx->barrier[op->barrier_id], 1ull);
+        unsigned long long target = (old / n + 1ull) * n;
+        volatile unsigned long long *b = &s->ctx->barrier[op->barrier_id];
+        struct mscx_spin sp = {0, 0};
+        while (*b < target) {
+            if (mscx_spin_step(s, &sp))
+                break;
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+static __device__ void mscx_dop_sem(const struct mscx_dstate *s, const struct mscx_dev_op *op, int acquire)
+{
+    uint32_t t = threadIdx.x;
+    if (t >= op->nsem)
+        return;
+    int *sem = (int *)&s->ctx->sem[op->sem[t]];
+    if (!acquire) {
+        __threadfence();
+        atomicAdd(sem, 1);
+        return;
+    }
+    struct mscx_spin sp = {0, 0};
+    for (;;) {
+        int v = *(volatile int *)sem;
+        if (v > 0 && atomicCAS(sem, v, v - 1) == v)
+            break;
+        if (mscx_spin_step(s, &sp))
+            break;
+    }
+    __threadfence();
+}
+
+/* Run one op; @return non-zero after giving up (error recorded). RED: the reducing ops exist. */
+template <uint32_t PKT, uint32_t DT, bool RED>
+__device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                            const struct mscx_dpipe *pp)
+{
+    int port = op->chan_type == MSCX_CHAN_PORT;
+    switch (op->opcode) {
+    case MSCX_OP_PUT:
+    case MSCX_OP_GET:
+    case MSCX_OP_COPY:
+        mscx_dop_copy(s, op, pp);
+        return 0;
+    case MSCX_OP_PUT_WITH_SIGNAL:
+    case MSCX_OP_PUT_WITH_SIGNAL_AND_FLUSH:
+        mscx_dop_copy(s, op, pp);
+        if (port) {
+            __syncthreads();
+            mscx_dop_signal(s, op);
+        }
+        return 0;
+    case MSCX_OP_REDUCE:
+    case MSCX_OP_REDUCE_SEND:
+    case MSCX_OP_READ_REDUCE:
+    case MSCX_OP_READ_REDUCE_SEND:
+        if (RED)
+            mscx_dop_reduce<DT>(s, op, pp);
+        return 0;
+    case MSCX_OP_COPY_PACKETS:
+        mscx_dop_pack<PKT>(s, op, pp);
+        return 0;
+    case MSCX_OP_PUT_PACKETS:
+        if (port)
+            return mscx_dop_forward<PKT>(s, op, pp, 0, 0);
+        mscx_dop_pack<PKT>(s, op, pp);
+        return 0;
+    case MSCX_OP_READ_PUT_PACKETS:
+        return mscx_dop_forward<PKT>(s, op, pp, 1, 0);
+    case MSCX_OP_UNPACK_PACKETS:
+        return mscx_dop_forward<PKT>(s, op, pp, 0, 1);
+    case MSCX_OP_REDUCE_PACKETS:
+    case MSCX_OP_REDUCE_SEND_PACKETS:
+    case MSCX_OP_REDUCE_COPY_PACKETS:
+    case MSCX_OP_REDUCE_COPY_SEND_PACKETS:
+        if (RED)
+            return mscx_dop_reduce_pkt<PKT, DT>(s, op, pp);
+        return 0;
+    case MSCX_OP_SIGNAL:
+    case MSCX_OP_RELAXED_SIGNAL:
+        mscx_dop_signal(s, op);
+        return 0;
+    case MSCX_OP_WAIT:
+    case MSCX_OP_RELAXED_WAIT:
+        mscx_dop_wait(s, op);
+        return 0;
+    case MSCX_OP_FLUSH:
+        if (s->ctx->sys_scope)
+            __threadfence_system();
+        else
+            __threadfence();
+        return 0;
+    case MSCX_OP_BARRIER:
+        mscx_dop_barrier(s, op);
+        return 0;
+    case MSCX_OP_SEM_ACQUIRE:
+        mscx_dop_sem(s, op, 1);
+        return 0;
+    case MSCX_OP_SEM_RELEASE:
+        mscx_dop_sem(s, op, 0);
+        return 0;
+    default: /* nop (synchronised by its flag); multicast ops are refused before launch */
+        return 0;
+    }
+}
+
+/*
+ * Flag wrap only: once every block of the rank is done, clear the whole
+ * scratch allocation except the other half of this launch's geometry (the
+ * half that a peer one launch ahead may be writing). The two wrap launches
+ * (0xfffffffe, 0xffffffff) together clear everything, whatever sizes ran
+ * before: the half boundary moves with the message size, so clearing only
+ * this launch's half would leave stale lines where a later, larger launch
+ * looks. See docs/design.md for what this does not cover.
+ */
+static __device__ __noinline__ void mscx_dwrap_clear(const struct mscx_dstate *s)
+{
+    __shared__ uint32_t last;
+    struct mscx_gpu_ctx *ctx = s->ctx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&ctx->done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    uint64_t half = s->a->geom[0].half_per_chunk * s->a->scratch_chunks;
+    uint64_t keep_lo = 0, keep_hi = 0; /* the other half: [keep_lo, keep_hi) */
+    if (half) {
+        keep_lo = s->so ? 0 : half;
+        keep_hi = keep_lo + half;
+    }
+    uint32_t *p = (uint32_t *)s->a->scratch;
+    uint64_t words = s->a->scratch_bytes / 4u;
+    for (uint64_t i = threadIdx.x; i < words; i += blockDim.x) {
+        uint64_t byte = i * 4u;
+        if (byte < keep_lo || byte >= keep_hi)
+            p[i] = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        ctx->done = 0;
+        __threadfence();
+    }
+}
+
+template <uint32_t PKT, uint32_t DT, bool RED>
+__global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
+{
+    extern __shared__ uint32_t mscx_sops[];
+    struct mscx_gpu_ctx *ctx = args.ctx;
+    struct mscx_dstate s;
+    /* independent loads first: the flag and the op range of this block */
+    uint32_t prev = *(volatile uint32_t *)&args.bflag[blockIdx.x];
+    uint32_t b = __ldg(&args.tb_begin[blockIdx.x]), e = __ldg(&args.tb_begin[blockIdx.x + 1]);
+    s.a = &args;
+    s.ctx = ctx;
+    s.flag = mscx_flag_next(prev);
+    s.parity = s.flag & 1u;
+    s.so = mscx_scratch_offset(s.flag, args.geom[0].half_per_chunk * args.scratch_chunks);
+    s.op_index = 0;
+    s.opcode = 0;
+    s.rop = args.op;
+    const struct mscx_dev_op *ops = args.ops + b;
+    if (e - b <= args.smem_ops) {
+        const uint32_t *g = (const uint32_t *)ops;
+        uint32_t words = (e - b) * (uint32_t)(sizeof(struct mscx_dev_op) / 4u);
+        for (uint32_t i = threadIdx.x; i < words; i += blockDim.x)
+            mscx_sops[i] = __ldg(g + i);
+        ops = (const struct mscx_dev_op *)mscx_sops;
+    }
+    if (args.publish && blockIdx.x == 0 && threadIdx.x == 0) {
+        ctx->pub.ptr[s.parity][0] = (void *)args.in;
+        ctx->pub.ptr[s.parity][1] = args.out;
+        if (args.sys_scope)
+            __threadfence_system();
+        else
+            __threadfence();
+        *(volatile uint32_t *)&ctx->pub.flag[s.parity] = s.flag;
+    }
+    __syncthreads();
+    uint32_t n = e - b;
+    struct mscx_dpipe none = {0, 0};
+    for (uint32_t i = 0; i < n; i++) {
+        const struct mscx_dev_op *op = &ops[i];
+        s.op_index = i;
+        s.opcode = op->opcode;
+        if (op->flags & MSCX_GPU_OPF_SYNC)
+            __syncthreads();
+        if (op->opcode == MSCX_OP_PIPELINE) {
+            uint32_t nb = op->pipe_nops;
+            uint64_t unit = op->pipe_unit;
+            uint64_t total = (uint64_t)op->pipe_nchunks * args.geom[0].slot;
+            uint64_t iters = unit ? (total + unit - 1) / unit : 1u;
+            for (uint64_t it = 0; it < iters; it++) {
+                struct mscx_dpipe pp = {it * unit, unit};
+                for (uint32_t k = 1; k <= nb && i + k < n; k++) {
+                    const struct mscx_dev_op *bop = &ops[i + k];
+                    s.op_index = i + k;
+                    s.opcode = bop->opcode;
+                    __syncthreads(); /* pipeline bodies: conservative */
+                    mscx_dop_run<PKT, DT, RED>(&s, bop, &pp);
+                }
+            }
+            __syncthreads();
+            i += nb;
+            continue;
+        }
+        mscx_dop_run<PKT, DT, RED>(&s, op, &none);
+    }
+    if (mscx_gpu_wrap_clear(s.flag) && args.scratch)
+        mscx_dwrap_clear(&s);
+    if (threadIdx.x == 0)
+        *(volatile uint32_t *)&args.bflag[blockIdx.x] = s.flag;
+}
+
+/* The kernels of one packet format: [0..4] reducing, by dtype (MSCX_DT_FP32..UINT32); [5] copy-only. */
+#define MSCX_KFN_TABLE(PKT)                                                                                   \
+    {                                                                                                         \
+        mscx_exec_kernel<PKT, MSCX_DT_FP32, true>, mscx_exec_kernel<PKT, MSCX_DT_FP16, true>,                 \
+            mscx_exec_kernel<PKT, MSCX_DT_BF16, true>, mscx_exec_kernel<PKT, MSCX_DT_INT32, true>,            \
+            mscx_exec_kernel<PKT, MSCX_DT_UINT32, true>, mscx_exec_kernel<PKT, 0, false>                      \
+    }
+#define MSCX_KFN_COUNT 6
+
+#endif /* MSCX_EXEC_OPS_CUH */
