@@ -19,7 +19,7 @@
 #endif
 
 #define TABLE_SIZE 256
-#define NSTAT_COLL 5 /* allreduce, allgather, reducescatter, alltoall (unused), broadcast */
+#define NSTAT_COLL SHIM_NSTAT_COLL
 
 struct shim_comm {
     ncclComm_t comm;
@@ -35,8 +35,7 @@ struct shim_comm {
     uint32_t *exec_id;              /* [nroute] */
     const char **route_name;        /* [nroute] plan paths */
     pthread_mutex_t stats_lock;
-    uint64_t counts[NSTAT_COLL][SHIM_NBUCKETS][2]; /* [.][.][0] fallback, [1] routed */
-    uint64_t reasons[SHIM_WHY_COUNT];
+    struct shim_stats stats;
 };
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -120,8 +119,7 @@ static void stats_add(struct shim_comm *c, enum mscx_coll coll, uint64_t bytes, 
     if ((unsigned)coll >= NSTAT_COLL)
         return;
     pthread_mutex_lock(&c->stats_lock);
-    c->counts[coll][shim_size_bucket(bytes)][why == SHIM_WHY_ROUTED]++;
-    c->reasons[why]++;
+    c->stats.counts[coll][shim_size_bucket(bytes)][why]++;
     pthread_mutex_unlock(&c->stats_lock);
 }
 
@@ -133,10 +131,15 @@ static void stats_print(struct shim_comm *c, const char *how)
 
     if (!mscx_log_enabled(MSCX_LOG_INFO, MSCX_SUB_SHIM))
         return;
+    uint64_t reasons[SHIM_WHY_COUNT] = {0};
     pthread_mutex_lock(&c->stats_lock);
     for (int k = 0; k < NSTAT_COLL; k++) {
         for (int b = 0; b < SHIM_NBUCKETS; b++) {
-            uint64_t f = c->counts[k][b][0], r = c->counts[k][b][1];
+            uint64_t f = 0, r = c->stats.counts[k][b][SHIM_WHY_ROUTED];
+            for (int w = 1; w < SHIM_WHY_COUNT; w++) {
+                f += c->stats.counts[k][b][w];
+                reasons[w] += c->stats.counts[k][b][w];
+            }
             routed += r;
             fallback += f;
             if ((f || r) && at < sizeof(line))
@@ -148,9 +151,9 @@ static void stats_print(struct shim_comm *c, const char *how)
     if (at < sizeof(line))
         at += (size_t)snprintf(line + at, sizeof(line) - at, " reasons:");
     for (int w = 1; w < SHIM_WHY_COUNT; w++)
-        if (c->reasons[w] && at < sizeof(line))
+        if (reasons[w] && at < sizeof(line))
             at += (size_t)snprintf(line + at, sizeof(line) - at, " %s %llu", shim_reason_name((enum shim_reason)w),
-                                   (unsigned long long)c->reasons[w]);
+                                   (unsigned long long)reasons[w]);
     pthread_mutex_unlock(&c->stats_lock);
     MSCX_INFO(MSCX_SUB_SHIM, "summary at %s: comm %p rank %u/%u: routed %llu fallback %llu:%s", how, (void *)c->comm,
               c->rank, c->nranks, (unsigned long long)routed, (unsigned long long)fallback, line);
@@ -226,9 +229,20 @@ static ncclResult_t setup_exec(int prof, struct shim_comm *c, const struct mscx_
         }
     }
     c->rpn = shim_topo_ranks_per_node(ids, c->nranks);
+    /*
+     * From here on every step that can fail on one rank alone is followed by
+     * an agreement round (shim_boot_agree), so all ranks take the same
+     * decision and none waits in an exchange that a failed rank skipped.
+     */
     st = mscx_exec_create(c->bs, c->device, &c->exec);
-    if (st != MSCX_OK) {
-        MSCX_INFO(MSCX_SUB_SHIM, "no executor (%s): comm %p stays on NCCL", mscx_status_str(st), (void *)c->comm);
+    if (st != MSCX_OK)
+        c->exec = NULL;
+    mscx_status_t agreed = shim_boot_agree(c->bs, st == MSCX_OK);
+    if (agreed != MSCX_OK) {
+        MSCX_INFO(MSCX_SUB_SHIM, "no executor (%s here, %s overall): comm %p stays on NCCL", mscx_status_str(st),
+                  mscx_status_str(agreed), (void *)c->comm);
+        if (c->exec)
+            mscx_exec_destroy(c->exec);
         c->exec = NULL;
         goto out;
     }
@@ -253,14 +267,21 @@ static ncclResult_t setup_exec(int prof, struct shim_comm *c, const struct mscx_
             struct shim_route_plan r = e->route;
             if (r.max_bytes > cfg->scratch_max)
                 r.max_bytes = cfg->scratch_max;
+            uint64_t rounds = shim_boot_rounds(c->bs);
             st = mscx_exec_add_plan(c->exec, e->plan, r.max_bytes, &c->exec_id[c->nroute]);
-            if (st == MSCX_OK) {
+            if (st != MSCX_OK && shim_boot_rounds(c->bs) == rounds)
+                shim_boot_agree(c->bs, 0); /* stand in for the exchange the other ranks are in */
+            agreed = shim_boot_agree(c->bs, st == MSCX_OK);
+            if (agreed == MSCX_OK) {
                 c->route[c->nroute] = r;
                 c->route_name[c->nroute] = e->path;
                 c->nroute++;
                 continue;
             }
-            snprintf(why, sizeof(why), "the executor refused it: %s", mscx_status_str(st));
+            if (st != MSCX_OK)
+                snprintf(why, sizeof(why), "the executor refused it: %s", mscx_status_str(st));
+            else
+                snprintf(why, sizeof(why), "another rank could not add it");
         }
         char key[1200];
         snprintf(key, sizeof(key), "%s:%u", e->path, c->nranks);
@@ -315,6 +336,7 @@ static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int e
     } else if (ncand) {
         MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s: no exchange there, its calls go to NCCL", (void *)comm, how);
     }
+    shim_summary_note_comm(c->rank, c->nranks);
     MSCX_INFO(MSCX_SUB_SHIM, "mscx %s comm %p (%s) rank %u/%u ranks/node %u: real NCCL %s version %d; %zu plans "
               "from %s, %zu usable here%s", MSCX_VERSION, (void *)comm, how, c->rank, c->nranks, c->rpn,
               shim_real_path(), shim_real_version(), nplans, shim_plans_dir(), c->nroute,
@@ -464,7 +486,36 @@ void shim_comm_teardown(ncclComm_t comm, int abort)
     if (abort && c->exec)
         mscx_exec_abort(c->exec);
     stats_print(c, abort ? "abort" : "destroy");
+    struct shim_stats snap;
+    pthread_mutex_lock(&c->stats_lock);
+    snap = c->stats;
+    pthread_mutex_unlock(&c->stats_lock);
+    shim_summary_finish(&snap, c->comm, c->rank, c->nranks, abort ? "abort" : "destroy");
     shim_comm_put(c);
+}
+
+/* At exit: the communicators never destroyed. Reads counters only. */
+char *shim_comm_live_json(void)
+{
+    char *out = NULL;
+    size_t len = 0;
+    pthread_mutex_lock(&table_lock);
+    for (size_t s = 0; s < TABLE_SIZE; s++)
+        for (struct shim_comm *c = table[s]; c; c = c->next) {
+            struct shim_stats snap;
+            pthread_mutex_lock(&c->stats_lock);
+            snap = c->stats;
+            pthread_mutex_unlock(&c->stats_lock);
+            char *obj = shim_summary_json(&snap, c->comm, c->rank, c->nranks, "exit");
+            char *q = obj ? realloc(out, len + strlen(obj) + 3) : NULL;
+            if (q) {
+                out = q;
+                len += (size_t)sprintf(out + len, "%s%s", len ? ",\n" : "", obj);
+            }
+            free(obj);
+        }
+    pthread_mutex_unlock(&table_lock);
+    return out;
 }
 
 ncclResult_t shim_comm_async_error(ncclComm_t comm)

@@ -162,6 +162,13 @@ int shim_size_bucket(uint64_t bytes)
     return SHIM_NBUCKETS - 1;
 }
 
+uint64_t shim_bucket_limit(int bucket)
+{
+    if (bucket < 0 || bucket >= SHIM_NBUCKETS - 1)
+        return UINT64_MAX;
+    return 1024ull << (3 * bucket);
+}
+
 const char *shim_bucket_name(int bucket)
 {
     static const char *const names[SHIM_NBUCKETS] = {"<=1K", "<=8K", "<=64K", "<=512K",

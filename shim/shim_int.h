@@ -107,6 +107,23 @@ const char *shim_reason_name(enum shim_reason why);
 /** Size bucket of the summary: <=1K, <=8K, <=64K, <=512K, <=4M, <=32M, <=256M, more. */
 int shim_size_bucket(uint64_t bytes);
 const char *shim_bucket_name(int bucket);
+/** Upper byte limit of @p bucket (inclusive); UINT64_MAX for the last. */
+uint64_t shim_bucket_limit(int bucket);
+
+/* ---- summary.c: MSCX_SUMMARY_FILE ---- */
+
+#define SHIM_NSTAT_COLL 5 /* allreduce, allgather, reducescatter, alltoall (unused), broadcast */
+/** Calls per collective, size bucket and reason (SHIM_WHY_ROUTED counts routed calls). */
+struct shim_stats {
+    uint64_t counts[SHIM_NSTAT_COLL][SHIM_NBUCKETS][SHIM_WHY_COUNT];
+};
+/** A communicator was set up: arms the exit hook and picks the file's rank suffix. */
+void shim_summary_note_comm(uint32_t rank, uint32_t nranks);
+/** One communicator's JSON object (malloc'd, NULL on no memory). */
+char *shim_summary_json(const struct shim_stats *s, const void *comm, uint32_t rank, uint32_t nranks, const char *at);
+/** A communicator ended (@p at: "destroy" or "abort"): add it and rewrite the file. */
+void shim_summary_finish(const struct shim_stats *s, const void *comm, uint32_t rank, uint32_t nranks,
+                         const char *at);
 
 /* ---- topo.c ---- */
 
@@ -163,6 +180,8 @@ void shim_group_enter(void);
 int shim_group_leave(void);
 /** Drop our state of @p comm (stopping our kernels first when @p abort) and print its summary. */
 void shim_comm_teardown(ncclComm_t comm, int abort);
+/** The JSON objects of every live communicator, comma separated (malloc'd; NULL when none). */
+char *shim_comm_live_json(void);
 /** Our asynchronous error of @p comm as an NCCL result (ncclSuccess when none). */
 ncclResult_t shim_comm_async_error(ncclComm_t comm);
 
@@ -193,5 +212,15 @@ struct mscx_bootstrap;
 mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
                                struct mscx_bootstrap **bs_p);
 void shim_boot_destroy(struct mscx_bootstrap *bs);
+/**
+ * Every exchange of this bootstrap starts with a header round in which each
+ * rank says whether it can take part; when one cannot, every rank's exchange
+ * fails with MSCX_ERR_REMOTE instead of waiting. This runs a header round on
+ * its own: @return MSCX_OK when every rank passed @p ok != 0, MSCX_ERR_REMOTE
+ * when some rank did not (the same answer everywhere).
+ */
+mscx_status_t shim_boot_agree(struct mscx_bootstrap *bs, int ok);
+/** Header rounds run so far (to see whether a call made its exchange). */
+uint64_t shim_boot_rounds(const struct mscx_bootstrap *bs);
 
 #endif /* MSCX_SHIM_INT_H */

@@ -15,6 +15,7 @@
  *   --lifecycle          init a comm, run collectives, destroy; all reach the fake
  *   --strict             with --lifecycle: init must fail with ncclInvalidUsage and the comm be destroyed
  *   --log-has=TEXT       afterwards the shim's MSCX_DEBUG_FILE must contain TEXT (repeatable)
+ *   --no-destroy         with --lifecycle: leave the comm alive (the summary is written at exit)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -192,7 +193,7 @@ static int log_has(const char *text)
 }
 
 /* A comm's life under the shim: every call still reaches the fake. */
-static void run_lifecycle(int strict)
+static void run_lifecycle(int strict, int destroy)
 {
     ncclUniqueId id;
     ncclComm_t comm = NULL;
@@ -221,6 +222,11 @@ static void run_lifecycle(int strict)
     drv_before(NULL);
     if (ncclAllGather(buf, buf, 8, ncclFloat32, comm, NULL) != ncclSuccess || !log_has("ncclAllGather "))
         FAIL("ncclAllGather did not reach the fake");
+    drv_before(NULL);
+    if (ncclBroadcast(buf, buf, 4000, ncclFloat32, 1, comm, NULL) != ncclSuccess || !log_has("ncclBroadcast "))
+        FAIL("ncclBroadcast did not reach the fake");
+    if (!destroy)
+        return;
     drv_before(NULL);
     if (ncclCommDestroy(comm) != ncclSuccess || !log_has("ncclCommDestroy "))
         FAIL("ncclCommDestroy did not reach the fake");
@@ -254,6 +260,7 @@ static void check_no_cuda_mapped(void)
 int main(int argc, char **argv)
 {
     int fidelity = 0, checks = 0, disabled = 0, expect_shim = 0, version = -1, lifecycle = 0, strict = 0;
+    int destroy = 1;
     const char *texts[8];
     int ntexts = 0;
     log_path = getenv("FAKE_NCCL_LOG");
@@ -277,6 +284,8 @@ int main(int argc, char **argv)
             want_msg = argv[i] + 6;
         else if (!strcmp(argv[i], "--lifecycle"))
             lifecycle = 1;
+        else if (!strcmp(argv[i], "--no-destroy"))
+            destroy = 0;
         else if (!strcmp(argv[i], "--strict"))
             strict = 1;
         else if (!strncmp(argv[i], "--log-has=", 10) && ntexts < 8)
@@ -310,7 +319,7 @@ int main(int argc, char **argv)
     if (disabled)
         check_no_cuda_mapped();
     if (lifecycle)
-        run_lifecycle(strict);
+        run_lifecycle(strict, destroy);
     if (ntexts)
         check_debug_file(texts, ntexts);
     if (failures) {

@@ -27,6 +27,7 @@ struct mscx_config {
     const char *force_fallback; /* MSCX_FORCE_FALLBACK, comma list of collectives */
     int strict;               /* MSCX_STRICT */
     const char *nccl_lib;     /* MSCX_NCCL_LIB */
+    const char *summary_file; /* MSCX_SUMMARY_FILE: shim routing summary (JSON), "" for none */
     /* executor */
     uint64_t timeout_ms;      /* MSCX_TIMEOUT_MS: GPU spin limit before an error */
     uint64_t sim_timeout_ms;  /* MSCX_SIM_TIMEOUT_MS: host executor wait limit */
