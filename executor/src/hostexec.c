@@ -496,6 +496,13 @@ static void *ctl_thread(void *arg)
         struct gen_wait gw = {rk, 0, ntb};
         if (!hx_wait(&t, rk->rank, blocks_done, blocks_describe, &gw))
             break;
+        /*
+         * A launch is complete only when its port requests are: the caller may
+         * reuse its buffers right after, as it may after a GPU launch (whose
+         * executor drains the proxy before the launch completes).
+         */
+        if (rk->proxy_started && !hx_wait_flush(&t, atomic_load(&rk->fifo.head)))
+            break;
         if (cfg->collect)
             cfg->collect(cfg->ctx, rk->rank, it, rk->mem[MSCX_BUF_INPUT], rk->size[MSCX_BUF_INPUT],
                          rk->mem[MSCX_BUF_OUTPUT], rk->size[MSCX_BUF_OUTPUT]);

@@ -128,6 +128,8 @@ void hx_fail(struct hx_run *run, mscx_status_t st, const char *fmt, ...) __attri
 void hx_op_fail(struct hx_tb *t, mscx_status_t st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void hx_sched_point(struct hx_tb *t);
 bool hx_fifo_push(struct hx_tb *t, const struct hx_req *req, uint64_t *pos_p);
+/* Wait until the rank's proxy has completed every request up to FIFO position @p pos. */
+bool hx_wait_flush(struct hx_tb *t, uint64_t pos);
 
 /* Memory access (payload bytes through the raw mapping; scratch gets SO). */
 void hx_raw_read(struct hx_run *run, const struct hx_loc *l, uint64_t so, uint8_t *dst);

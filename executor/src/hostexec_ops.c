@@ -312,7 +312,7 @@ static void flush_describe(void *arg, char *buf, size_t len)
              w->pos, atomic_load(&w->rk->fifo.done));
 }
 
-static bool wait_flush(struct hx_tb *t, uint64_t pos)
+bool hx_wait_flush(struct hx_tb *t, uint64_t pos)
 {
     struct flush_wait w = {t->rk, pos};
     return hx_wait(t, t->rk->rank, flushed, flush_describe, &w);
@@ -347,7 +347,7 @@ static bool do_port_put(struct hx_tb *t, const struct pipe_ctx *pc)
             return false;
     }
     if (op->opcode == MSCX_OP_PUT_WITH_SIGNAL_AND_FLUSH)
-        return wait_flush(t, atomic_load(&t->rk->fifo.head));
+        return hx_wait_flush(t, atomic_load(&t->rk->fifo.head));
     return true;
 }
 
@@ -606,7 +606,7 @@ static bool exec_one(struct hx_tb *t, const struct pipe_ctx *pc)
         ok = do_wait(t);
         break;
     case MSCX_OP_FLUSH: /* every pushed request of this rank, whatever the channel count */
-        ok = wait_flush(t, atomic_load(&t->rk->fifo.head));
+        ok = hx_wait_flush(t, atomic_load(&t->rk->fifo.head));
         break;
     case MSCX_OP_REDUCE:
         ok = do_reduce(t, pc, t->op->nsrc, 1);
