@@ -159,22 +159,7 @@ static bool pkt_write(struct hx_tb *t, const struct hx_loc *l, uint64_t first, u
 
 static void fold(struct hx_tb *t, uint8_t *acc, const uint8_t *b, uint64_t n)
 {
-    unsigned dt = t->run->cfg->dtype, op = t->run->cfg->op;
-    uint64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        uint32_t x, y;
-        memcpy(&x, acc + i, 4);
-        memcpy(&y, b + i, 4);
-        x = mscx_reduce_word(dt, op, x, y);
-        memcpy(acc + i, &x, 4);
-    }
-    if (i + 2 <= n && (dt == MSCX_DT_FP16 || dt == MSCX_DT_BF16)) {
-        uint16_t x, y;
-        memcpy(&x, acc + i, 2);
-        memcpy(&y, b + i, 2);
-        x = mscx_reduce16(dt, op, x, y);
-        memcpy(acc + i, &x, 2);
-    }
+    mscx_reduce_bytes(t->run->cfg->dtype, t->run->cfg->op, acc, b, n);
 }
 
 /*

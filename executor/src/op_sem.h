@@ -176,6 +176,30 @@ MSCX_HD uint32_t mscx_reduce_word(unsigned dtype, unsigned op, uint32_t a, uint3
     }
 }
 
+/**
+ * Fold @p n bytes of @p b into @p acc element by element (the reference
+ * definition that both executors' vector paths must match). @p n is a
+ * multiple of the element size.
+ */
+MSCX_HD void mscx_reduce_bytes(unsigned dtype, unsigned op, uint8_t *acc, const uint8_t *b, uint64_t n)
+{
+    uint64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32_t x, y;
+        memcpy(&x, acc + i, 4);
+        memcpy(&y, b + i, 4);
+        x = mscx_reduce_word(dtype, op, x, y);
+        memcpy(acc + i, &x, 4);
+    }
+    if (i + 2 <= n && (dtype == MSCX_DT_FP16 || dtype == MSCX_DT_BF16)) {
+        uint16_t x, y;
+        memcpy(&x, acc + i, 2);
+        memcpy(&y, b + i, 2);
+        x = mscx_reduce16(dtype, op, x, y);
+        memcpy(acc + i, &x, 2);
+    }
+}
+
 /* ---- packet lines ---- */
 
 /* Payload bytes per line and line bytes for a format. */

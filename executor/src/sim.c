@@ -314,24 +314,6 @@ static mscx_status_t plan_seeds(struct sim_ctx *s, const struct mscx_geom *geoms
     return MSCX_OK;
 }
 
-static void fold_bytes(enum mscx_dtype dt, enum mscx_redop op, uint8_t *acc, const uint8_t *b, uint64_t n)
-{
-    uint64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        uint32_t x, y;
-        memcpy(&x, acc + i, 4);
-        memcpy(&y, b + i, 4);
-        x = mscx_reduce_word(dt, op, x, y);
-        memcpy(acc + i, &x, 4);
-    }
-    if (i + 2 <= n && (dt == MSCX_DT_FP16 || dt == MSCX_DT_BF16)) {
-        uint16_t x, y;
-        memcpy(&x, acc + i, 2);
-        memcpy(&y, b + i, 2);
-        x = mscx_reduce16(dt, op, x, y);
-        memcpy(acc + i, &x, 2);
-    }
-}
 
 /* Expected output of @p rank for launch @p iter; tmp holds in_bytes. */
 static void expected(struct sim_ctx *s, uint32_t rank, uint32_t iter, uint8_t *exp, uint8_t *tmp)
@@ -348,7 +330,7 @@ static void expected(struct sim_ctx *s, uint32_t rank, uint32_t iter, uint8_t *e
             if (q == 0)
                 memcpy(exp, tmp + at, out);
             else
-                fold_bytes(c->dtype, c->op, exp, tmp + at, out);
+                mscx_reduce_bytes(c->dtype, c->op, exp, tmp + at, out);
         }
         break;
     }
