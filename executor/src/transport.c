@@ -89,3 +89,14 @@ err_free:
     free(tmp);
     return st;
 }
+
+mscx_status_t mscx_tp_check_remote(const struct mscx_tp_rdesc *rd, uint32_t tp, uint32_t peer, uint64_t roff,
+                                   uint64_t len)
+{
+    if (!rd || rd->tp != tp || rd->owner != peer || roff > rd->len || len > rd->len - roff) {
+        MSCX_WARN("caller bug: %s access outside the remote region of peer %u (offset %llu, %llu bytes)",
+                  tp == 'I' ? "ib" : "tcp", peer, (unsigned long long)roff, (unsigned long long)len);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    return MSCX_OK;
+}

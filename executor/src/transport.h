@@ -136,6 +136,14 @@ extern const struct mscx_transport_ops mscx_tp_tcp;
 extern const struct mscx_transport_ops mscx_tp_ib;
 
 /** @return CLOCK_MONOTONIC now in nanoseconds. */
+/**
+ * Check that [roff, roff + len) lies in the remote region @p rd of transport
+ * @p tp ('T', 'I') owned by @p peer; logs a "caller bug" and returns
+ * MSCX_ERR_INVALID_ARG otherwise.
+ */
+mscx_status_t mscx_tp_check_remote(const struct mscx_tp_rdesc *rd, uint32_t tp, uint32_t peer, uint64_t roff,
+                                   uint64_t len);
+
 uint64_t mscx_tp_now_ns(void);
 /** @return the absolute deadline @p timeout_ms from now; 0 ms means "never" (UINT64_MAX). */
 uint64_t mscx_tp_deadline(uint64_t timeout_ms);

@@ -546,12 +546,7 @@ static mscx_status_t post(struct mscx_tp_conn *c, struct ibv_send_wr *wr, int fo
 
 static mscx_status_t check_remote(struct mscx_tp_conn *c, const struct mscx_tp_rdesc *rd, uint64_t roff, uint64_t len)
 {
-    if (!rd || rd->tp != 'I' || rd->owner != c->peer || roff > rd->len || len > rd->len - roff) {
-        MSCX_WARN("caller bug: ib access outside the remote region of peer %u (offset %llu, %llu bytes)", c->peer,
-                  (unsigned long long)roff, (unsigned long long)len);
-        return MSCX_ERR_INVALID_ARG;
-    }
-    return MSCX_OK;
+    return mscx_tp_check_remote(rd, 'I', c->peer, roff, len);
 }
 
 static mscx_status_t ib_put(struct mscx_tp_conn *c, struct mscx_tp_mr *lmr, uint64_t loff,

@@ -864,12 +864,7 @@ err_close:
 
 static mscx_status_t check_remote(struct mscx_tp_conn *c, const struct mscx_tp_rdesc *rd, uint64_t roff, uint64_t len)
 {
-    if (!rd || rd->tp != 'T' || rd->owner != c->peer || roff > rd->len || len > rd->len - roff) {
-        MSCX_WARN("caller bug: tcp access outside the remote region of peer %u (offset %llu, %llu bytes)", c->peer,
-                  (unsigned long long)roff, (unsigned long long)len);
-        return MSCX_ERR_INVALID_ARG;
-    }
-    return MSCX_OK;
+    return mscx_tp_check_remote(rd, 'T', c->peer, roff, len);
 }
 
 static mscx_status_t tcp_put(struct mscx_tp_conn *c, struct mscx_tp_mr *lmr, uint64_t loff,
