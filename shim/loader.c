@@ -18,6 +18,18 @@
 #include "mscx/log.h"
 #include "shim_int.h"
 
+/*
+ * RTLD_DEEPBIND keeps the real NCCL's calls to its own exported functions
+ * inside it instead of landing in our exports (the shim is preloaded). The
+ * sanitizer runtimes refuse RTLD_DEEPBIND, so sanitizer builds (tests only,
+ * against the fake library) leave it out.
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LOADER_DLOPEN_FLAGS (RTLD_LAZY | RTLD_LOCAL)
+#else
+#define LOADER_DLOPEN_FLAGS (RTLD_LAZY | RTLD_LOCAL | RTLD_DEEPBIND)
+#endif
+
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static void *real_fns[SHIM_FN_COUNT];
 static void *real_handle;
@@ -161,7 +173,7 @@ static void load_real(void)
     load_cfg = cfg;
 
     if (cfg->nccl_lib[0]) {
-        void *h = dlopen(cfg->nccl_lib, RTLD_LAZY | RTLD_LOCAL | RTLD_DEEPBIND);
+        void *h = dlopen(cfg->nccl_lib, LOADER_DLOPEN_FLAGS);
         if (!h) {
             const char *e = dlerror();
             load_fail(ncclSystemError, "mscx: cannot load the real NCCL from MSCX_NCCL_LIB %s: %s", cfg->nccl_lib,
@@ -180,7 +192,7 @@ static void load_real(void)
         if (h && try_handle(h, names[i], why, sizeof(why)) == 0)
             goto resolved;
     }
-    void *h = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_LOCAL | RTLD_DEEPBIND);
+    void *h = dlopen("libnccl.so.2", LOADER_DLOPEN_FLAGS);
     if (!h) {
         const char *e = dlerror();
         load_fail(ncclSystemError,

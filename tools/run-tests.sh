@@ -63,7 +63,7 @@ if [ $SANITIZE = 1 ]; then
         meson setup "$SAN" -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled >/dev/null
     fi
     if ninja -C "$SAN" >"$BUILD/meson-logs/asan-build.txt" 2>&1; then
-        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
             run_suite "$SAN" unit-asan --suite unit
     else
         tail -n 40 "$BUILD/meson-logs/asan-build.txt"

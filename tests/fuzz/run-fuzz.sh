@@ -4,6 +4,8 @@
 # the broken-plan corpus as seeds: run-fuzz.sh FUZZER SOURCE_ROOT REF_DIR [SECONDS]
 set -eu
 fuzzer=$1 src=$2 ref=$3 secs=${4:-60}
+# meson passes the target relative to the build directory; the run happens elsewhere
+fuzzer=$(cd "$(dirname "$fuzzer")" && pwd)/$(basename "$fuzzer")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/corpus"

