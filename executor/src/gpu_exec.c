@@ -47,6 +47,7 @@ struct gpu_plan {
     uint32_t ngeom;        /* geometry classes; geom_rank[c] represents class c (class 0: this rank) */
     uint32_t geom_rank[MSCX_GPU_MAX_GEOM];
     int reduce;            /* the plan has reduction ops */
+    int idle;              /* this rank's program is only nops: no kernel is needed */
     int publish, sys_scope; /* copies of the context's flags (kernel arguments) */
     /* launch cache */
     uint64_t c_msg;
@@ -397,6 +398,15 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     gp->plan = plan;
     gp->ntb = gpu->ntb;
     gp->c_dtype = -1;
+    /*
+     * A rank whose ops are all nops (the one-rank in-place plans) launches
+     * nothing: no packets, signals or peers depend on it, and the launch
+     * itself would cost more than the whole collective.
+     */
+    gp->idle = 1;
+    for (uint32_t i = 0; i < gpu->nops; i++)
+        if (gpu->ops[i].opcode != MSCX_OP_NOP)
+            gp->idle = 0;
     uint64_t total_blocks = gpu->ntb;
     if (ex->group) {
         total_blocks = 0;
@@ -645,7 +655,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     cudaStream_t s = (cudaStream_t)stream;
     if (ap.pre_bytes && cudaMemcpyAsync(ap.pre_dst, ap.pre_src, ap.pre_bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
         return gpu_check(cudaGetLastError(), "staging copy");
-    if (gp->ntb != 0) {
+    if (gp->ntb != 0 && !(gp->idle && !gp->publish)) {
         int rc = mscx_gpu_kernel_launch(&a, gp->ntb, gp->nthreads, stream);
         if (rc != 0)
             return gpu_check((cudaError_t)rc, "kernel launch");
