@@ -63,6 +63,30 @@ static void pg_connect_node(struct pg_plan *p, uint32_t r, uint32_t P)
             (void)pg_connect(p, r, PG_CH_MEMORY, base + i);
 }
 
+/*
+ * A rank of a multi-node plan: memory channels within its node, a port
+ * channel to the rank of the same local index on every other node, and
+ * @p nblocks thread blocks.
+ */
+static int pg_hier_rank(struct pg_plan *p, uint32_t r, uint32_t P, uint32_t M, uint32_t nblocks)
+{
+    uint32_t n = r / P, l = r % P;
+    pg_connect_node(p, r, P);
+    for (uint32_t m = 0; m < M; m++)
+        if (m != n)
+            (void)pg_connect(p, r, PG_CH_PORT, m * P + l);
+    return pg_new_tbs(p, r, nblocks);
+}
+
+/* Block 0 of rank r ships scratch packets [src, src+1) to @p partner's scratch [dst, dst+1) over the port channel. */
+static void pg_port_ppkt(struct pg_plan *p, uint32_t r, uint32_t partner, uint32_t src, uint32_t dst)
+{
+    json_t *ch = json_array();
+    A_PUSH(ch, json_integer(pg_tb_chan(p, r, 0, PG_CH_PORT, partner)));
+    pg_op(p, r, 0, "ppkt", pg_arr1(pg_loc('s', src, 1)), pg_arr1(pg_rem(p, r, 0, PG_CH_PORT, partner, 's', dst, 1)),
+          "port", ch, false, pg_whole);
+}
+
 /* ---- one rank ---- */
 
 static int pg_copy(struct pg_plan *p)
@@ -178,22 +202,14 @@ static int pg_ar_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
     pg_plan_chunks(p, P, P, 2 * P + M);
     for (uint32_t r = 0; r < N; r++) {
         uint32_t n = r / P, l = r % P;
-        pg_connect_node(p, r, P);
-        for (uint32_t m = 0; m < M; m++)
-            if (m != n)
-                (void)pg_connect(p, r, PG_CH_PORT, m * P + l);
-        if (pg_new_tbs(p, r, 1 + G) < 0)
+        if (pg_hier_rank(p, r, P, M, 1 + G) < 0)
             return -1;
         /* port block */
         pg_barrier(p, r, 0, 0, 1 + G);
         for (uint32_t m = 0; m < M; m++) {
             if (m == n)
                 continue;
-            uint32_t partner = m * P + l;
-            json_t *ch = json_array();
-            A_PUSH(ch, json_integer(pg_tb_chan(p, r, 0, PG_CH_PORT, partner)));
-            pg_op(p, r, 0, "ppkt", pg_arr1(pg_loc('s', P + n, 1)),
-                  pg_arr1(pg_rem(p, r, 0, PG_CH_PORT, partner, 's', P + n, 1)), "port", ch, false, pg_whole);
+            pg_port_ppkt(p, r, m * P + l, P + n, P + n);
         }
         for (uint32_t q = 0; q < P - 1; q++) {
             for (uint32_t t = 0; t < T; t++) {
@@ -283,22 +299,14 @@ static int pg_ag_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
     pg_plan_chunks(p, 1, N, N);
     for (uint32_t r = 0; r < N; r++) {
         uint32_t n = r / P, l = r % P;
-        pg_connect_node(p, r, P);
-        for (uint32_t m = 0; m < M; m++)
-            if (m != n)
-                (void)pg_connect(p, r, PG_CH_PORT, m * P + l);
-        if (pg_new_tbs(p, r, 1 + G) < 0)
+        if (pg_hier_rank(p, r, P, M, 1 + G) < 0)
             return -1;
         pg_op(p, r, 0, "cpkt", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('s', r, 1)), NULL, NULL, false, pg_whole);
         pg_op(p, r, 0, "nop", NULL, NULL, NULL, NULL, false, pg_whole);
         for (uint32_t m = 0; m < M; m++) {
             if (m == n)
                 continue;
-            uint32_t partner = m * P + l;
-            json_t *ch = json_array();
-            A_PUSH(ch, json_integer(pg_tb_chan(p, r, 0, PG_CH_PORT, partner)));
-            pg_op(p, r, 0, "ppkt", pg_arr1(pg_loc('s', r, 1)), pg_arr1(pg_rem(p, r, 0, PG_CH_PORT, partner, 's', r, 1)),
-                  "port", ch, false, pg_whole);
+            pg_port_ppkt(p, r, m * P + l, r, r);
         }
         for (uint32_t q = 0; q < P - 1; q++) {
             for (uint32_t t = 0; t < T; t++) {
@@ -377,21 +385,13 @@ static int pg_rs_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
     pg_plan_chunks(p, N, 1, 2 * K + M);
     for (uint32_t r = 0; r < N; r++) {
         uint32_t n = r / P, l = r % P;
-        pg_connect_node(p, r, P);
-        for (uint32_t m = 0; m < M; m++)
-            if (m != n)
-                (void)pg_connect(p, r, PG_CH_PORT, m * P + l);
-        if (pg_new_tbs(p, r, 1 + G) < 0)
+        if (pg_hier_rank(p, r, P, M, 1 + G) < 0)
             return -1;
         pg_barrier(p, r, 0, 0, 1 + G);
         for (uint32_t m = 0; m < M; m++) {
             if (m == n)
                 continue;
-            uint32_t partner = m * P + l;
-            json_t *ch = json_array();
-            A_PUSH(ch, json_integer(pg_tb_chan(p, r, 0, PG_CH_PORT, partner)));
-            pg_op(p, r, 0, "ppkt", pg_arr1(pg_loc('s', P * M + m, 1)),
-                  pg_arr1(pg_rem(p, r, 0, PG_CH_PORT, partner, 's', P * M + M + n, 1)), "port", ch, false, pg_whole);
+            pg_port_ppkt(p, r, m * P + l, P * M + m, P * M + M + n);
         }
         for (uint32_t q = 0; q < P - 1; q++) {
             for (uint32_t t = 0; t < T; t++) {
