@@ -592,6 +592,21 @@ static int spawn(pthread_t *th, void *(*fn)(void *), void *arg)
     return rc;
 }
 
+/* Start a per-rank thread (proxy or controller); the thread frees its argument. */
+static int spawn_rank(pthread_t *th, void *(*fn)(void *), struct hx_run *run, struct hx_rank *rk)
+{
+    struct proxy_arg *pa = malloc(sizeof(*pa));
+    if (pa == NULL)
+        return -1;
+    pa->run = run;
+    pa->rk = rk;
+    if (spawn(th, fn, pa) != 0) {
+        free(pa);
+        return -1;
+    }
+    return 0;
+}
+
 static mscx_status_t check_plan(const struct mscx_plan *plan, const struct mscx_hostexec_cfg *cfg, char *err,
                                 size_t errlen)
 {
@@ -672,13 +687,7 @@ mscx_status_t mscx_hostexec_run_hooks(const struct mscx_plan *plan, const struct
     for (uint32_t r = 0; r < n && st == MSCX_OK; r++) {
         struct hx_rank *rk = &run.ranks[r];
         if (rk->gpu->nchan[MSCX_CHAN_PORT] > 0) {
-            struct proxy_arg *pa = malloc(sizeof(*pa));
-            if (pa) {
-                pa->run = &run;
-                pa->rk = rk;
-            }
-            if (pa == NULL || spawn(&rk->proxy_thread, proxy_thread, pa) != 0) {
-                free(pa);
+            if (spawn_rank(&rk->proxy_thread, proxy_thread, &run, rk) != 0) {
                 st = MSCX_ERR_SYSTEM;
                 break;
             }
@@ -700,13 +709,7 @@ mscx_status_t mscx_hostexec_run_hooks(const struct mscx_plan *plan, const struct
         }
         if (st != MSCX_OK)
             break;
-        struct proxy_arg *ca = malloc(sizeof(*ca));
-        if (ca) {
-            ca->run = &run;
-            ca->rk = rk;
-        }
-        if (ca == NULL || spawn(&rk->ctl_thread, ctl_thread, ca) != 0) {
-            free(ca);
+        if (spawn_rank(&rk->ctl_thread, ctl_thread, &run, rk) != 0) {
             st = MSCX_ERR_SYSTEM;
             break;
         }
