@@ -256,7 +256,10 @@ int main(int argc, char **argv)
     printf("| plan | ranks | bytes | blocks/rank | exec eager | hand eager | eager ratio | exec graph | hand graph | "
            "graph ratio |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    const char *only = getenv("MSCX_BENCH_RANKS"); /* e.g. "2": only that rank count */
     for (uint32_t n = 2; n <= 8; n *= 2) {
+        if (only && *only && strtoul(only, NULL, 10) != n)
+            continue;
         snprintf(path, sizeof(path), "%s/allreduce_n%u_rpn%u_oneshot_1K_64K.json", pdir, n, n);
         bench_n(path, n, 1, "gen oneshot");
         snprintf(path, sizeof(path), "%s/allreduce_pkt_n%u.json", dir, n);
