@@ -260,10 +260,13 @@ int main(int argc, char **argv)
     for (uint32_t n = 2; n <= 8; n *= 2) {
         if (only && *only && strtoul(only, NULL, 10) != n)
             continue;
+        const char *which = getenv("MSCX_BENCH_PLANS"); /* "gen" or "dsl": only those */
         snprintf(path, sizeof(path), "%s/allreduce_n%u_rpn%u_oneshot_1K_64K.json", pdir, n, n);
-        bench_n(path, n, 1, "gen oneshot");
+        if (!which || !*which || strcmp(which, "gen") == 0)
+            bench_n(path, n, 1, "gen oneshot");
         snprintf(path, sizeof(path), "%s/allreduce_pkt_n%u.json", dir, n);
-        bench_n(path, n, 0, "dsl allreduce_pkt");
+        if (!which || !*which || strcmp(which, "dsl") == 0)
+            bench_n(path, n, 0, "dsl allreduce_pkt");
     }
     bench_empty();
     return 0;

@@ -13,6 +13,7 @@
 #include "op_sem.h"
 #include "gpu_int.h"
 #include "mscx/status.h"
+#include "mscx/trace.h"
 
 #define MSCX_SLICE_UNIT 16u
 
@@ -44,6 +45,44 @@ __device__ __forceinline__ uint64_t mscx_dtime(void)
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
+}
+
+/*
+ * MSCX_TRACE: thread 0 of a block appends one record per op to the block's
+ * ring of records (args.trace, trace_cap per block); the position persists
+ * in args.trace_n across launches. Off (recs NULL) unless the host enabled it.
+ */
+struct mscx_dtrace {
+    struct mscx_trace_rec *recs; /* this block's ring, NULL: off */
+    uint32_t cap, n;
+    uint64_t t0; /* block start */
+};
+
+__device__ __forceinline__ void mscx_dtrace_begin(const struct mscx_gpu_args *a, struct mscx_dtrace *t)
+{
+    t->recs = NULL;
+    t->cap = a->trace_cap;
+    t->n = 0;
+    t->t0 = 0;
+    if (a->trace_cap) {
+        t->t0 = mscx_dtime();
+        t->recs = a->trace + (uint64_t)blockIdx.x * a->trace_cap;
+        t->n = *(volatile uint32_t *)&a->trace_n[blockIdx.x];
+    }
+}
+
+static __device__ __noinline__ void mscx_dtrace_rec(struct mscx_dtrace *t, uint32_t op_index, uint32_t opcode,
+                                                    uint64_t start)
+{
+    uint64_t end = mscx_dtime();
+    if (threadIdx.x == 0) {
+        struct mscx_trace_rec *r = &t->recs[t->n % t->cap];
+        r->op_index = op_index;
+        r->opcode = opcode;
+        r->start_ns = start;
+        r->end_ns = end;
+    }
+    t->n++;
 }
 
 /* Record an error once and make every spinning thread of this rank give up. */

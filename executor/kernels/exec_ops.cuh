@@ -517,6 +517,8 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
     extern __shared__ uint32_t mscx_sops[];
     struct mscx_gpu_ctx *ctx = args.ctx;
     struct mscx_dstate s;
+    struct mscx_dtrace tr;
+    mscx_dtrace_begin(&args, &tr);
     /* independent loads first: the flag and the op range of this block */
     uint32_t prev = *(volatile uint32_t *)&args.bflag[blockIdx.x];
     uint32_t b = __ldg(&args.tb_begin[blockIdx.x]), e = __ldg(&args.tb_begin[blockIdx.x + 1]);
@@ -548,12 +550,23 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
     __syncthreads();
     uint32_t n = e - b;
     struct mscx_dpipe none = {0, 0};
+    if (tr.recs)
+        mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
     for (uint32_t i = 0; i < n; i++) {
         const struct mscx_dev_op *op = &ops[i];
         s.op_index = i;
         s.opcode = op->opcode;
         if (op->flags & MSCX_GPU_OPF_SYNC)
             __syncthreads();
+        if (tr.recs && op->opcode != MSCX_OP_PIPELINE) {
+            /* traced: time each op from the block's start of it to its last thread's end */
+            __syncthreads();
+            uint64_t t0 = mscx_dtime();
+            mscx_dop_run<PKT, DT, RED>(&s, op, &none);
+            __syncthreads();
+            mscx_dtrace_rec(&tr, i, op->opcode, t0);
+            continue;
+        }
         if (op->opcode == MSCX_OP_PIPELINE) {
             uint32_t nb = op->pipe_nops;
             uint64_t unit = op->pipe_unit;
@@ -566,7 +579,12 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
                     s.op_index = i + k;
                     s.opcode = bop->opcode;
                     __syncthreads(); /* pipeline bodies: conservative */
+                    uint64_t t0 = tr.recs ? mscx_dtime() : 0;
                     mscx_dop_run<PKT, DT, RED>(&s, bop, &pp);
+                    if (tr.recs) {
+                        __syncthreads();
+                        mscx_dtrace_rec(&tr, i + k, bop->opcode, t0);
+                    }
                 }
             }
             __syncthreads();
@@ -577,8 +595,11 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
     }
     if (mscx_gpu_wrap_clear(s.flag) && args.scratch)
         mscx_dwrap_clear(&s);
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
+        if (tr.recs)
+            args.trace_n[blockIdx.x] = tr.n;
         *(volatile uint32_t *)&args.bflag[blockIdx.x] = s.flag;
+    }
 }
 
 /* The kernels of one packet format: [0..4] reducing, by dtype (MSCX_DT_FP32..UINT32); [5] copy-only. */

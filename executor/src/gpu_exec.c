@@ -4,6 +4,7 @@
  * exchange, launches. The kernel is in kernels/exec_kernel.cu; the device
  * layout in gpu_int.h.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "mscx/exec.h"
 #include "mscx/env.h"
 #include "mscx/log.h"
+#include "mscx/trace.h"
 #include "plan_int.h"
 #include "gpu_int.h"
 
@@ -49,6 +51,8 @@ struct gpu_plan {
     int reduce;            /* the plan has reduction ops */
     int idle;              /* this rank's program is only nops: no kernel is needed */
     int publish, sys_scope; /* copies of the context's flags (kernel arguments) */
+    struct mscx_trace_rec *d_trace; /* MSCX_TRACE: [ntb][MSCX_TRACE_CAP] device records */
+    uint32_t *d_trace_n;            /* [ntb] ring positions */
     /* launch cache */
     uint64_t c_msg;
     int c_dtype;
@@ -68,9 +72,112 @@ struct mscx_exec {
     struct mscx_gpu_host *host;     /* mapped */
     struct mscx_gpu_host *host_dev; /* its device view */
     struct local_group *group;
+    int traced; /* MSCX_TRACE was set at create: plans record per-op times */
     uint32_t nplans;
     struct gpu_plan plans[MSCX_GPU_MAX_PLANS];
 };
+
+/* ---- MSCX_TRACE: records of every traced executor of the process, written when the last one goes ---- */
+
+#define MSCX_TRACE_CAP 8192u /* records kept per thread block (the latest ones) */
+
+static struct {
+    pthread_mutex_t lock;
+    uint32_t live;                  /* executors created while tracing is on and not yet destroyed */
+    uint32_t lowest_rank;
+    struct mscx_trace_block *blocks;
+    size_t nblocks, cap;
+} g_trace = {PTHREAD_MUTEX_INITIALIZER, 0, UINT32_MAX, NULL, 0, 0};
+
+static int trace_on(void)
+{
+    const struct mscx_config *cfg;
+    return mscx_config_get(&cfg) == MSCX_OK && cfg->trace && cfg->trace[0];
+}
+
+/* MSCX_TRACE with %p replaced by the pid and %r by the lowest rank of the process. */
+static void trace_path(const char *tmpl, char *out, size_t len)
+{
+    size_t o = 0;
+    for (const char *p = tmpl; *p && o + 1 < len; p++) {
+        if (p[0] == '%' && (p[1] == 'p' || p[1] == 'r')) {
+            int k = snprintf(out + o, len - o, "%lu",
+                             p[1] == 'p' ? (unsigned long)getpid() : (unsigned long)g_trace.lowest_rank);
+            o += k > 0 ? (size_t)k : 0;
+            if (o >= len)
+                o = len - 1;
+            p++;
+            continue;
+        }
+        out[o++] = *p;
+    }
+    out[o] = '\0';
+}
+
+/* Called with g_trace.lock held: the last traced executor of the process is gone. */
+static void trace_flush_locked(void)
+{
+    const struct mscx_config *cfg;
+    char path[4096];
+    size_t nev = 0;
+    if (g_trace.nblocks && mscx_config_get(&cfg) == MSCX_OK) {
+        trace_path(cfg->trace, path, sizeof(path));
+        mscx_status_t st = mscx_trace_save(path, "mscx executor", g_trace.blocks, g_trace.nblocks, &nev);
+        if (st == MSCX_OK)
+            MSCX_INFO(MSCX_SUB_EXEC, "MSCX_TRACE: wrote %zu op records of %zu thread blocks to %s", nev,
+                      g_trace.nblocks, path);
+        else
+            MSCX_WARN("MSCX_TRACE: cannot write %s: %s", path, mscx_status_str(st));
+    }
+    for (size_t i = 0; i < g_trace.nblocks; i++)
+        free((void *)g_trace.blocks[i].recs);
+    free(g_trace.blocks);
+    g_trace.blocks = NULL;
+    g_trace.nblocks = g_trace.cap = 0;
+    g_trace.lowest_rank = UINT32_MAX;
+}
+
+/* Copy one plan's rings back (oldest record first) and keep them for the trace file. */
+static void trace_collect(uint32_t rank, uint32_t plan_id, const struct gpu_plan *gp)
+{
+    uint32_t *pos = calloc(gp->ntb ? gp->ntb : 1, sizeof(uint32_t));
+    struct mscx_trace_rec *all = malloc((size_t)gp->ntb * MSCX_TRACE_CAP * sizeof(*all));
+    if (!pos || !all || cudaMemcpy(pos, gp->d_trace_n, gp->ntb * sizeof(uint32_t), cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(all, gp->d_trace, (size_t)gp->ntb * MSCX_TRACE_CAP * sizeof(*all), cudaMemcpyDeviceToHost) !=
+            cudaSuccess) {
+        MSCX_WARN("MSCX_TRACE: rank %u plan %u: cannot read the trace records back", rank, plan_id);
+        free(pos);
+        free(all);
+        return;
+    }
+    pthread_mutex_lock(&g_trace.lock);
+    for (uint32_t b = 0; b < gp->ntb; b++) {
+        uint32_t n = pos[b] < MSCX_TRACE_CAP ? pos[b] : MSCX_TRACE_CAP;
+        if (n == 0)
+            continue;
+        if (g_trace.nblocks == g_trace.cap) {
+            size_t nc = g_trace.cap ? 2 * g_trace.cap : 64;
+            struct mscx_trace_block *nb = realloc(g_trace.blocks, nc * sizeof(*nb));
+            if (!nb)
+                break;
+            g_trace.blocks = nb;
+            g_trace.cap = nc;
+        }
+        struct mscx_trace_rec *r = malloc(n * sizeof(*r));
+        if (!r)
+            break;
+        uint32_t first = pos[b] - n; /* ring order: the oldest kept record first */
+        for (uint32_t i = 0; i < n; i++)
+            r[i] = all[(size_t)b * MSCX_TRACE_CAP + (first + i) % MSCX_TRACE_CAP];
+        /* one track per (rank, block); a second plan of the same rank gets blocks from 1000 * plan_id */
+        g_trace.blocks[g_trace.nblocks++] = (struct mscx_trace_block){rank, plan_id * 1000u + b, r, n};
+    }
+    if (rank < g_trace.lowest_rank)
+        g_trace.lowest_rank = rank;
+    pthread_mutex_unlock(&g_trace.lock);
+    free(pos);
+    free(all);
+}
 
 static mscx_status_t gpu_check(cudaError_t rc, const char *what)
 {
@@ -106,6 +213,12 @@ mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device,
     GPU_CHECK_GOTO(cudaHostAlloc((void **)&ex->host, sizeof(*ex->host), cudaHostAllocMapped), st, fail);
     memset(ex->host, 0, sizeof(*ex->host));
     GPU_CHECK_GOTO(cudaHostGetDevicePointer((void **)&ex->host_dev, ex->host, 0), st, fail);
+    if (trace_on()) {
+        ex->traced = 1;
+        pthread_mutex_lock(&g_trace.lock);
+        g_trace.live++;
+        pthread_mutex_unlock(&g_trace.lock);
+    }
     *exec_p = ex;
     return MSCX_OK;
 fail:
@@ -430,6 +543,13 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
         GPU_CHECK_GOTO(cudaMalloc((void **)&gp->scratch, gp->scratch_bytes), st, fail);
         GPU_CHECK_GOTO(cudaMemset(gp->scratch, 0, gp->scratch_bytes), st, fail);
     }
+    if (ex->traced && gp->ntb) {
+        size_t tb = (size_t)gp->ntb * MSCX_TRACE_CAP * sizeof(struct mscx_trace_rec);
+        GPU_CHECK_GOTO(cudaMalloc((void **)&gp->d_trace, tb), st, fail);
+        GPU_CHECK_GOTO(cudaMalloc((void **)&gp->d_trace_n, gp->ntb * sizeof(uint32_t)), st, fail);
+        GPU_CHECK_GOTO(cudaMemset(gp->d_trace, 0, tb), st, fail);
+        GPU_CHECK_GOTO(cudaMemset(gp->d_trace_n, 0, gp->ntb * sizeof(uint32_t)), st, fail);
+    }
     {
         uint64_t in, out;
         mscx_coll_sizes(plan->coll, n, max_msg_bytes, &in, &out);
@@ -479,6 +599,10 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     }
     return gpu_plan_finalize(ex, gp);
 fail:
+    if (gp->d_trace)
+        cudaFree(gp->d_trace);
+    if (gp->d_trace_n)
+        cudaFree(gp->d_trace_n);
     if (gp->tmp)
         cudaFree(gp->tmp);
     if (gp->scratch)
@@ -639,6 +763,11 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         a->reduce = (uint32_t)gp->reduce;
         a->smem_ops = gp->smem_ops;
         a->timeout_ns = cfg->timeout_ms * 1000000ull;
+        if (gp->d_trace) {
+            a->trace_cap = MSCX_TRACE_CAP;
+            a->trace = gp->d_trace;
+            a->trace_n = gp->d_trace_n;
+        }
         gp->c_msg = msg_bytes;
         gp->c_dtype = (int)dtype;
     }
@@ -700,6 +829,11 @@ void mscx_exec_destroy(struct mscx_exec *ex)
                     cudaIpcCloseMemHandle(gp->opened[k]);
             free(gp->opened);
         }
+        if (gp->d_trace) {
+            trace_collect(ex->bs.rank, i, gp);
+            cudaFree(gp->d_trace);
+            cudaFree(gp->d_trace_n);
+        }
         if (gp->scratch)
             cudaFree(gp->scratch);
         if (gp->tmp)
@@ -707,6 +841,12 @@ void mscx_exec_destroy(struct mscx_exec *ex)
         if (gp->d_ctx)
             cudaFree(gp->d_ctx);
         free(gp->recs);
+    }
+    if (ex->traced) {
+        pthread_mutex_lock(&g_trace.lock);
+        if (--g_trace.live == 0)
+            trace_flush_locked();
+        pthread_mutex_unlock(&g_trace.lock);
     }
     if (ex->group && --ex->group->refs == 0) {
         free(ex->group->execs);

@@ -129,7 +129,9 @@ struct mscx_gpu_args {
     uint32_t dtype, op, pkt;
     uint32_t reduce;         /* the plan has reduction ops (else the copy-only kernel runs) */
     uint32_t smem_ops;       /* ops of a block staged in shared memory (0: read from global) */
-    uint32_t pad;
+    uint32_t trace_cap;      /* MSCX_TRACE: records per block in trace (a ring), 0: tracing off */
+    struct mscx_trace_rec *trace; /* [ntb][trace_cap] */
+    uint32_t *trace_n;       /* [ntb] records written by block b so far (ring position) */
 };
 
 /* Implemented in kernels/exec_kernel.cu (dispatch) and kernels/exec_k_*.cu (one per packet format). */

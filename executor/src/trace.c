@@ -94,7 +94,7 @@ static size_t put_track(FILE *out, const struct mscx_trace_block *b, struct trac
         }
         prev_end = end;
         fprintf(out, "%s\n{\"ph\":\"X\",\"name\":\"", *first ? "" : ",");
-        put_json_str(out, mscx_opcode_name((enum mscx_opcode)r->opcode));
+        put_json_str(out, r->opcode == MSCX_TRACE_OP_PROLOGUE ? "prologue" : mscx_opcode_name((enum mscx_opcode)r->opcode));
         fprintf(out, "\",\"cat\":\"op\",\"pid\":%" PRIu32 ",\"tid\":%" PRIu32 ",\"ts\":", b->rank, b->block);
         put_us(out, start, t0);
         fprintf(out, ",\"dur\":");

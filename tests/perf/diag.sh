@@ -1,17 +1,14 @@
 #!/usr/bin/env bash
+# On the GPU machine: build the bench, run it for one rank count with and
+# without MSCX_TRACE, summarise the trace. OUT receives logs and the trace.
 set -u
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-out}; mkdir -p $OUT
-which nsys ncu gnuplot; ls /usr/local/cuda/bin | grep -i -E "nsys|ncu|nsight"; python3 -c "import matplotlib; print('mpl', matplotlib.__version__)"; nproc; ls /sys/class/infiniband 2>&1
+N=${N:-2}; MAX=${MAX:-16384}
 eval "$(tools/device-deps.sh --unpack)"
 t=$(date +%s)
-(meson setup bd -Dgpu_arch=sm_90 && ninja -C bd tools/mscx-bench-gpu) >$OUT/build.log 2>&1
-echo "build rc=$? $(($(date +%s)-t))s"; tail -3 $OUT/build.log
-cuobjdump -res-usage bd/tools/mscx-bench-gpu 2>/dev/null | grep -A1 -E "mscx_exec_kernel|ref_oneshot" | head -12
-MSCX_BENCH_RANKS=2 timeout 60 bd/tools/mscx-bench-gpu .deps/ref/mscclpp-algo-plans plans 16384
-N=$(which nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-if [ -n "$N" ]; then
-  MSCX_BENCH_RANKS=2 timeout 120 $N profile -o $OUT/prof --cuda-graph-trace=node -t cuda bd/tools/mscx-bench-gpu .deps/ref/mscclpp-algo-plans plans 1024 > $OUT/nsys.log 2>&1
-  $N stats -r cuda_gpu_kern_sum $OUT/prof.nsys-rep 2>&1 | head -30
-  $N stats -r cuda_gpu_trace -f csv $OUT/prof.nsys-rep > $OUT/trace.csv 2>/dev/null; wc -l $OUT/trace.csv
-fi
+( [ -f bd/build.ninja ] || meson setup bd -Dgpu_arch=sm_90; ninja -C bd tools/mscx-bench-gpu ) >$OUT/build.log 2>&1
+echo "build rc=$? $(($(date +%s)-t))s"; tail -2 $OUT/build.log
+MSCX_BENCH_RANKS=$N timeout 100 bd/tools/mscx-bench-gpu .deps/ref/mscclpp-algo-plans plans $MAX
+MSCX_BENCH_PLANS=gen MSCX_BENCH_RANKS=$N MSCX_TRACE=$OUT/trace.json timeout 100 bd/tools/mscx-bench-gpu .deps/ref/mscclpp-algo-plans plans 1024
+python3 tools/trace-summary.py $OUT/trace.json

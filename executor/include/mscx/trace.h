@@ -36,6 +36,12 @@ struct mscx_trace_rec {
     uint64_t end_ns;
 };
 
+/**
+ * Pseudo-opcode of the record that covers a kernel's prologue: from the
+ * block's first instruction to the start of its first op (flag, op staging).
+ */
+#define MSCX_TRACE_OP_PROLOGUE 0xffffu
+
 /** The records of one thread block of one rank, in execution order. */
 struct mscx_trace_block {
     uint32_t rank;
