@@ -469,6 +469,124 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
     }
 }
 
+/* ---- the compiled program (struct mscx_kprog): offsets resolved by the host ---- */
+
+__device__ __forceinline__ char *mscx_kbase(const struct mscx_dstate *s, const struct mscx_gpu_args *a, uint32_t base)
+{
+    if (base >= MSCX_KB_RBUF) {
+        uint32_t k = base - MSCX_KB_RBUF;
+        return a->kp.rsc[k] + mscx_scratch_offset(s->flag, a->kp.rhalf[k]);
+    }
+    if (base == MSCX_KB_SCRATCH)
+        return a->scratch + s->so;
+    return base == MSCX_KB_IN ? (char *)a->in : (char *)a->out;
+}
+
+__device__ __forceinline__ char *mscx_kptr(const struct mscx_dstate *s, const struct mscx_gpu_args *a, uint32_t j)
+{
+    return mscx_kbase(s, a, a->kp.opnd[j].base) + a->kp.opnd[j].off;
+}
+
+/* Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths. */
+template <uint32_t PKT, uint32_t DT, bool RED>
+__device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
+                                            const struct mscx_kop *k, uint32_t blk)
+{
+    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
+    const uint32_t nw = pl / 4u;
+    const uint32_t n = k->units, o = k->opnd, flag = s->flag;
+    switch (k->kind) {
+    case MSCX_KOP_PACK: {
+        const char *ps = mscx_kptr(s, a, o);
+        char *lines = mscx_kptr(s, a, o + 1);
+        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
+            mscx_dline_store<PKT>(lines + 2u * pl * u, mscx_dvload<pl>(ps + (uint64_t)u * pl), flag);
+        return 0;
+    }
+    case MSCX_KOP_UNPACK: {
+        const char *sl = mscx_kptr(s, a, o);
+        char *pd = mscx_kptr(s, a, o + 1);
+        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+            uint4 v;
+            if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
+                return 1;
+            mscx_dvstore<pl>(pd + (uint64_t)u * pl, v);
+        }
+        return 0;
+    }
+    case MSCX_KOP_FWD: {
+        const char *sl = mscx_kptr(s, a, o);
+        uint32_t nd = k->ndst;
+        if (nd == 1) {
+            char *dl = mscx_kptr(s, a, o + 1);
+            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+                uint4 v;
+                if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
+                    return 1;
+                mscx_dline_store<PKT>(dl + 2u * pl * u, v, flag);
+            }
+            return 0;
+        }
+        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+            uint4 v;
+            if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
+                return 1;
+            for (uint32_t j = 0; j < nd; j++)
+                mscx_dline_store<PKT>(mscx_kptr(s, a, o + 1 + j) + 2u * pl * u, v, flag);
+        }
+        return 0;
+    }
+    case MSCX_KOP_REDPKT: {
+        if (!RED)
+            return 0;
+        const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
+        const char *p0 = mscx_kptr(s, a, o);
+        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+            uint64_t x = (uint64_t)u * pl;
+            uint4 acc = mscx_dvload<pl>(p0 + x);
+            for (uint32_t j = 1; j < ns; j++) {
+                uint4 v;
+                if (mscx_dline_read<PKT>(s, mscx_kptr(s, a, o + j) + 2u * x, &v))
+                    return 1;
+                acc = mscx_dreduce<DT, nw>(rop, acc, v);
+            }
+            if (nd > 0)
+                mscx_dvstore<pl>(mscx_kptr(s, a, o + ns) + x, acc);
+            for (uint32_t j = 1; j < nd; j++)
+                mscx_dline_store<PKT>(mscx_kptr(s, a, o + ns + j) + 2u * x, acc, flag);
+        }
+        return 0;
+    }
+    case MSCX_KOP_COPY: {
+        const char *ps = mscx_kptr(s, a, o);
+        char *pd = mscx_kptr(s, a, o + 1);
+        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
+            *(uint4 *)(pd + (uint64_t)u * 16u) = *(const uint4 *)(ps + (uint64_t)u * 16u);
+        return 0;
+    }
+    case MSCX_KOP_REDUCE: {
+        if (!RED)
+            return 0;
+        const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
+        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+            uint64_t x = (uint64_t)u * 16u;
+            uint4 acc = *(const uint4 *)(mscx_kptr(s, a, o) + x);
+            for (uint32_t j = 1; j < ns; j++)
+                acc = mscx_dreduce<DT, 4>(rop, acc, *(const uint4 *)(mscx_kptr(s, a, o + j) + x));
+            for (uint32_t j = 0; j < nd; j++)
+                *(uint4 *)(mscx_kptr(s, a, o + ns + j) + x) = acc;
+        }
+        return 0;
+    }
+    case MSCX_KOP_SKIP:
+        return 0;
+    default: { /* GENERIC: the interpreter runs the op from the uploaded table */
+        struct mscx_dpipe none = {0, 0};
+        return mscx_dop_run<PKT, DT, RED>(s, &a->ops[a->kp.obase[blk] + k->op], &none);
+    }
+    }
+}
+
 /*
  * Flag wrap only: once every block of the rank is done, clear the whole
  * scratch allocation except the other half of this launch's geometry (the
@@ -511,79 +629,70 @@ static __device__ __noinline__ void mscx_dwrap_clear(const struct mscx_dstate *s
     }
 }
 
+/* Publish this rank's user pointers for the launch (peers read them through mscx_dpeer_user). */
+static __device__ __noinline__ void mscx_dpublish(const struct mscx_gpu_args *a, const struct mscx_dstate *s)
+{
+    struct mscx_gpu_ctx *ctx = a->ctx;
+    ctx->pub.ptr[s->parity][0] = (void *)a->in;
+    ctx->pub.ptr[s->parity][1] = a->out;
+    if (a->sys_scope)
+        __threadfence_system();
+    else
+        __threadfence();
+    *(volatile uint32_t *)&ctx->pub.flag[s->parity] = s->flag;
+}
+
+/* The interpreter: block @p blk runs its ops [b, e) of the uploaded table. */
 template <uint32_t PKT, uint32_t DT, bool RED>
-__global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
+__device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const struct mscx_gpu_args *a,
+                                                struct mscx_dtrace *tr, uint32_t b, uint32_t e)
 {
     extern __shared__ uint32_t mscx_sops[];
-    struct mscx_gpu_ctx *ctx = args.ctx;
-    struct mscx_dstate s;
-    struct mscx_dtrace tr;
-    mscx_dtrace_begin(&args, &tr);
-    /* independent loads first: the flag and the op range of this block */
-    uint32_t prev = *(volatile uint32_t *)&args.bflag[blockIdx.x];
-    uint32_t b = __ldg(&args.tb_begin[blockIdx.x]), e = __ldg(&args.tb_begin[blockIdx.x + 1]);
-    s.a = &args;
-    s.ctx = ctx;
-    s.flag = mscx_flag_next(prev);
-    s.parity = s.flag & 1u;
-    s.so = mscx_scratch_offset(s.flag, args.geom[0].half_per_chunk * args.scratch_chunks);
-    s.op_index = 0;
-    s.opcode = 0;
-    s.rop = args.op;
-    const struct mscx_dev_op *ops = args.ops + b;
-    if (e - b <= args.smem_ops) {
+    const struct mscx_dev_op *ops = a->ops + b;
+    if (e - b <= a->smem_ops) {
         const uint32_t *g = (const uint32_t *)ops;
         uint32_t words = (e - b) * (uint32_t)(sizeof(struct mscx_dev_op) / 4u);
         for (uint32_t i = threadIdx.x; i < words; i += blockDim.x)
             mscx_sops[i] = __ldg(g + i);
         ops = (const struct mscx_dev_op *)mscx_sops;
     }
-    if (args.publish && blockIdx.x == 0 && threadIdx.x == 0) {
-        ctx->pub.ptr[s.parity][0] = (void *)args.in;
-        ctx->pub.ptr[s.parity][1] = args.out;
-        if (args.sys_scope)
-            __threadfence_system();
-        else
-            __threadfence();
-        *(volatile uint32_t *)&ctx->pub.flag[s.parity] = s.flag;
-    }
     __syncthreads();
     uint32_t n = e - b;
     struct mscx_dpipe none = {0, 0};
-    if (tr.recs)
-        mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
+    if (tr->recs)
+        mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
     for (uint32_t i = 0; i < n; i++) {
         const struct mscx_dev_op *op = &ops[i];
-        s.op_index = i;
-        s.opcode = op->opcode;
+        s->op_index = i;
+        s->opcode = op->opcode;
         if (op->flags & MSCX_GPU_OPF_SYNC)
             __syncthreads();
-        if (tr.recs && op->opcode != MSCX_OP_PIPELINE) {
+        if (tr->recs && op->opcode != MSCX_OP_PIPELINE) {
             /* traced: time each op from the block's start of it to its last thread's end */
             __syncthreads();
             uint64_t t0 = mscx_dtime();
-            mscx_dop_run<PKT, DT, RED>(&s, op, &none);
+            mscx_dop_run<PKT, DT, RED>(s, op, &none);
             __syncthreads();
-            mscx_dtrace_rec(&tr, i, op->opcode, t0);
+            mscx_dtrace_rec(tr, i, op->opcode, t0);
             continue;
         }
         if (op->opcode == MSCX_OP_PIPELINE) {
             uint32_t nb = op->pipe_nops;
             uint64_t unit = op->pipe_unit;
-            uint64_t total = (uint64_t)op->pipe_nchunks * args.geom[0].slot;
+            uint64_t total = (uint64_t)op->pipe_nchunks * a->geom[0].slot;
             uint64_t iters = unit ? (total + unit - 1) / unit : 1u;
             for (uint64_t it = 0; it < iters; it++) {
                 struct mscx_dpipe pp = {it * unit, unit};
                 for (uint32_t k = 1; k <= nb && i + k < n; k++) {
                     const struct mscx_dev_op *bop = &ops[i + k];
-                    s.op_index = i + k;
-                    s.opcode = bop->opcode;
+                    s->op_index = i + k;
+                    s->opcode = bop->opcode;
                     __syncthreads(); /* pipeline bodies: conservative */
-                    uint64_t t0 = tr.recs ? mscx_dtime() : 0;
-                    mscx_dop_run<PKT, DT, RED>(&s, bop, &pp);
-                    if (tr.recs) {
+                    uint64_t t0 = tr->recs ? mscx_dtime() : 0;
+                    mscx_dop_run<PKT, DT, RED>(s, bop, &pp);
+                    if (tr->recs) {
                         __syncthreads();
-                        mscx_dtrace_rec(&tr, i + k, bop->opcode, t0);
+                        mscx_dtrace_rec(tr, i + k, bop->opcode, t0);
                     }
                 }
             }
@@ -591,7 +700,60 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
             i += nb;
             continue;
         }
-        mscx_dop_run<PKT, DT, RED>(&s, op, &none);
+        mscx_dop_run<PKT, DT, RED>(s, op, &none);
+    }
+}
+
+/* The compiled program of block @p blk (struct mscx_kprog). */
+template <uint32_t PKT, uint32_t DT, bool RED>
+__device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const struct mscx_gpu_args *a,
+                                                  struct mscx_dtrace *tr, uint32_t blk)
+{
+    uint32_t kb = a->kp.kbegin[blk], ke = a->kp.kbegin[blk + 1];
+    if (tr->recs) {
+        __syncthreads();
+        mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
+    }
+    for (uint32_t i = kb; i < ke; i++) {
+        const struct mscx_kop *k = &a->kp.kop[i];
+        s->op_index = k->op;
+        s->opcode = k->opcode;
+        if (k->sync)
+            __syncthreads();
+        if (tr->recs) {
+            __syncthreads();
+            uint64_t t0 = mscx_dtime();
+            mscx_kop_run<PKT, DT, RED>(s, a, k, blk);
+            __syncthreads();
+            mscx_dtrace_rec(tr, k->op, k->opcode, t0);
+            continue;
+        }
+        mscx_kop_run<PKT, DT, RED>(s, a, k, blk);
+    }
+}
+
+template <uint32_t PKT, uint32_t DT, bool RED>
+__global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
+{
+    struct mscx_dstate s;
+    struct mscx_dtrace tr;
+    mscx_dtrace_begin(&args, &tr);
+    uint32_t prev = *(volatile uint32_t *)&args.bflag[blockIdx.x];
+    s.a = &args;
+    s.ctx = args.ctx;
+    s.flag = mscx_flag_next(prev);
+    s.parity = s.flag & 1u;
+    s.so = mscx_scratch_offset(s.flag, args.geom[0].half_per_chunk * args.scratch_chunks);
+    s.op_index = 0;
+    s.opcode = 0;
+    s.rop = args.op;
+    if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
+        mscx_dpublish(&args, &s);
+    if (args.kp_on && !((args.kp.interp_mask >> blockIdx.x) & 1u)) {
+        mscx_run_compiled<PKT, DT, RED>(&s, &args, &tr, blockIdx.x);
+    } else {
+        uint32_t b = __ldg(&args.tb_begin[blockIdx.x]), e = __ldg(&args.tb_begin[blockIdx.x + 1]);
+        mscx_run_interp<PKT, DT, RED>(&s, &args, &tr, b, e);
     }
     if (mscx_gpu_wrap_clear(s.flag) && args.scratch)
         mscx_dwrap_clear(&s);

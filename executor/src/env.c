@@ -52,6 +52,8 @@ static const struct env_var env_table[] = {
      CFG(timeout_ms)},
     {"MSCX_SIM_TIMEOUT_MS", ENV_U64, "20000", "host reference executor wait limit in ms", CFG(sim_timeout_ms)},
     {"MSCX_PACKET", ENV_PACKET, "auto", "packet format: auto, ll16 or ll8", CFG(packet)},
+    {"MSCX_EXEC_COMPILE", ENV_BOOL, "1",
+     "0: the GPU executor interprets every op (no per-size compiled program); for comparisons", CFG(exec_compile)},
     {"MSCX_TRACE", ENV_STR, "", "write a Chrome trace of executor ops to this path", CFG(trace)},
     {"MSCX_SCRATCH_MAX", ENV_U64, "268435456", "largest scratch buffer of one plan context, in bytes",
      CFG(scratch_max)},

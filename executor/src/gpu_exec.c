@@ -51,6 +51,10 @@ struct gpu_plan {
     int reduce;            /* the plan has reduction ops */
     int idle;              /* this rank's program is only nops: no kernel is needed */
     int publish, sys_scope; /* copies of the context's flags (kernel arguments) */
+    struct mscx_dev_op *h_ops;      /* the uploaded op image (sync marks set), for the launch compiler */
+    struct mscx_kp_rbuf *kp_rbuf;   /* [nrbuf] remote buffers as the compiler sees them */
+    int c_pkt;
+    uint32_t c_kp_on;               /* the cached program compiled */
     struct mscx_trace_rec *d_trace; /* MSCX_TRACE: [ntb][MSCX_TRACE_CAP] device records */
     uint32_t *d_trace_n;            /* [ntb] ring positions */
     /* launch cache */
@@ -460,6 +464,18 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
         }
     }
     GPU_CHECK_GOTO(cudaMemcpy(gp->d_ctx, img, gp->ctx_bytes, cudaMemcpyHostToDevice), st, out);
+    gp->h_ops = malloc((gpu->nops ? gpu->nops : 1) * sizeof(struct mscx_dev_op));
+    gp->kp_rbuf = calloc(gpu->nrbuf ? gpu->nrbuf : 1, sizeof(struct mscx_kp_rbuf));
+    if (!gp->h_ops || !gp->kp_rbuf) {
+        st = MSCX_ERR_NO_MEMORY;
+        goto out;
+    }
+    memcpy(gp->h_ops, img + gp->off_ops, (size_t)gpu->nops * sizeof(struct mscx_dev_op));
+    for (uint32_t i = 0; i < gpu->nrbuf; i++) {
+        gp->kp_rbuf[i].ptr = rb[i].kind == MSCX_GPU_RBUF_SCRATCH ? (char *)rb[i].ptr : NULL;
+        gp->kp_rbuf[i].geom = rb[i].geom;
+        gp->kp_rbuf[i].owner_scratch_chunks = rb[i].owner_scratch_chunks;
+    }
     gp->publish = (int)c->publish;
     gp->sys_scope = (int)c->sys_scope;
     gp->ready = 1;
@@ -511,6 +527,7 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     gp->plan = plan;
     gp->ntb = gpu->ntb;
     gp->c_dtype = -1;
+    gp->c_pkt = -1;
     /*
      * A rank whose ops are all nops (the one-rank in-place plans) launches
      * nothing: no packets, signals or peers depend on it, and the launch
@@ -714,7 +731,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         MSCX_WARN("caller bug: plan %u launched before every rank added it", plan_id);
         return MSCX_ERR_INVALID_ARG;
     }
-    if (gp->c_msg != msg_bytes || gp->c_dtype != (int)dtype) {
+    if (gp->c_msg != msg_bytes || gp->c_dtype != (int)dtype || gp->c_pkt != (int)pkt) {
         const struct mscx_plan *plan = gp->plan;
         struct mscx_geom g;
         char err[256];
@@ -768,24 +785,33 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
             a->trace = gp->d_trace;
             a->trace_n = gp->d_trace_n;
         }
+        a->pkt = pkt;
+        gp->c_kp_on = 0;
+        if (cfg->exec_compile) {
+            mscx_gpu_compile(plan, ex->bs.rank, gp->h_ops, gp->kp_rbuf, a);
+            gp->c_kp_on = a->kp_on;
+        }
         gp->c_msg = msg_bytes;
         gp->c_dtype = (int)dtype;
+        gp->c_pkt = (int)pkt;
     }
-    struct mscx_gpu_args a = gp->c_args;
     struct alias_plan ap;
     mscx_status_t ast = alias_adapt(gp, ex->bs.rank, sendbuf, recvbuf, &ap);
     if (ast != MSCX_OK)
         return ast;
-    a.in = ap.in;
-    a.out = ap.out;
-    a.dtype = dtype;
-    a.op = op;
-    a.pkt = pkt;
+    /* the arguments are passed by value: cudaLaunchKernel copies them, so the cached ones are updated in place */
+    struct mscx_gpu_args *a = &gp->c_args;
+    a->in = ap.in;
+    a->out = ap.out;
+    a->dtype = dtype;
+    a->op = op;
+    a->pkt = pkt;
+    a->kp_on = gp->c_kp_on && (((uintptr_t)ap.in | (uintptr_t)ap.out) & 15u) == 0;
     cudaStream_t s = (cudaStream_t)stream;
     if (ap.pre_bytes && cudaMemcpyAsync(ap.pre_dst, ap.pre_src, ap.pre_bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
         return gpu_check(cudaGetLastError(), "staging copy");
     if (gp->ntb != 0 && !(gp->idle && !gp->publish)) {
-        int rc = mscx_gpu_kernel_launch(&a, gp->ntb, gp->nthreads, stream);
+        int rc = mscx_gpu_kernel_launch(a, gp->ntb, gp->nthreads, stream);
         if (rc != 0)
             return gpu_check((cudaError_t)rc, "kernel launch");
     }
@@ -841,6 +867,8 @@ void mscx_exec_destroy(struct mscx_exec *ex)
         if (gp->d_ctx)
             cudaFree(gp->d_ctx);
         free(gp->recs);
+        free(gp->h_ops);
+        free(gp->kp_rbuf);
     }
     if (ex->traced) {
         pthread_mutex_lock(&g_trace.lock);

@@ -106,6 +106,69 @@ struct mscx_gpu_ctx {
 };
 
 /*
+ * The compiled program of a launch ("kprog"): for a given message size the
+ * host resolves every data op of every block into its operands' byte
+ * offsets, slice lengths and unit counts (exactly as the interpreter would at
+ * run time) and passes the result in the kernel parameters, so the kernel
+ * runs a data op with a handful of instructions and no dependent loads. An
+ * op the compiler does not take (signals, waits, barriers, semaphores, user
+ * buffers of peers, anything that is not flat in memory) is a GENERIC entry
+ * that the interpreter runs from the uploaded op table. A block with a
+ * pipeline runs entirely in the interpreter; a rank whose program does not
+ * fit here (or a launch whose user pointers are not 16-byte aligned) runs
+ * the interpreter alone (kp_on 0).
+ */
+#define MSCX_KP_MAX_BLOCKS 32
+#define MSCX_KP_MAX_OPS 96
+#define MSCX_KP_MAX_OPND 320
+#define MSCX_KP_MAX_RBUF 32
+
+enum mscx_kop_kind {
+    MSCX_KOP_GENERIC = 0, /* run ops[obase[b] + op] in the interpreter */
+    MSCX_KOP_PACK,        /* src[0] raw/flat -> dst[0] lines */
+    MSCX_KOP_UNPACK,      /* src[0] lines -> dst[0] flat */
+    MSCX_KOP_FWD,         /* src[0] lines -> dst[0..ndst) lines */
+    MSCX_KOP_REDPKT,      /* src[0] flat (+) src[1..] lines -> dst[0] flat (if ndst), dst[1..] lines */
+    MSCX_KOP_COPY,        /* src[0] flat -> dst[0] flat, 16-byte units */
+    MSCX_KOP_REDUCE,      /* src[0..] flat folded -> dst[0..] flat, 16-byte units */
+    MSCX_KOP_SKIP,        /* nothing to move (zero units); still a sync point when marked */
+};
+
+/* Operand bases: MSCX_KB_IN, MSCX_KB_OUT, MSCX_KB_SCRATCH (own, this launch's half), MSCX_KB_RBUF + k (peer scratch). */
+#define MSCX_KB_IN 0u
+#define MSCX_KB_OUT 1u
+#define MSCX_KB_SCRATCH 2u
+#define MSCX_KB_RBUF 3u
+
+struct mscx_kopnd {
+    uint32_t base; /* MSCX_KB_* */
+    uint32_t off;  /* bytes from the base: a real offset (flat operands) or a line offset (packet operands) */
+};
+
+struct mscx_kop {
+    uint8_t kind;   /* enum mscx_kop_kind */
+    uint8_t opcode; /* enum mscx_opcode of the op (trace, errors) */
+    uint8_t nsrc, ndst;
+    uint8_t sync;   /* __syncthreads() before */
+    uint8_t pad;
+    uint16_t op;    /* index of the op in its block */
+    uint16_t opnd;  /* first operand in mscx_kprog.opnd: nsrc sources, then ndst destinations */
+    uint16_t pad2;
+    uint32_t units; /* units (payload bytes of a line, or 16 for COPY/REDUCE) of this block's slice */
+};
+
+struct mscx_kprog {
+    uint32_t interp_mask;                     /* blocks that run the interpreter */
+    uint32_t pad;
+    uint16_t kbegin[MSCX_KP_MAX_BLOCKS + 1];  /* block b's entries: [kbegin[b], kbegin[b + 1]) */
+    uint16_t obase[MSCX_KP_MAX_BLOCKS];       /* block b's first op in the uploaded table */
+    char *rsc[MSCX_KP_MAX_RBUF];              /* peer scratch bases */
+    uint64_t rhalf[MSCX_KP_MAX_RBUF];         /* their half sizes at this launch's geometry */
+    struct mscx_kop kop[MSCX_KP_MAX_OPS];
+    struct mscx_kopnd opnd[MSCX_KP_MAX_OPND];
+};
+
+/*
  * Per-launch arguments (passed by value, __grid_constant__). The context's
  * fixed tables are repeated here so that a block reaches its ops with one
  * dependent load (tb_begin) instead of three.
@@ -132,7 +195,26 @@ struct mscx_gpu_args {
     uint32_t trace_cap;      /* MSCX_TRACE: records per block in trace (a ring), 0: tracing off */
     struct mscx_trace_rec *trace; /* [ntb][trace_cap] */
     uint32_t *trace_n;       /* [ntb] records written by block b so far (ring position) */
+    uint32_t kp_on;          /* the compiled program below is valid for this launch */
+    uint32_t pad3;
+    struct mscx_kprog kp;
 };
+
+/* gpu_compile.c: what the compiler needs to know about the rank's remote buffers. */
+struct mscx_kp_rbuf {
+    char *ptr;       /* peer scratch base, NULL: not a scratch buffer (not compiled) */
+    uint32_t geom;   /* geometry class of the owner */
+    uint32_t owner_scratch_chunks;
+};
+
+/**
+ * Compile rank @p rank's program for the geometry in @p a (in_bytes, geom[]):
+ * fills a->kp and sets a->kp_on (0 when the program does not fit).
+ * @param ops the rank's uploaded op image (sync marks set)
+ */
+struct mscx_plan;
+void mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
+                      const struct mscx_kp_rbuf *rbuf, struct mscx_gpu_args *a);
 
 /* Implemented in kernels/exec_kernel.cu (dispatch) and kernels/exec_k_*.cu (one per packet format). */
 int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads, void *stream);

@@ -1,0 +1,362 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The launch compiler of the GPU executor (see struct mscx_kprog in
+ * gpu_int.h): for one message size, dtype and packet format, resolve every
+ * data op of a rank into byte offsets and unit counts, so that the kernel
+ * does no operand arithmetic at run time.
+ *
+ * Every decision here mirrors the interpreter's fast paths in
+ * kernels/exec_ops.cuh exactly: an op is compiled only where the
+ * interpreter would take its flat (pointer-arithmetic) path, with the same
+ * offsets, lengths and unit counts; everything else stays GENERIC and the
+ * interpreter runs it. Alignment of the user buffers is the one thing not
+ * known here (it is a property of each call): compiled raw offsets are
+ * checked against the alignment the op needs, and the launch enables the
+ * program only when both user pointers are 16-byte aligned.
+ */
+#include <string.h>
+#include "gpu_int.h"
+#include "op_sem.h"
+#include "plan_int.h"
+
+struct kp_build {
+    struct mscx_gpu_args *a;
+    const struct mscx_kp_rbuf *rbuf;
+    uint32_t nrbuf;
+    uint32_t nkop, nopnd;
+    uint32_t pl; /* packet payload bytes per line */
+};
+
+/* A resolved operand of the interpreter (mscx_dresolve), host side. */
+struct kp_res {
+    uint32_t base;
+    int raw;
+    uint64_t slot, chunk, size;
+};
+
+static int kp_resolve(const struct kp_build *k, const struct mscx_dev_operand *o, struct kp_res *r)
+{
+    const struct mscx_gpu_args *a = k->a;
+    memset(r, 0, sizeof(*r));
+    if (o->flags & MSCX_OPND_REMOTE) {
+        if (o->rbuf >= k->nrbuf || o->rbuf >= MSCX_KP_MAX_RBUF || !k->rbuf[o->rbuf].ptr)
+            return -1; /* a peer's user buffer (published per launch): interpreter */
+        r->base = MSCX_KB_RBUF + o->rbuf;
+        r->slot = a->geom[k->rbuf[o->rbuf].geom].slot;
+        return 0;
+    }
+    r->slot = a->geom[0].slot;
+    switch (o->type) {
+    case MSCX_BUF_INPUT:
+        r->base = MSCX_KB_IN;
+        r->raw = 1;
+        r->chunk = a->geom[0].in_chunk;
+        r->size = a->in_bytes;
+        break;
+    case MSCX_BUF_OUTPUT:
+        r->base = MSCX_KB_OUT;
+        r->raw = 1;
+        r->chunk = a->geom[0].out_chunk;
+        r->size = a->out_bytes;
+        break;
+    default:
+        r->base = MSCX_KB_SCRATCH;
+        break;
+    }
+    return 0;
+}
+
+/* mscx_dflat on the host: the real offset of logical [off, off + len), or -1 when not flat. */
+static int64_t kp_flat(const struct kp_res *r, uint64_t off, uint64_t len, uint32_t align)
+{
+    uint64_t real;
+    if (!r->raw)
+        return (int64_t)off;
+    if (r->chunk == r->slot) {
+        real = off;
+    } else {
+        uint64_t c0 = off / r->slot, w0 = off - c0 * r->slot;
+        if (w0 + len > r->chunk)
+            return -1;
+        real = c0 * r->chunk + w0;
+    }
+    if (real + len > r->size)
+        return -1;
+    if (real & (align - 1u)) /* the base is 16-byte aligned (checked per launch) */
+        return -1;
+    return (int64_t)real;
+}
+
+static void kp_range(const struct mscx_dev_op *op, const struct mscx_dev_operand *o, uint64_t slot, uint64_t *off,
+                     uint64_t *len)
+{
+    mscx_operand_range(op, o, slot, 16u, off, len);
+}
+
+static int kp_opnd(struct kp_build *k, uint32_t base, uint64_t off)
+{
+    if (k->nopnd >= MSCX_KP_MAX_OPND || off > UINT32_MAX)
+        return -1;
+    k->a->kp.opnd[k->nopnd].base = base;
+    k->a->kp.opnd[k->nopnd].off = (uint32_t)off;
+    k->nopnd++;
+    return 0;
+}
+
+static struct mscx_kop *kp_kop(struct kp_build *k, uint8_t kind, const struct mscx_dev_op *op, uint32_t blk_op,
+                               uint64_t units)
+{
+    if (k->nkop >= MSCX_KP_MAX_OPS || units >= 0x80000000ull)
+        return NULL;
+    struct mscx_kop *p = &k->a->kp.kop[k->nkop++];
+    memset(p, 0, sizeof(*p));
+    p->kind = kind;
+    p->opcode = op->opcode;
+    p->op = (uint16_t)blk_op;
+    p->opnd = (uint16_t)k->nopnd;
+    p->units = (uint32_t)units;
+    return p;
+}
+
+/*
+ * Compile one op into kops (a pair-wise op may give several). @return 1 when
+ * compiled, 0 when the op must stay GENERIC, -1 when the program is full.
+ * On 0 the caller rolls back whatever this call appended.
+ */
+static int kp_op(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_op, int port)
+{
+    const uint32_t pl = k->pl;
+    struct kp_res rs, rd;
+    uint64_t soff, slen, doff, dlen;
+    struct mscx_kop *p;
+    switch (op->opcode) {
+    case MSCX_OP_PUT:
+    case MSCX_OP_GET:
+    case MSCX_OP_COPY:
+    case MSCX_OP_PUT_WITH_SIGNAL:
+    case MSCX_OP_PUT_WITH_SIGNAL_AND_FLUSH: {
+        if (port && op->opcode != MSCX_OP_PUT && op->opcode != MSCX_OP_GET && op->opcode != MSCX_OP_COPY)
+            return 0; /* the port signal after the copy: interpreter */
+        uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
+        for (uint32_t i = 0; i < npair; i++) {
+            if (kp_resolve(k, &op->src[i], &rs) || kp_resolve(k, &op->dst[i], &rd))
+                return 0;
+            kp_range(op, &op->src[i], rs.slot, &soff, &slen);
+            kp_range(op, &op->dst[i], rd.slot, &doff, &dlen);
+            uint64_t units = (slen < dlen ? slen : dlen) / 16u;
+            if (units == 0)
+                continue;
+            int64_t fs = kp_flat(&rs, soff, units * 16u, 16u), fd = kp_flat(&rd, doff, units * 16u, 16u);
+            if (fs < 0 || fd < 0)
+                return 0;
+            if (!(p = kp_kop(k, MSCX_KOP_COPY, op, blk_op, units)))
+                return -1;
+            p->nsrc = p->ndst = 1;
+            if (kp_opnd(k, rs.base, (uint64_t)fs) || kp_opnd(k, rd.base, (uint64_t)fd))
+                return -1;
+        }
+        return 1;
+    }
+    case MSCX_OP_REDUCE:
+    case MSCX_OP_REDUCE_SEND:
+    case MSCX_OP_READ_REDUCE:
+    case MSCX_OP_READ_REDUCE_SEND: {
+        if (!k->a->reduce)
+            return 0;
+        if (kp_resolve(k, &op->src[0], &rs))
+            return 0;
+        kp_range(op, &op->src[0], rs.slot, &soff, &slen);
+        uint64_t units = slen / 16u;
+        if (units == 0)
+            return 1;
+        if (!(p = kp_kop(k, MSCX_KOP_REDUCE, op, blk_op, units)))
+            return -1;
+        p->nsrc = op->nsrc;
+        p->ndst = op->ndst;
+        for (uint32_t j = 0; j < (uint32_t)op->nsrc + op->ndst; j++) {
+            const struct mscx_dev_operand *o = j < op->nsrc ? &op->src[j] : &op->dst[j - op->nsrc];
+            struct kp_res r;
+            uint64_t off, len;
+            if (kp_resolve(k, o, &r))
+                return 0;
+            kp_range(op, o, r.slot, &off, &len);
+            int64_t f = kp_flat(&r, off, units * 16u, 16u);
+            if (f < 0)
+                return 0;
+            if (kp_opnd(k, r.base, (uint64_t)f))
+                return -1;
+        }
+        return 1;
+    }
+    case MSCX_OP_COPY_PACKETS:
+    case MSCX_OP_PUT_PACKETS:
+        if (op->opcode == MSCX_OP_PUT_PACKETS && port)
+            goto forward_pairs;
+        {
+            uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
+            for (uint32_t i = 0; i < npair; i++) {
+                if (kp_resolve(k, &op->src[i], &rs) || kp_resolve(k, &op->dst[i], &rd))
+                    return 0;
+                kp_range(op, &op->src[i], rs.slot, &soff, &slen);
+                kp_range(op, &op->dst[i], rd.slot, &doff, &dlen);
+                uint64_t units = (slen < dlen ? slen : dlen) / pl;
+                if (units == 0)
+                    continue;
+                int64_t fs = kp_flat(&rs, soff, units * pl, pl);
+                if (fs < 0)
+                    return 0;
+                if (!(p = kp_kop(k, MSCX_KOP_PACK, op, blk_op, units)))
+                    return -1;
+                p->nsrc = p->ndst = 1;
+                if (kp_opnd(k, rs.base, (uint64_t)fs) || kp_opnd(k, rd.base, 2u * doff))
+                    return -1;
+            }
+            return 1;
+        }
+    forward_pairs:
+    case MSCX_OP_UNPACK_PACKETS: {
+        int unpack = op->opcode == MSCX_OP_UNPACK_PACKETS;
+        uint32_t npass = op->nsrc < op->ndst ? op->nsrc : op->ndst;
+        for (uint32_t i = 0; i < npass; i++) {
+            if (kp_resolve(k, &op->src[i], &rs) || kp_resolve(k, &op->dst[i], &rd))
+                return 0;
+            kp_range(op, &op->src[i], rs.slot, &soff, &slen);
+            kp_range(op, &op->dst[i], rd.slot, &doff, &dlen);
+            uint64_t units = slen / pl;
+            if (units == 0)
+                continue;
+            int64_t fd = unpack ? kp_flat(&rd, doff, units * pl, pl) : (int64_t)(2u * doff);
+            if (fd < 0)
+                return 0;
+            if (!(p = kp_kop(k, unpack ? MSCX_KOP_UNPACK : MSCX_KOP_FWD, op, blk_op, units)))
+                return -1;
+            p->nsrc = p->ndst = 1;
+            if (kp_opnd(k, rs.base, 2u * soff) || kp_opnd(k, rd.base, (uint64_t)fd))
+                return -1;
+        }
+        return 1;
+    }
+    case MSCX_OP_READ_PUT_PACKETS: {
+        if (kp_resolve(k, &op->src[0], &rs))
+            return 0;
+        kp_range(op, &op->src[0], rs.slot, &soff, &slen);
+        uint64_t units = slen / pl;
+        if (units == 0)
+            return 1;
+        if (!(p = kp_kop(k, MSCX_KOP_FWD, op, blk_op, units)))
+            return -1;
+        p->nsrc = 1;
+        p->ndst = op->ndst;
+        if (kp_opnd(k, rs.base, 2u * soff))
+            return -1;
+        for (uint32_t j = 0; j < op->ndst; j++) {
+            if (kp_resolve(k, &op->dst[j], &rd))
+                return 0;
+            kp_range(op, &op->dst[j], rd.slot, &doff, &dlen);
+            if (kp_opnd(k, rd.base, 2u * doff))
+                return -1;
+        }
+        return 1;
+    }
+    case MSCX_OP_REDUCE_PACKETS:
+    case MSCX_OP_REDUCE_SEND_PACKETS:
+    case MSCX_OP_REDUCE_COPY_PACKETS:
+    case MSCX_OP_REDUCE_COPY_SEND_PACKETS: {
+        if (!k->a->reduce)
+            return 0;
+        if (kp_resolve(k, &op->src[0], &rs))
+            return 0;
+        kp_range(op, &op->src[0], rs.slot, &soff, &slen);
+        uint64_t units = slen / pl;
+        if (units == 0)
+            return 1;
+        int64_t f0 = kp_flat(&rs, soff, units * pl, pl);
+        if (f0 < 0)
+            return 0;
+        if (!(p = kp_kop(k, MSCX_KOP_REDPKT, op, blk_op, units)))
+            return -1;
+        p->nsrc = op->nsrc;
+        p->ndst = op->ndst;
+        if (kp_opnd(k, rs.base, (uint64_t)f0))
+            return -1;
+        for (uint32_t j = 1; j < (uint32_t)op->nsrc + op->ndst; j++) {
+            const struct mscx_dev_operand *o = j < op->nsrc ? &op->src[j] : &op->dst[j - op->nsrc];
+            struct kp_res r;
+            uint64_t off, len;
+            if (kp_resolve(k, o, &r))
+                return 0;
+            kp_range(op, o, r.slot, &off, &len);
+            int64_t f;
+            if (j == op->nsrc) /* dst[0]: raw result, flat */
+                f = kp_flat(&r, off, units * pl, pl);
+            else
+                f = (int64_t)(2u * off);
+            if (f < 0)
+                return 0;
+            if (kp_opnd(k, r.base, (uint64_t)f))
+                return -1;
+        }
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+void mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
+                      const struct mscx_kp_rbuf *rbuf, struct mscx_gpu_args *a)
+{
+    const struct mscx_gpu *gpu = &plan->gpus[rank];
+    struct kp_build k = {a, rbuf, gpu->nrbuf, 0, 0, a->pkt == MSCX_PKT_LL8 ? 4u : 8u};
+    struct mscx_kprog *kp = &a->kp;
+    a->kp_on = 0;
+    memset(kp, 0, sizeof(*kp));
+    if (gpu->ntb > MSCX_KP_MAX_BLOCKS || gpu->nrbuf > MSCX_KP_MAX_RBUF)
+        return;
+    for (uint32_t i = 0; i < gpu->nrbuf; i++) {
+        kp->rsc[i] = rbuf[i].ptr;
+        kp->rhalf[i] = a->geom[rbuf[i].geom].half_per_chunk * rbuf[i].owner_scratch_chunks;
+    }
+    for (uint32_t b = 0; b < gpu->ntb; b++) {
+        const struct mscx_tb *tb = &gpu->tb[b];
+        kp->kbegin[b] = (uint16_t)k.nkop;
+        if (tb->op_begin > UINT16_MAX)
+            return;
+        kp->obase[b] = (uint16_t)tb->op_begin;
+        int interp = 0;
+        for (uint32_t i = 0; i < tb->nops; i++)
+            if (ops[tb->op_begin + i].opcode == MSCX_OP_PIPELINE)
+                interp = 1;
+        if (interp) {
+            kp->interp_mask |= 1u << b;
+            continue;
+        }
+        for (uint32_t i = 0; i < tb->nops; i++) {
+            const struct mscx_dev_op *op = &ops[tb->op_begin + i];
+            uint32_t nk = k.nkop, no = k.nopnd;
+            int rc = op->opcode == MSCX_OP_NOP && !(op->flags & MSCX_GPU_OPF_SYNC)
+                         ? 1
+                         : kp_op(&k, op, i, op->chan_type == MSCX_CHAN_PORT);
+            if (rc < 0)
+                return;
+            if (rc == 0) { /* roll back and leave it to the interpreter */
+                k.nkop = nk;
+                k.nopnd = no;
+                struct mscx_kop *p = kp_kop(&k, MSCX_KOP_GENERIC, op, i, 0);
+                if (!p)
+                    return;
+            } else if (k.nkop == nk) { /* compiled to nothing (no units) */
+                if (op->flags & MSCX_GPU_OPF_SYNC) {
+                    struct mscx_kop *p = kp_kop(&k, MSCX_KOP_SKIP, op, i, 0);
+                    if (!p)
+                        return;
+                }
+                continue;
+            }
+            if (op->flags & MSCX_GPU_OPF_SYNC)
+                a->kp.kop[nk].sync = 1;
+        }
+    }
+    kp->kbegin[gpu->ntb] = (uint16_t)k.nkop;
+    a->kp_on = 1;
+}
