@@ -6,7 +6,7 @@
  * project's plans/ (allreduce_n{N}_rpn{N}_oneshot_1K_64K.json, what the shim
  * routes for one node at 1 KB..64 KB).
  * Prints a markdown table: each plan-driven LL16 packet allreduce (fp32 sum)
- * against a hand-written kernel of the same algorithm (mscx_bench_gpu_ref.cu),
+ * against a hand-written kernel of the same algorithm (tools/ref/),
  * eager and under CUDA graphs, and the launch+completion time of an empty plan.
  * Graph times: ITERS collectives of every rank captured back to back in one
  * graph (ranks' streams forked and joined inside the capture), the graph
@@ -19,10 +19,8 @@
 #include <time.h>
 #include <cuda_runtime_api.h>
 #include "mscx/exec.h"
-#include "plan_int.h"
-
-int mscx_bench_ref_launch(int oneshot, float *buf, char **scr, uint32_t *state, uint32_t rank, uint32_t n,
-                          uint64_t chunk, uint64_t half, uint32_t blocks, uint32_t threads, void *stream);
+#include "mscx/plan.h"
+#include "ref.h"
 
 #define MAXR 8
 #define ITERS 100
@@ -43,7 +41,7 @@ struct bench {
     float *buf[MAXR];
     char *scr[MAXR];
     uint32_t *state[MAXR];
-    uint64_t msg;
+    uint64_t msg, scratch_bytes;
     int ref;
 };
 
@@ -51,12 +49,20 @@ static int one_iter(struct bench *b)
 {
     for (uint32_t r = 0; r < b->n; r++) {
         int rc;
-        if (b->ref)
-            rc = b->oneshot ? mscx_bench_ref_launch(1, b->buf[r], b->scr, b->state[r], r, b->n, b->msg,
-                                                    2ull * b->n * b->msg, b->blocks, b->threads, b->st[r])
-                            : mscx_bench_ref_launch(0, b->buf[r], b->scr, b->state[r], r, b->n, b->msg / b->n,
-                                                    4 * b->msg, b->blocks, b->threads, b->st[r]);
-        else
+        if (b->ref) {
+            struct mscx_ref_launch l = {
+                .algo = b->oneshot ? MSCX_REF_ONESHOT : MSCX_REF_TWOPHASE, .dtype = MSCX_DT_FP32,
+                .send = b->buf[r], .recv = b->buf[r], .scratch_bytes = b->scratch_bytes, .state = b->state[r],
+                .rank = r, .nranks = b->n, .bytes = b->msg, .blocks = b->blocks, .threads = b->threads,
+                .timeout_ns = 10000000000ull,
+            };
+            char err[256];
+            for (uint32_t p = 0; p < b->n; p++)
+                l.scratch[p] = b->scr[p];
+            rc = mscx_ref_launch(&l, b->st[r], err, sizeof(err));
+            if (rc)
+                fprintf(stderr, "mscx-bench-gpu: %s\n", err);
+        } else
             rc = mscx_exec_launch(b->ex[r], b->pid[r], b->buf[r], b->buf[r], b->msg, MSCX_DT_FP32, MSCX_REDOP_SUM,
                                   MSCX_PKT_LL16, b->st[r]);
         if (rc)
@@ -149,12 +155,13 @@ static void bench_n(const char *path, uint32_t n, int oneshot, const char *label
     struct bench b;
     memset(&b, 0, sizeof(b));
     b.n = n;
-    b.blocks = plan->gpus[0].ntb;
-    b.threads = plan->nthreads ? plan->nthreads : 1024;
+    b.blocks = mscx_plan_threadblocks(plan, 0);
+    b.threads = mscx_plan_threads_per_block(plan) ? mscx_plan_threads_per_block(plan) : 1024;
     b.oneshot = oneshot;
     uint64_t mn, mx;
     mscx_plan_size_range(plan, &mn, &mx);
     const uint64_t maxmsg = mx < g_max_bytes ? mx : g_max_bytes;
+    b.scratch_bytes = mscx_ref_scratch_bytes(oneshot ? MSCX_REF_ONESHOT : MSCX_REF_TWOPHASE, n, maxmsg);
     if (mscx_exec_create_local_group(n, 0, b.ex) != MSCX_OK)
         return;
     for (uint32_t r = 0; r < n; r++) {
@@ -165,10 +172,10 @@ static void bench_n(const char *path, uint32_t n, int oneshot, const char *label
         cudaStreamCreateWithFlags(&b.st[r], cudaStreamNonBlocking);
         cudaMalloc((void **)&b.buf[r], maxmsg);
         cudaMemset(b.buf[r], 0, maxmsg);
-        cudaMalloc((void **)&b.scr[r], 8 * maxmsg);
-        cudaMemset(b.scr[r], 0, 8 * maxmsg);
-        cudaMalloc((void **)&b.state[r], 4096);
-        cudaMemset(b.state[r], 0, 4096);
+        cudaMalloc((void **)&b.scr[r], b.scratch_bytes);
+        cudaMemset(b.scr[r], 0, b.scratch_bytes);
+        cudaMalloc((void **)&b.state[r], MSCX_REF_STATE_BYTES);
+        cudaMemset(b.state[r], 0, MSCX_REF_STATE_BYTES);
     }
     for (uint64_t msg = 1024; msg <= maxmsg; msg *= 4) {
         if (msg < mn)

@@ -164,6 +164,16 @@ int mscx_plan_inplace(const struct mscx_plan *plan)
     return plan->inplace ? 1 : 0;
 }
 
+uint32_t mscx_plan_threadblocks(const struct mscx_plan *plan, uint32_t rank)
+{
+    return rank < plan->nranks ? plan->gpus[rank].ntb : 0;
+}
+
+uint32_t mscx_plan_threads_per_block(const struct mscx_plan *plan)
+{
+    return plan->nthreads;
+}
+
 void mscx_plan_size_range(const struct mscx_plan *plan, uint64_t *min_p, uint64_t *max_p)
 {
     if (min_p)

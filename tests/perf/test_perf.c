@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "perf.h"
+#include "ref.h"
 #include "test_common.h"
 
 static int parse(const char *line, struct perf_opts *o, char *err, size_t errlen)
@@ -50,6 +51,17 @@ START_TEST(test_args_good)
     ck_assert_int_eq(parse("mscx-perf --executor 8 --plan p.json -d half", &o, err, sizeof(err)), 0);
     ck_assert_int_eq(o.executor_nranks, 8);
     ck_assert_str_eq(o.plan_path, "p.json");
+    ck_assert_int_eq(o.baseline, 0);
+    ck_assert_int_eq(parse("mscx-perf --executor 4 --baseline -b 1K -e 1M -f 2 -d float,half,bf16,int32 -G 2",
+                           &o, err, sizeof(err)), 0);
+    ck_assert_int_eq(o.baseline, 1);
+    ck_assert_int_eq(o.executor_nranks, 4);
+    ck_assert_int_eq(o.graph_iters, 2);
+    ck_assert_uint_eq(o.type_mask, (1u << PERF_FLOAT) | (1u << PERF_HALF) | (1u << PERF_BF16) | (1u << PERF_INT32));
+    /* the option order does not matter */
+    ck_assert_int_eq(parse("mscx-perf --baseline --executor 2", &o, err, sizeof(err)), 0);
+    ck_assert_int_eq(o.baseline, 1);
+    ck_assert_int_eq(o.executor_nranks, 2);
 }
 END_TEST
 
@@ -73,6 +85,12 @@ static const struct {
     {"mscx-perf extra", "unexpected argument"},
     {"mscx-perf -d int32 -o avg", "floating-point"},
     {"mscx-perf --executor 4 --nproc 2", "cannot be combined"},
+    {"mscx-perf --executor 4 --baseline --nproc 2", "--baseline runs the hand-written kernel for all --executor N "
+                                                    "ranks in one process; it cannot be combined with --nproc"},
+    {"mscx-perf --baseline --nproc 2", "--baseline"},
+    {"mscx-perf --baseline", "--baseline needs --executor N"},
+    {"mscx-perf --executor 2 --baseline --coll allgather", "allreduce only"},
+    {"mscx-perf --baseline=1 --executor 2", "unknown option"},
 };
 
 START_TEST(test_args_bad)
@@ -273,8 +291,8 @@ START_TEST(test_json_roundtrip)
 {
     struct perf_opts o;
     struct perf_result rows[2] = {
-        {8, 2, PERF_FLOAT, PERF_SUM, -1, {5.5, 6.5}, {0.001, 0.002}, {0.0015, 0.003}, {0, 2}},
-        {1048576, 262144, PERF_FLOAT, PERF_SUM, -1, {50.25, 51}, {20.9, 20.5}, {31.3, 30.8}, {0, 0}},
+        {8, 2, PERF_FLOAT, PERF_SUM, -1, {5.5, 6.5}, {0.001, 0.002}, {0.0015, 0.003}, {0, 2}, {0, 0}},
+        {1048576, 262144, PERF_FLOAT, PERF_SUM, -1, {50.25, 51}, {20.9, 20.5}, {31.3, 30.8}, {0, 0}, {0, 0}},
     };
     char path[] = "/tmp/mscx-perf-json-XXXXXX", err[256];
     json_error_t jerr;
@@ -310,8 +328,142 @@ START_TEST(test_json_roundtrip)
     ck_assert(json_is_null(json_object_get(json_object_get(json_array_get(json_object_get(root, "results"), 0),
                                                            "in_place"), "wrong")));
     json_decref(root);
+    /* n/a: "na" true and no numbers at all */
+    rows[0].na[0] = 1;
+    ck_assert_int_eq(mscx_perf_json_write(path, &o, "baseline", 8, rows, 2, 0, 15.5), 0);
+    root = json_load_file(path, 0, &jerr);
+    ck_assert_ptr_nonnull(root);
+    json_t *oop = json_object_get(json_array_get(json_object_get(root, "results"), 0), "out_of_place");
+    ck_assert(json_is_true(json_object_get(oop, "na")));
+    ck_assert(json_is_null(json_object_get(oop, "time_us")));
+    ck_assert(json_is_null(json_object_get(oop, "busbw")));
+    ck_assert(json_is_real(json_object_get(json_object_get(json_array_get(json_object_get(root, "results"), 0),
+                                                           "in_place"), "time_us")));
+    json_decref(root);
     unlink(path);
     ck_assert_int_eq(mscx_perf_json_write("/nonexistent-dir/x.json", &o, "nccl", 8, rows, 2, 0, 0), -1);
+}
+END_TEST
+
+/* A backend that cannot run sizes below 1K nor in-place 64K: those bodies print n/a. */
+static int na_run(void *ctx, const struct perf_call *call, int iters, int graph_iters, double *us_p)
+{
+    int *calls = ctx;
+    (void)iters;
+    (void)graph_iters;
+    if (call->bytes < 1024 || (call->bytes == 65536 && call->in_place))
+        return PERF_NA;
+    calls[0]++;
+    *us_p = 5.0 + (double)call->bytes / 100.0;
+    return 0;
+}
+
+static int na_check(void *ctx, const struct perf_call *call, int seed, int64_t *wrong_p)
+{
+    int *calls = ctx;
+    (void)seed;
+    if (call->bytes < 1024 || (call->bytes == 65536 && call->in_place))
+        return PERF_NA;
+    calls[1]++;
+    *wrong_p = 0;
+    return 0;
+}
+
+START_TEST(test_na_rows)
+{
+    struct perf_opts o;
+    struct perf_boot b = {.rank = 0, .nranks = 1};
+    int calls[2] = {0, 0};
+    struct perf_backend be = {"fake", 4, calls, na_run, na_check};
+    struct perf_result *rows = NULL;
+    size_t nrows = 0, len = 0;
+    int64_t wrong = -5;
+    double bw = 0;
+    char err[256], *text = NULL;
+    FILE *out = open_memstream(&text, &len);
+    ck_assert_int_eq(parse("mscx-perf -b 256 -e 64K -f 16 -d float -w 3", &o, err, sizeof(err)), 0);
+    ck_assert_int_eq(mscx_perf_sweep_run(&o, &b, &be, out, &rows, &nrows, &wrong, &bw), 0);
+    mscx_perf_print_na(out, rows, nrows);
+    mscx_perf_print_footer(out, wrong, bw);
+    fclose(out);
+    ck_assert_uint_eq(nrows, 3); /* 256, 4K, 64K */
+    ck_assert(rows[0].na[0] && rows[0].na[1]);
+    ck_assert(!rows[1].na[0] && !rows[1].na[1]);
+    ck_assert(!rows[2].na[0] && rows[2].na[1]);
+    ck_assert_int_eq(rows[0].wrong[0], -1);
+    ck_assert_int_eq(wrong, 0);
+    /* the warm-up ran at 64K (the largest size the backend runs), then 3 timed bodies; 3 checks */
+    ck_assert_int_eq(calls[0], 1 + 3);
+    ck_assert_int_eq(calls[1], 3);
+    /* the columns keep their widths: n/a where the numbers would be */
+    ck_assert_msg(strstr(text, "         256            64     float     sum      -1      n/a     n/a     n/a    n/a"
+                               "      n/a     n/a     n/a    n/a\n") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "# Rows n/a             : 2 of 3") != NULL, "%s", text);
+    /* avg busbw over the 3 measured bodies only */
+    double want = (rows[1].busbw[0] + rows[1].busbw[1] + rows[2].busbw[0]) / 3;
+    ck_assert_double_eq_tol(bw, want, 1e-12);
+    free(text);
+    free(rows);
+}
+END_TEST
+
+/* The hand-written baselines' rules (tools/ref/ref.c): what runs, and the scratch it needs. */
+START_TEST(test_ref_rules)
+{
+    const char *why = NULL;
+    char err[256];
+    ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n8_rpn8_oneshot_1K_64K"), MSCX_REF_ONESHOT);
+    ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n8_rpn8_twophase_64K_1M"), MSCX_REF_TWOPHASE);
+    ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_pkt_n4"), MSCX_REF_TWOPHASE);
+    ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n8_rpn4_hier2_1K_64K"), MSCX_REF_NONE);
+    ck_assert_int_eq(mscx_ref_algo_of_plan(NULL), MSCX_REF_NONE);
+    const enum mscx_dtype ok_types[] = {MSCX_DT_FP32, MSCX_DT_FP16, MSCX_DT_BF16, MSCX_DT_INT32, MSCX_DT_UINT32};
+    for (size_t i = 0; i < sizeof(ok_types) / sizeof(ok_types[0]); i++) {
+        ck_assert(mscx_ref_supports(MSCX_REF_ONESHOT, ok_types[i], MSCX_REDOP_SUM, 8, 1024, &why));
+        ck_assert_ptr_null(why);
+        ck_assert(mscx_ref_supports(MSCX_REF_TWOPHASE, ok_types[i], MSCX_REDOP_SUM, 8, 8, NULL));
+    }
+    ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP64, MSCX_REDOP_SUM, 8, 1024, &why));
+    ck_assert_ptr_nonnull(strstr(why, "data type"));
+    ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_MAX, 8, 1024, &why));
+    ck_assert_ptr_nonnull(strstr(why, "sum"));
+    ck_assert(!mscx_ref_supports(MSCX_REF_TWOPHASE, MSCX_DT_FP32, MSCX_REDOP_SUM, 8, 1028, &why));
+    ck_assert_ptr_nonnull(strstr(why, "multiple of 8"));
+    ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 8, 0, NULL));
+    ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 1, 1024, NULL));
+    ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 17, 1024, NULL));
+    ck_assert(!mscx_ref_supports(MSCX_REF_NONE, MSCX_DT_FP32, MSCX_REDOP_SUM, 8, 1024, &why));
+    ck_assert_ptr_nonnull(strstr(why, "no hand-written kernel"));
+    /* oneshot: 2 halves x n slots x 2 bytes per byte; twophase: 2 halves x 2 regions x n chunks, rounded up */
+    ck_assert_uint_eq(mscx_ref_scratch_bytes(MSCX_REF_ONESHOT, 8, 1024), 2 * 8 * 2 * 1024);
+    ck_assert_uint_eq(mscx_ref_scratch_bytes(MSCX_REF_TWOPHASE, 8, 1024), 8 * 1024);
+    ck_assert_uint_eq(mscx_ref_scratch_bytes(MSCX_REF_TWOPHASE, 8, 24), 2 * 2 * 8 * 16 * 1);
+    ck_assert_uint_eq(mscx_ref_scratch_bytes(MSCX_REF_NONE, 8, 1024), 0);
+    /* launch arguments */
+    static uint32_t state[MSCX_REF_STATE_WORDS];
+    static char scr[2][4096] __attribute__((aligned(16)));
+    static uint64_t buf[64];
+    struct mscx_ref_launch l = {.algo = MSCX_REF_TWOPHASE, .dtype = MSCX_DT_FP32, .send = buf, .recv = buf,
+                                .scratch = {scr[0], scr[1]}, .scratch_bytes = 4096, .state = state, .rank = 1,
+                                .nranks = 2, .bytes = 512, .blocks = 2, .threads = 512};
+    ck_assert_int_eq(mscx_ref_check_launch(&l, err, sizeof(err)), 0);
+    l.bytes = 1024; /* needs 8K of scratch */
+    ck_assert_int_eq(mscx_ref_check_launch(&l, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "needs 8192 bytes of scratch, 4096 allocated"));
+    l.bytes = 512;
+    l.blocks = MSCX_REF_MAX_BLOCKS + 1;
+    ck_assert_int_eq(mscx_ref_check_launch(&l, err, sizeof(err)), -1);
+    l.blocks = 2;
+    l.scratch[1] = scr[1] + 8;
+    ck_assert_int_eq(mscx_ref_check_launch(&l, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "16-byte aligned"));
+    l.scratch[1] = scr[1];
+    l.rank = 2;
+    ck_assert_int_eq(mscx_ref_check_launch(&l, err, sizeof(err)), -1);
+    l.rank = 1;
+    l.dtype = MSCX_DT_INT64;
+    ck_assert_int_eq(mscx_ref_check_launch(&l, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "data type"));
 }
 END_TEST
 
@@ -378,6 +530,8 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_golden_columns);
     tcase_add_test(tc, test_rows_types_ops);
     tcase_add_test(tc, test_json_roundtrip);
+    tcase_add_test(tc, test_na_rows);
+    tcase_add_test(tc, test_ref_rules);
     tcase_add_test(tc, test_boot_allgather);
     suite_add_tcase(s, tc);
     return s;

@@ -44,6 +44,7 @@ struct perf_opts {
     int progress;                  /* --progress, or stderr is a TTY */
     const char *json_path;         /* --json */
     int executor_nranks;           /* --executor N; 0 = NCCL */
+    int baseline;                  /* --baseline: the hand-written kernels instead of the executor */
     const char *plan_path;         /* --plan */
     const char *boot_dir;          /* --bootstrap-dir */
     int device;                    /* --device: first CUDA device (default local rank) */
@@ -58,6 +59,7 @@ struct perf_result {
     int root;
     double time_us[2], algbw[2], busbw[2];
     int64_t wrong[2];              /* -1: not checked (printed N/A) */
+    int na[2];                     /* the backend cannot run this call: printed n/a, no numbers */
 };
 
 /* perf_args.c */
@@ -103,6 +105,8 @@ void mscx_perf_print_config(FILE *out, const struct perf_opts *o, int nranks);
 void mscx_perf_print_header(FILE *out);
 void mscx_perf_print_row(FILE *out, const struct perf_result *r);
 void mscx_perf_print_footer(FILE *out, int64_t wrong, double avg_busbw);
+/** One comment line counting the n/a rows; prints nothing when there are none. */
+void mscx_perf_print_na(FILE *out, const struct perf_result *rows, size_t nrows);
 /** The progress line for size @p k of @p n (no newline; starts with '\r'). */
 void mscx_perf_progress(FILE *out, size_t k, size_t n, uint64_t bytes);
 
@@ -136,14 +140,21 @@ struct perf_call {
     int in_place;
 };
 
-/* What runs the calls: NCCL (one rank per process) or the executor (all ranks here). */
+/* A backend's run or check returns this when it cannot run the call (no plan or kernel for the size,
+ * type or reduction): the row prints n/a. Every process of a multi-process run must agree. */
+#define PERF_NA 1
+
+/* What runs the calls: NCCL (one rank per process), the executor or the baseline kernels (all ranks here). */
 struct perf_backend {
-    const char *name;              /* "nccl", "executor", "fake" */
+    const char *name;              /* "nccl", "executor", "baseline", "fake" */
     int nranks;                    /* ranks of the collective */
     void *ctx;
-    /** Run @p iters calls (captured in a graph launched @p graph_iters times when > 0); time per call in us. */
+    /**
+     * Run @p iters calls (captured in a graph launched @p graph_iters times when > 0); time per call in us.
+     * @return 0, PERF_NA, or -1 after printing why
+     */
     int (*run)(void *ctx, const struct perf_call *call, int iters, int graph_iters, double *us_p);
-    /** Fill exact inputs, run once, count wrong output elements of the ranks in this process. */
+    /** Fill exact inputs, run once, count wrong output elements of the ranks in this process; returns as run. */
     int (*check)(void *ctx, const struct perf_call *call, int seed, int64_t *wrong_p);
 };
 

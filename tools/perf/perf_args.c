@@ -177,12 +177,16 @@ void mscx_perf_usage(FILE *out, const char *prog)
             "      --json FILE         write the results as JSON\n"
             "      --progress          progress line on stderr (default when stderr is a terminal)\n"
             "      --executor N        N ranks on one GPU through the mscx executor (no NCCL)\n"
-            "      --plan FILE         plan for --executor (default: MSCX_PLAN_DIR/<coll>*.json)\n"
+            "      --plan FILE         plan for --executor at every size (default: per size, the plan of\n"
+            "                          MSCX_PLAN_DIR for the collective, rank count and size; n/a if none)\n"
+            "      --baseline          with --executor: run the hand-written kernel of each size's plan's\n"
+            "                          algorithm (allreduce; oneshot, twophase) instead of the executor;\n"
+            "                          sizes, types and reductions it cannot run print n/a\n"
             "  -h, --help              this text\n",
             prog);
 }
 
-enum { OPT_COLL = 256, OPT_NPROC, OPT_JSON, OPT_PROGRESS, OPT_EXECUTOR, OPT_PLAN, OPT_BOOT, OPT_DEVICE };
+enum { OPT_COLL = 256, OPT_NPROC, OPT_JSON, OPT_PROGRESS, OPT_EXECUTOR, OPT_PLAN, OPT_BOOT, OPT_DEVICE, OPT_BASELINE };
 
 static const struct option long_opts[] = {
     {"minbytes", required_argument, NULL, 'b'},   {"maxbytes", required_argument, NULL, 'e'},
@@ -195,7 +199,8 @@ static const struct option long_opts[] = {
     {"nproc", required_argument, NULL, OPT_NPROC}, {"json", required_argument, NULL, OPT_JSON},
     {"progress", no_argument, NULL, OPT_PROGRESS}, {"executor", required_argument, NULL, OPT_EXECUTOR},
     {"plan", required_argument, NULL, OPT_PLAN},  {"bootstrap-dir", required_argument, NULL, OPT_BOOT},
-    {"device", required_argument, NULL, OPT_DEVICE}, {NULL, 0, NULL, 0},
+    {"device", required_argument, NULL, OPT_DEVICE}, {"baseline", no_argument, NULL, OPT_BASELINE},
+    {NULL, 0, NULL, 0},
 };
 
 #define BAD(...)                                                                                             \
@@ -292,6 +297,7 @@ int mscx_perf_args_parse(int argc, char **argv, struct perf_opts *o, char *err, 
         case OPT_PLAN: o->plan_path = optarg; break;
         case OPT_BOOT: o->boot_dir = optarg; break;
         case OPT_PROGRESS: o->progress = 1; break;
+        case OPT_BASELINE: o->baseline = 1; break;
         case 'h': o->help = 1; break;
         case ':': BAD("option '%s' needs a value", argv[optind - 1]);
         default: BAD("unknown option '%s'", argv[optind - 1]);
@@ -302,6 +308,13 @@ int mscx_perf_args_parse(int argc, char **argv, struct perf_opts *o, char *err, 
     if (o->min_bytes > o->max_bytes)
         BAD("-b %llu is larger than -e %llu", (unsigned long long)o->min_bytes,
             (unsigned long long)o->max_bytes);
+    if (o->baseline && o->nproc)
+        BAD("--baseline runs the hand-written kernel for all --executor N ranks in one process; "
+            "it cannot be combined with --nproc");
+    if (o->baseline && !o->executor_nranks)
+        BAD("--baseline needs --executor N (the N ranks on one GPU it runs)");
+    if (o->baseline && o->coll != PERF_ALLREDUCE)
+        BAD("--baseline has hand-written kernels for allreduce only, not %s", coll_names[o->coll]);
     if (o->executor_nranks && o->nproc)
         BAD("--executor runs all ranks in one process; it cannot be combined with --nproc");
     if (o->coll != PERF_ALLREDUCE && o->coll != PERF_REDUCESCATTER)

@@ -27,9 +27,13 @@ void mscx_perf_print_header(FILE *out)
 }
 
 /* nccl-tests keeps the time column 7 wide by dropping decimals as it grows. */
-static void put_body(FILE *out, double us, double algbw, double busbw, int64_t wrong)
+static void put_body(FILE *out, double us, double algbw, double busbw, int64_t wrong, int na)
 {
     char t[32];
+    if (na) {
+        fprintf(out, "  %7s  %6s  %6s  %5s", "n/a", "n/a", "n/a", "n/a");
+        return;
+    }
     if (us >= 10000.0)
         snprintf(t, sizeof(t), "%7.0f", us);
     else if (us >= 100.0)
@@ -47,7 +51,7 @@ void mscx_perf_print_row(FILE *out, const struct perf_result *r)
     fprintf(out, "%12" PRIu64 "  %12" PRIu64 "  %8s  %6s  %6d", r->bytes, r->count, mscx_perf_type_name(r->type),
             mscx_perf_op_name(r->op), r->root);
     for (int k = 0; k < 2; k++)
-        put_body(out, r->time_us[k], r->algbw[k], r->busbw[k], r->wrong[k]);
+        put_body(out, r->time_us[k], r->algbw[k], r->busbw[k], r->wrong[k], r->na[k]);
     fprintf(out, "\n");
 }
 
@@ -56,6 +60,15 @@ void mscx_perf_print_footer(FILE *out, int64_t wrong, double avg_busbw)
     fprintf(out, "# %-20s : %" PRId64 " %s\n", "Out of bounds values", wrong, wrong ? "FAILED" : "OK");
     fprintf(out, "# %-20s : %g \n", "Avg bus bandwidth", avg_busbw);
     fprintf(out, "#\n");
+}
+
+void mscx_perf_print_na(FILE *out, const struct perf_result *rows, size_t nrows)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < nrows; i++)
+        n += (rows[i].na[0] || rows[i].na[1]) ? 1 : 0;
+    if (n)
+        fprintf(out, "# %-20s : %zu of %zu (the backend cannot run them; why is on stderr)\n", "Rows n/a", n, nrows);
 }
 
 void mscx_perf_progress(FILE *out, size_t k, size_t n, uint64_t bytes)

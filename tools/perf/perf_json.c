@@ -4,7 +4,9 @@
  * {"tool": "mscx-perf", "version": 1, "collective", "backend", "nranks",
  *  "config": {...}, "results": [{"size", "count", "type", "redop", "root",
  *  "out_of_place": {"time_us", "algbw", "busbw", "wrong"}, "in_place": {...}}],
- *  "wrong", "avg_busbw"}; "wrong" is null when results were not checked.
+ *  "wrong", "avg_busbw"}; "wrong" is null when results were not checked. A
+ * call the backend cannot run (printed n/a) has "na": true and null
+ * "time_us", "algbw", "busbw" and "wrong".
  */
 #include <errno.h>
 #include <jansson.h>
@@ -14,6 +16,8 @@
 
 static json_t *body(const struct perf_result *r, int k)
 {
+    if (r->na[k])
+        return json_pack("{s:n, s:n, s:n, s:n, s:b}", "time_us", "algbw", "busbw", "wrong", "na", 1);
     return json_pack("{s:f, s:f, s:f, s:o}", "time_us", r->time_us[k], "algbw", r->algbw[k], "busbw", r->busbw[k],
                      "wrong", r->wrong[k] >= 0 ? json_integer(r->wrong[k]) : json_null());
 }

@@ -40,6 +40,7 @@ int main(int argc, char **argv)
     if (mscx_perf_sweep_run(&o, &b, &be, out, &rows, &nrows, &wrong, &bw))
         goto out_close;
     if (out) {
+        mscx_perf_print_na(out, rows, nrows);
         mscx_perf_print_footer(out, wrong, bw);
         fflush(out);
         if (o.json_path &&

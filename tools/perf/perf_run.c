@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* The sweep loop shared by every backend: timing, checking, printing. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "perf.h"
 
-/* Combine one value from every process per -a: 0 rank 0, 1 average, 2 minimum, 3 maximum. */
+/*
+ * Combine one value from every process per -a: 0 rank 0, 1 average, 2 minimum, 3 maximum.
+ * NAN (a process could not run the call) from any process makes the result NAN.
+ */
 static int combine_time(struct perf_boot *b, int average, double mine, double *out_p)
 {
     double *all = calloc((size_t)b->nranks, sizeof(double)), v;
@@ -15,6 +19,13 @@ static int combine_time(struct perf_boot *b, int average, double mine, double *o
         return -1;
     }
     v = all[0];
+    for (int r = 0; r < b->nranks; r++) {
+        if (isnan(all[r])) {
+            *out_p = NAN;
+            free(all);
+            return 0;
+        }
+    }
     for (int r = 1; r < b->nranks; r++) {
         if (average == 1)
             v += all[r];
@@ -54,15 +65,27 @@ static int run_one(const struct perf_opts *o, struct perf_boot *b, const struct 
     for (int ip = 0; ip < 2; ip++) {
         double us = 0, t;
         int64_t wrong = -1;
+        int rc;
         call->in_place = ip;
-        if (be->run(be->ctx, call, o->iters, o->graph_iters, &us) || combine_time(b, o->average, us, &t))
+        if ((rc = be->run(be->ctx, call, o->iters, o->graph_iters, &us)) < 0 ||
+            combine_time(b, o->average, rc == PERF_NA ? NAN : us, &t))
             return -1;
+        r->wrong[ip] = -1;
+        if (isnan(t)) { /* every process skips the row alike */
+            r->na[ip] = 1;
+            r->time_us[ip] = r->algbw[ip] = r->busbw[ip] = 0;
+            continue;
+        }
         r->time_us[ip] = t;
         mscx_perf_bw(o->coll, r->bytes, t, be->nranks, &r->algbw[ip], &r->busbw[ip]);
         if (o->check) {
             int64_t mine = 0;
-            if (be->check(be->ctx, call, seed * 2 + ip, &mine) || sum_wrong(b, mine, &wrong))
+            if ((rc = be->check(be->ctx, call, seed * 2 + ip, &mine)) != 0 || sum_wrong(b, mine, &wrong)) {
+                if (rc == PERF_NA)
+                    fprintf(stderr, "mscx-perf: internal bug: the backend ran %llu bytes but cannot check them\n",
+                            (unsigned long long)call->bytes);
                 return -1;
+            }
         }
         r->wrong[ip] = wrong;
     }
@@ -77,6 +100,7 @@ int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const st
     struct perf_result *rows = NULL;
     int64_t wrong = 0;
     double bw = 0;
+    size_t nbw = 0;
     int progress = o->progress || isatty(STDERR_FILENO), rc = -1;
 
     if (sizes == NULL)
@@ -104,11 +128,17 @@ int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const st
             double dummy;
             if (!(o->type_mask >> t & 1) || !(o->op_mask >> op & 1) || !combo_ok(call.type, call.op))
                 continue;
-            /* Warm up at the largest size of the sweep. */
-            call.bytes = sizes[nsizes - 1];
-            mscx_perf_counts(o->coll, call.bytes, es, be->nranks, &call.send_count, &call.recv_count, &(uint64_t){0});
-            if (o->warmup && be->run(be->ctx, &call, o->warmup, 0, &dummy))
-                goto out;
+            /* Warm up at the largest size of the sweep the backend runs. */
+            for (size_t s = nsizes; o->warmup && s-- > 0;) {
+                int wrc;
+                call.bytes = sizes[s];
+                mscx_perf_counts(o->coll, call.bytes, es, be->nranks, &call.send_count, &call.recv_count,
+                                 &(uint64_t){0});
+                if ((wrc = be->run(be->ctx, &call, o->warmup, 0, &dummy)) < 0)
+                    goto out;
+                if (wrc == 0)
+                    break;
+            }
             for (size_t s = 0; s < nsizes; s++, step++) {
                 struct perf_result *r = &rows[nrows];
                 call.bytes = sizes[s];
@@ -121,8 +151,11 @@ int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const st
                     goto out;
                 nrows++;
                 for (int k = 0; k < 2; k++) {
+                    if (r->na[k])
+                        continue;
                     wrong += r->wrong[k] > 0 ? r->wrong[k] : 0;
                     bw += r->busbw[k];
+                    nbw++;
                 }
                 if (out && b->rank == 0) {
                     if (progress && nsteps > 1)
@@ -139,7 +172,7 @@ int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const st
     rows = NULL;
     *nrows_p = nrows;
     *wrong_p = wrong;
-    *avg_busbw_p = nrows ? bw / (double)(2 * nrows) : 0.0;
+    *avg_busbw_p = nbw ? bw / (double)nbw : 0.0;
     rc = 0;
 out:
     free(rows);

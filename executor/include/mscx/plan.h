@@ -68,6 +68,10 @@ uint32_t mscx_plan_nranks(const struct mscx_plan *plan);
 /** Ranks per node: our "mscx" extension field, else inferred from memory-channel connectivity. */
 uint32_t mscx_plan_ranks_per_node(const struct mscx_plan *plan);
 int mscx_plan_inplace(const struct mscx_plan *plan);
+/** Thread blocks of @p rank's program; 0 when @p rank is not below the plan's ranks. */
+uint32_t mscx_plan_threadblocks(const struct mscx_plan *plan, uint32_t rank);
+/** num_threads_per_block as the plan gives it (the executor may launch fewer). */
+uint32_t mscx_plan_threads_per_block(const struct mscx_plan *plan);
 /** Valid message size range in bytes (the output size for allgather, as in MSCCL++). */
 void mscx_plan_size_range(const struct mscx_plan *plan, uint64_t *min_p, uint64_t *max_p);
 /** @return non-zero when the plan may run @p dtype with @p op (op ignored for non-reducing plans). */
