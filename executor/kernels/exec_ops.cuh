@@ -23,6 +23,7 @@
 
 #include <cuda_runtime.h>
 #include "exec_dev.cuh"
+#include "exec_port.cuh"
 
 typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 
@@ -324,6 +325,10 @@ static __device__ void mscx_dop_signal(const struct mscx_dstate *s, const struct
 {
     uint32_t t = threadIdx.x;
     if (t < op->nchan) {
+        if (op->chan_type == MSCX_CHAN_PORT && mscx_dport_chan(s, op->chan[t])) {
+            mscx_dport_signal(s, op->chan[t]);
+            return;
+        }
         unsigned long long *tok = s->ctx->peer_inbound[op->chan_type][op->chan[t]];
         if (s->ctx->sys_scope)
             __threadfence_system();
@@ -405,10 +410,14 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
     case MSCX_OP_PUT:
     case MSCX_OP_GET:
     case MSCX_OP_COPY:
+        if (port && mscx_dport_op(s, op))
+            return mscx_dport_put(s, op, pp); /* add_plan refuses a proxied get */
         mscx_dop_copy(s, op, pp);
         return 0;
     case MSCX_OP_PUT_WITH_SIGNAL:
     case MSCX_OP_PUT_WITH_SIGNAL_AND_FLUSH:
+        if (port && mscx_dport_op(s, op))
+            return mscx_dport_put(s, op, pp);
         mscx_dop_copy(s, op, pp);
         if (port) {
             __syncthreads();
@@ -426,11 +435,15 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
         mscx_dop_pack<PKT>(s, op, pp);
         return 0;
     case MSCX_OP_PUT_PACKETS:
+        if (port && mscx_dport_op(s, op))
+            return mscx_dport_put_pkt<PKT>(s, op, pp, 0);
         if (port)
             return mscx_dop_forward<PKT>(s, op, pp, 0, 0);
         mscx_dop_pack<PKT>(s, op, pp);
         return 0;
     case MSCX_OP_READ_PUT_PACKETS:
+        if (port && mscx_dport_op(s, op))
+            return mscx_dport_put_pkt<PKT>(s, op, pp, 1);
         return mscx_dop_forward<PKT>(s, op, pp, 1, 0);
     case MSCX_OP_UNPACK_PACKETS:
         return mscx_dop_forward<PKT>(s, op, pp, 0, 1);
@@ -450,6 +463,8 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
         mscx_dop_wait(s, op);
         return 0;
     case MSCX_OP_FLUSH:
+        if (port && s->a->port)
+            return mscx_dport_flush_op(s);
         if (s->ctx->sys_scope)
             __threadfence_system();
         else
@@ -575,6 +590,8 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
         }
         mscx_dop_run<PKT, DT, RED>(&s, op, &none);
     }
+    if (args.port)
+        mscx_dport_drain(&s);
     if (mscx_gpu_wrap_clear(s.flag) && args.scratch)
         mscx_dwrap_clear(&s);
     if (threadIdx.x == 0)

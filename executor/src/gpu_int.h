@@ -69,6 +69,18 @@ struct mscx_gpu_err {
     uint32_t block, op, opcode;
 };
 
+/*
+ * Port channels served by the CPU proxy (gpu_proxy.c, kernels/exec_port.cuh):
+ * device state of one context's request FIFO (port_fifo.h).
+ */
+struct mscx_pfifo;
+struct mscx_gpu_port {
+    struct mscx_pfifo *fifo;  /* device view of the mapped FIFO */
+    unsigned long long head;  /* next FIFO position; advanced by the kernel */
+    const uint8_t *proxied;   /* [nchan port]: 1 when the channel goes through the proxy */
+    uint32_t *dirty;          /* [ntb]: the block pushed requests since its last flush */
+};
+
 /* Mapped host memory of one rank: the kernel records errors, the host aborts. */
 struct mscx_gpu_host {
     struct mscx_gpu_err err;
@@ -103,6 +115,7 @@ struct mscx_gpu_ctx {
     unsigned long long **peer_inbound[MSCX_CHAN_COUNT]; /* [nchan] the paired channel's token on the peer */
     char *scratch;
     uint64_t scratch_bytes; /* allocated */
+    struct mscx_gpu_port *port; /* NULL when no port channel goes through the proxy */
 };
 
 /*
@@ -130,6 +143,8 @@ struct mscx_gpu_args {
     uint32_t reduce;         /* the plan has reduction ops (else the copy-only kernel runs) */
     uint32_t smem_ops;       /* ops of a block staged in shared memory (0: read from global) */
     uint32_t pad;
+    uint32_t port;           /* = ctx->port != NULL: some port channel goes through the proxy */
+    uint32_t pad2;
 };
 
 /* Implemented in kernels/exec_kernel.cu (dispatch) and kernels/exec_k_*.cu (one per packet format). */
@@ -146,6 +161,8 @@ struct mscx_exec;
 int mscx_gpu_debug_set_flag(struct mscx_exec *ex, uint32_t plan_id, uint32_t flag);
 /* Tests: fill the whole scratch of (ex, plan_id) with the 32-bit word @p word. Syncs. */
 int mscx_gpu_debug_fill_scratch(struct mscx_exec *ex, uint32_t plan_id, uint32_t word);
+/* Tests: the rank's error record (block UINT32_MAX: recorded by the proxy; op 0xffff: the end-of-launch drain). */
+void mscx_gpu_debug_error(struct mscx_exec *ex, struct mscx_gpu_err *err_p);
 
 #ifdef __cplusplus
 }
