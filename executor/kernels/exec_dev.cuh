@@ -165,8 +165,7 @@ __device__ __forceinline__ struct mscx_dopnd mscx_dresolve(const struct mscx_dst
         const struct mscx_gpu_geom *g = &a->geom[rb->geom];
         r.slot = g->slot;
         if (rb->kind == MSCX_GPU_RBUF_SCRATCH) {
-            uint64_t half = g->half_per_chunk * rb->owner_scratch_chunks;
-            r.base = (char *)rb->ptr + mscx_scratch_offset(s->flag, half);
+            r.base = (char *)rb->ptr + mscx_scratch_offset(s->flag, rb->half);
             r.raw = 0;
         } else {
             int t = rb->type == MSCX_BUF_OUTPUT;

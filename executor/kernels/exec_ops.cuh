@@ -23,6 +23,7 @@
 
 #include <cuda_runtime.h>
 #include "exec_dev.cuh"
+#include "exec_port.cuh"
 
 typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 
@@ -324,6 +325,10 @@ static __device__ void mscx_dop_signal(const struct mscx_dstate *s, const struct
 {
     uint32_t t = threadIdx.x;
     if (t < op->nchan) {
+        if (op->chan_type == MSCX_CHAN_PORT && mscx_dport_chan(s, op->chan[t])) {
+            mscx_dport_signal(s, op->chan[t]);
+            return;
+        }
         unsigned long long *tok = s->ctx->peer_inbound[op->chan_type][op->chan[t]];
         if (s->ctx->sys_scope)
             __threadfence_system();
@@ -405,10 +410,14 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
     case MSCX_OP_PUT:
     case MSCX_OP_GET:
     case MSCX_OP_COPY:
+        if (port && mscx_dport_op(s, op))
+            return mscx_dport_put(s, op, pp); /* add_plan refuses a proxied get */
         mscx_dop_copy(s, op, pp);
         return 0;
     case MSCX_OP_PUT_WITH_SIGNAL:
     case MSCX_OP_PUT_WITH_SIGNAL_AND_FLUSH:
+        if (port && mscx_dport_op(s, op))
+            return mscx_dport_put(s, op, pp);
         mscx_dop_copy(s, op, pp);
         if (port) {
             __syncthreads();
@@ -426,11 +435,15 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
         mscx_dop_pack<PKT>(s, op, pp);
         return 0;
     case MSCX_OP_PUT_PACKETS:
+        if (port && mscx_dport_op(s, op))
+            return mscx_dport_put_pkt<PKT>(s, op, pp, 0);
         if (port)
             return mscx_dop_forward<PKT>(s, op, pp, 0, 0);
         mscx_dop_pack<PKT>(s, op, pp);
         return 0;
     case MSCX_OP_READ_PUT_PACKETS:
+        if (port && mscx_dport_op(s, op))
+            return mscx_dport_put_pkt<PKT>(s, op, pp, 1);
         return mscx_dop_forward<PKT>(s, op, pp, 1, 0);
     case MSCX_OP_UNPACK_PACKETS:
         return mscx_dop_forward<PKT>(s, op, pp, 0, 1);
@@ -450,6 +463,8 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
         mscx_dop_wait(s, op);
         return 0;
     case MSCX_OP_FLUSH:
+        if (port && s->a->port)
+            return mscx_dport_flush_op(s);
         if (s->ctx->sys_scope)
             __threadfence_system();
         else
@@ -482,30 +497,26 @@ __device__ __forceinline__ char *mscx_kbase(const struct mscx_dstate *s, const s
     return base == MSCX_KB_IN ? (char *)a->in : (char *)a->out;
 }
 
-__device__ __forceinline__ char *mscx_kptr(const struct mscx_dstate *s, const struct mscx_gpu_args *a, uint32_t j)
-{
-    return mscx_kbase(s, a, a->kp.opnd[j].base) + a->kp.opnd[j].off;
-}
 
 /* Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths. */
 template <uint32_t PKT, uint32_t DT, bool RED>
 __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                            const struct mscx_kop *k, uint32_t blk)
+                                            const struct mscx_kop *k, uint32_t blk, char *const *P)
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     const uint32_t nw = pl / 4u;
-    const uint32_t n = k->units, o = k->opnd, flag = s->flag;
+    const uint32_t n = k->units, o = 0, flag = s->flag;
     switch (k->kind) {
     case MSCX_KOP_PACK: {
-        const char *ps = mscx_kptr(s, a, o);
-        char *lines = mscx_kptr(s, a, o + 1);
+        const char *ps = P[o];
+        char *lines = P[o + 1];
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
             mscx_dline_store<PKT>(lines + 2u * pl * u, mscx_dvload<pl>(ps + (uint64_t)u * pl), flag);
         return 0;
     }
     case MSCX_KOP_UNPACK: {
-        const char *sl = mscx_kptr(s, a, o);
-        char *pd = mscx_kptr(s, a, o + 1);
+        const char *sl = P[o];
+        char *pd = P[o + 1];
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
             uint4 v;
             if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
@@ -515,10 +526,10 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         return 0;
     }
     case MSCX_KOP_FWD: {
-        const char *sl = mscx_kptr(s, a, o);
+        const char *sl = P[o];
         uint32_t nd = k->ndst;
         if (nd == 1) {
-            char *dl = mscx_kptr(s, a, o + 1);
+            char *dl = P[o + 1];
             for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
                 uint4 v;
                 if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
@@ -532,7 +543,7 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
             if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
                 return 1;
             for (uint32_t j = 0; j < nd; j++)
-                mscx_dline_store<PKT>(mscx_kptr(s, a, o + 1 + j) + 2u * pl * u, v, flag);
+                mscx_dline_store<PKT>(P[o + 1 + j] + 2u * pl * u, v, flag);
         }
         return 0;
     }
@@ -540,26 +551,26 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         if (!RED)
             return 0;
         const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
-        const char *p0 = mscx_kptr(s, a, o);
+        const char *p0 = P[o];
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
             uint64_t x = (uint64_t)u * pl;
             uint4 acc = mscx_dvload<pl>(p0 + x);
             for (uint32_t j = 1; j < ns; j++) {
                 uint4 v;
-                if (mscx_dline_read<PKT>(s, mscx_kptr(s, a, o + j) + 2u * x, &v))
+                if (mscx_dline_read<PKT>(s, P[o + j] + 2u * x, &v))
                     return 1;
                 acc = mscx_dreduce<DT, nw>(rop, acc, v);
             }
             if (nd > 0)
-                mscx_dvstore<pl>(mscx_kptr(s, a, o + ns) + x, acc);
+                mscx_dvstore<pl>(P[o + ns] + x, acc);
             for (uint32_t j = 1; j < nd; j++)
-                mscx_dline_store<PKT>(mscx_kptr(s, a, o + ns + j) + 2u * x, acc, flag);
+                mscx_dline_store<PKT>(P[o + ns + j] + 2u * x, acc, flag);
         }
         return 0;
     }
     case MSCX_KOP_COPY: {
-        const char *ps = mscx_kptr(s, a, o);
-        char *pd = mscx_kptr(s, a, o + 1);
+        const char *ps = P[o];
+        char *pd = P[o + 1];
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
             *(uint4 *)(pd + (uint64_t)u * 16u) = *(const uint4 *)(ps + (uint64_t)u * 16u);
         return 0;
@@ -570,11 +581,11 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
             uint64_t x = (uint64_t)u * 16u;
-            uint4 acc = *(const uint4 *)(mscx_kptr(s, a, o) + x);
+            uint4 acc = *(const uint4 *)(P[o] + x);
             for (uint32_t j = 1; j < ns; j++)
-                acc = mscx_dreduce<DT, 4>(rop, acc, *(const uint4 *)(mscx_kptr(s, a, o + j) + x));
+                acc = mscx_dreduce<DT, 4>(rop, acc, *(const uint4 *)(P[o + j] + x));
             for (uint32_t j = 0; j < nd; j++)
-                *(uint4 *)(mscx_kptr(s, a, o + ns + j) + x) = acc;
+                *(uint4 *)(P[o + ns + j] + x) = acc;
         }
         return 0;
     }
@@ -609,7 +620,7 @@ static __device__ __noinline__ void mscx_dwrap_clear(const struct mscx_dstate *s
     if (!last)
         return;
     __threadfence();
-    uint64_t half = s->a->geom[0].half_per_chunk * s->a->scratch_chunks;
+    uint64_t half = s->a->scratch_half;
     uint64_t keep_lo = 0, keep_hi = 0; /* the other half: [keep_lo, keep_hi) */
     if (half) {
         keep_lo = s->so ? 0 : half;
@@ -704,18 +715,32 @@ __device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const str
     }
 }
 
-/* The compiled program of block @p blk (struct mscx_kprog). */
+/*
+ * The compiled program of block @p blk (struct mscx_kprog). The block first
+ * stages its entries and its operands' pointers (base resolved for this
+ * launch's scratch half) in shared memory, every thread loading a different
+ * one, so the parameter reads overlap instead of forming a chain per op.
+ */
 template <uint32_t PKT, uint32_t DT, bool RED>
 __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                                   struct mscx_dtrace *tr, uint32_t blk)
 {
-    uint32_t kb = a->kp.kbegin[blk], ke = a->kp.kbegin[blk + 1];
-    if (tr->recs) {
-        __syncthreads();
-        mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
+    __shared__ struct mscx_kop skop[MSCX_KP_MAX_OPS];
+    __shared__ char *sptr[MSCX_KP_MAX_OPND];
+    const uint32_t kb = a->kp.kbegin[blk], nk = a->kp.kbegin[blk + 1] - kb;
+    const uint32_t pb = a->kp.pbegin[blk], np = a->kp.pbegin[blk + 1] - pb;
+    for (uint32_t t = threadIdx.x; t < nk; t += blockDim.x)
+        skop[t] = a->kp.kop[kb + t];
+    for (uint32_t t = threadIdx.x; t < np; t += blockDim.x) {
+        struct mscx_kopnd d = a->kp.opnd[pb + t];
+        sptr[t] = mscx_kbase(s, a, d.base) + d.off;
     }
-    for (uint32_t i = kb; i < ke; i++) {
-        const struct mscx_kop *k = &a->kp.kop[i];
+    __syncthreads();
+    if (tr->recs)
+        mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
+    for (uint32_t i = 0; i < nk; i++) {
+        const struct mscx_kop *k = &skop[i];
+        char *const *P = &sptr[k->opnd - pb];
         s->op_index = k->op;
         s->opcode = k->opcode;
         if (k->sync)
@@ -723,12 +748,12 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
         if (tr->recs) {
             __syncthreads();
             uint64_t t0 = mscx_dtime();
-            mscx_kop_run<PKT, DT, RED>(s, a, k, blk);
+            mscx_kop_run<PKT, DT, RED>(s, a, k, blk, P);
             __syncthreads();
             mscx_dtrace_rec(tr, k->op, k->opcode, t0);
             continue;
         }
-        mscx_kop_run<PKT, DT, RED>(s, a, k, blk);
+        mscx_kop_run<PKT, DT, RED>(s, a, k, blk, P);
     }
 }
 
@@ -743,7 +768,7 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
     s.ctx = args.ctx;
     s.flag = mscx_flag_next(prev);
     s.parity = s.flag & 1u;
-    s.so = mscx_scratch_offset(s.flag, args.geom[0].half_per_chunk * args.scratch_chunks);
+    s.so = mscx_scratch_offset(s.flag, args.scratch_half);
     s.op_index = 0;
     s.opcode = 0;
     s.rop = args.op;
@@ -755,6 +780,8 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
         uint32_t b = __ldg(&args.tb_begin[blockIdx.x]), e = __ldg(&args.tb_begin[blockIdx.x + 1]);
         mscx_run_interp<PKT, DT, RED>(&s, &args, &tr, b, e);
     }
+    if (args.port)
+        mscx_dport_drain(&s);
     if (mscx_gpu_wrap_clear(s.flag) && args.scratch)
         mscx_dwrap_clear(&s);
     if (threadIdx.x == 0) {

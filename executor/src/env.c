@@ -60,7 +60,10 @@ static const struct env_var env_table[] = {
     {"MSCX_IBV_SO", ENV_STR, "libibverbs.so.1", "libibverbs to dlopen", CFG(ibv_so)},
     {"MSCX_IB_HCA", ENV_STR, "", "RDMA device to use (default: the one closest to the GPU)", CFG(ib_hca)},
     {"MSCX_TRANSPORT", ENV_STR, "auto", "port channel transport between nodes: auto, ib or tcp", CFG(transport)},
-    {"MSCX_VIRTUAL_NODES", ENV_U64, "0", "tests only: split one host into this many nodes", CFG(virtual_nodes)},
+    {"MSCX_VIRTUAL_NODES", ENV_U64, "0",
+     "tests only: split one host's ranks into this many nodes by rank (rank / (nranks / N)); must divide the "
+     "rank count; port channels between them use TCP",
+     CFG(virtual_nodes)},
 };
 
 #define ENV_COUNT (sizeof(env_table) / sizeof(env_table[0]))

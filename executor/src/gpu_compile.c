@@ -129,6 +129,8 @@ static int kp_op(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_
     struct kp_res rs, rd;
     uint64_t soff, slen, doff, dlen;
     struct mscx_kop *p;
+    if (port && k->a->port)
+        return 0; /* some port channel of this rank goes through the proxy: the interpreter decides per channel */
     switch (op->opcode) {
     case MSCX_OP_PUT:
     case MSCX_OP_GET:
@@ -315,11 +317,12 @@ void mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct 
         return;
     for (uint32_t i = 0; i < gpu->nrbuf; i++) {
         kp->rsc[i] = rbuf[i].ptr;
-        kp->rhalf[i] = a->geom[rbuf[i].geom].half_per_chunk * rbuf[i].owner_scratch_chunks;
+        kp->rhalf[i] = rbuf[i].half;
     }
     for (uint32_t b = 0; b < gpu->ntb; b++) {
         const struct mscx_tb *tb = &gpu->tb[b];
         kp->kbegin[b] = (uint16_t)k.nkop;
+        kp->pbegin[b] = (uint16_t)k.nopnd;
         if (tb->op_begin > UINT16_MAX)
             return;
         kp->obase[b] = (uint16_t)tb->op_begin;
@@ -358,5 +361,6 @@ void mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct 
         }
     }
     kp->kbegin[gpu->ntb] = (uint16_t)k.nkop;
+    kp->pbegin[gpu->ntb] = (uint16_t)k.nopnd;
     a->kp_on = 1;
 }

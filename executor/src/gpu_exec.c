@@ -16,6 +16,7 @@
 #include "mscx/trace.h"
 #include "plan_int.h"
 #include "gpu_int.h"
+#include "gpu_port.h"
 
 #define MSCX_GPU_MAX_PLANS 64
 
@@ -24,9 +25,10 @@ struct gpu_rec {
     int64_t pid;
     uint64_t host;        /* host identity: a pid names a process only together with it */
     int32_t device;
-    int32_t pad;
+    int32_t vnodes;       /* MSCX_VIRTUAL_NODES as this rank read it */
     uint64_t ctx_dev;     /* struct mscx_gpu_ctx * in the owner's address space */
     uint64_t scratch_dev;
+    uint64_t scratch_bytes; /* allocated; its half is the fixed offset of the even-flag launches */
     cudaIpcMemHandle_t ctx_ipc;
     cudaIpcMemHandle_t scratch_ipc;
 };
@@ -40,6 +42,7 @@ struct gpu_plan {
         off_pin[MSCX_CHAN_COUNT];
     char *scratch;
     uint64_t scratch_bytes;
+    uint64_t scratch_half;  /* fixed per context: scratch_bytes / 2 when double buffered, else 0 */
     char *tmp;             /* staging for calls whose in-place-ness differs from the plan's */
     uint64_t tmp_bytes;
     struct gpu_rec *recs;  /* [nranks] */
@@ -57,6 +60,7 @@ struct gpu_plan {
     uint32_t c_kp_on;               /* the cached program compiled */
     struct mscx_trace_rec *d_trace; /* MSCX_TRACE: [ntb][MSCX_TRACE_CAP] device records */
     uint32_t *d_trace_n;            /* [ntb] ring positions */
+    struct gpu_port *port;  /* port channels through the CPU proxy (NULL: none) */
     /* launch cache */
     uint64_t c_msg;
     int c_dtype;
@@ -77,6 +81,7 @@ struct mscx_exec {
     struct mscx_gpu_host *host_dev; /* its device view */
     struct local_group *group;
     int traced; /* MSCX_TRACE was set at create: plans record per-op times */
+    struct gpu_net *net;            /* proxy streams and TCP endpoint (NULL until a plan needs them) */
     uint32_t nplans;
     struct gpu_plan plans[MSCX_GPU_MAX_PLANS];
 };
@@ -375,10 +380,22 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
     char *img = calloc(1, gp->ctx_bytes);
     char **peer_ctx = calloc(n, sizeof(char *)), **peer_scr = calloc(n, sizeof(char *));
     gp->opened = calloc(2u * n, sizeof(void *));
-    if (!img || !peer_ctx || !peer_scr || !gp->opened) {
+    struct gpu_peer *peers = calloc(n, sizeof(*peers));
+    uint32_t *node = calloc(n, sizeof(*node));
+    if (!img || !peer_ctx || !peer_scr || !gp->opened || !peers || !node) {
         st = MSCX_ERR_NO_MEMORY;
         goto out;
     }
+    for (uint32_t r = 0; r < n; r++) {
+        peers[r].pid = gp->recs[r].pid;
+        peers[r].host = gp->recs[r].host;
+        peers[r].vnodes = gp->recs[r].vnodes;
+        peers[r].device = gp->recs[r].device;
+        peers[r].scratch_bytes = gp->recs[r].scratch_bytes;
+    }
+    /* every rank checks the whole plan, so that all refuse together (one process: one node) */
+    if (!ex->group && (st = mscx_gpu_topology(plan, peers, node)) != MSCX_OK)
+        goto out;
     for (uint32_t r = 0; r < n; r++) {
         const struct gpu_rec *rc = &gp->recs[r];
         if (rc->pid == pid && rc->host == host) {
@@ -386,6 +403,8 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
             peer_scr[r] = (char *)(uintptr_t)rc->scratch_dev;
             continue;
         }
+        if (node[r] != node[rank])
+            continue; /* another node: reached only through the proxy's TCP link */
         void *p = NULL;
         GPU_CHECK_GOTO(cudaIpcOpenMemHandle(&p, rc->ctx_ipc, cudaIpcMemLazyEnablePeerAccess), st, out);
         gp->opened[2 * r] = p;
@@ -426,6 +445,7 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
         rb[i].type = gpu->rbuf[i].type;
         rb[i].owner_scratch_chunks = plan->gpus[o].scratch_chunks;
         rb[i].geom = geom_class(gp, o);
+        rb[i].half = plan->double_scratch ? gp->recs[o].scratch_bytes / 2u : 0;
         if (gp->recs[o].device != gp->recs[rank].device)
             c->sys_scope = 1;
         if (gpu->rbuf[i].type == MSCX_BUF_SCRATCH) {
@@ -457,11 +477,38 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
                 continue;
             if (gp->recs[ch->peer].device != gp->recs[rank].device)
                 c->sys_scope = 1;
+            if (!peer_ctx[ch->peer]) {
+                pin[k] = NULL; /* another node: the proxy signals */
+                continue;
+            }
             /* peer contexts share our layout rule: recompute the peer's token offset */
             struct gpu_plan tmp;
             ctx_layout(&tmp, &plan->gpus[ch->peer]);
             pin[k] = peer_ctx[ch->peer] + tmp.off_tok[t] + (size_t)ch->pair * 8u;
         }
+    }
+    if (!ex->group) {
+        const struct mscx_config *cfg;
+        if ((st = mscx_config_get(&cfg)) != MSCX_OK)
+            goto out;
+        struct gpu_port_setup ps = {.plan = plan,
+                                    .rank = rank,
+                                    .device = ex->device,
+                                    .bs = &ex->bs,
+                                    .peers = peers,
+                                    .node = node,
+                                    .peer_scr = peer_scr,
+                                    .port_tok = (void *const *)(img + gp->off_pin[MSCX_CHAN_PORT]),
+                                    .scratch = gp->scratch,
+                                    .scratch_bytes = gp->scratch_bytes,
+                                    .tok = (unsigned long long *)(d + gp->off_tok[MSCX_CHAN_PORT]),
+                                    .ntb = gpu->ntb,
+                                    .host = ex->host,
+                                    .timeout_ms = cfg->timeout_ms};
+        if ((st = mscx_gpu_port_setup(&ex->net, &ps, &gp->port, &c->port)) != MSCX_OK)
+            goto out;
+        if (c->port)
+            c->sys_scope = 1; /* tokens and data land from copy engines and other processes */
     }
     GPU_CHECK_GOTO(cudaMemcpy(gp->d_ctx, img, gp->ctx_bytes, cudaMemcpyHostToDevice), st, out);
     gp->h_ops = malloc((gpu->nops ? gpu->nops : 1) * sizeof(struct mscx_dev_op));
@@ -475,6 +522,7 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
         gp->kp_rbuf[i].ptr = rb[i].kind == MSCX_GPU_RBUF_SCRATCH ? (char *)rb[i].ptr : NULL;
         gp->kp_rbuf[i].geom = rb[i].geom;
         gp->kp_rbuf[i].owner_scratch_chunks = rb[i].owner_scratch_chunks;
+        gp->kp_rbuf[i].half = rb[i].half;
     }
     gp->publish = (int)c->publish;
     gp->sys_scope = (int)c->sys_scope;
@@ -483,6 +531,8 @@ out:
     free(img);
     free(peer_ctx);
     free(peer_scr);
+    free(peers);
+    free(node);
     return st;
 }
 
@@ -556,6 +606,17 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     GPU_CHECK_GOTO(cudaMalloc((void **)&gp->d_ctx, gp->ctx_bytes), st, fail);
     GPU_CHECK_GOTO(cudaMemset(gp->d_ctx, 0, gp->ctx_bytes), st, fail);
     scratch_need(plan, rank, max_msg_bytes, &gp->scratch_bytes);
+    if (plan->double_scratch && gp->scratch_bytes) {
+        /*
+         * Fixed halves: a launch with an odd flag uses [0, half), an even one
+         * [half, 2 * half), whatever its message size, so a peer one launch
+         * ahead never writes where this launch still reads, even when the two
+         * launches have different sizes (halves that moved with the size
+         * would overlap).
+         */
+        gp->scratch_bytes = (gp->scratch_bytes + 255u) & ~(uint64_t)255u;
+        gp->scratch_half = gp->scratch_bytes / 2u;
+    }
     if (gp->scratch_bytes) {
         GPU_CHECK_GOTO(cudaMalloc((void **)&gp->scratch, gp->scratch_bytes), st, fail);
         GPU_CHECK_GOTO(cudaMemset(gp->scratch, 0, gp->scratch_bytes), st, fail);
@@ -582,6 +643,13 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     mine.device = ex->device;
     mine.ctx_dev = (uint64_t)(uintptr_t)gp->d_ctx;
     mine.scratch_dev = (uint64_t)(uintptr_t)gp->scratch;
+    mine.scratch_bytes = gp->scratch_bytes;
+    {
+        const struct mscx_config *cfg;
+        if ((st = mscx_config_get(&cfg)) != MSCX_OK)
+            goto fail;
+        mine.vnodes = cfg->virtual_nodes > 1 ? (int32_t)(cfg->virtual_nodes > 65536 ? 65536 : cfg->virtual_nodes) : 0;
+    }
     if (!ex->group) {
         GPU_CHECK_GOTO(cudaIpcGetMemHandle(&mine.ctx_ipc, gp->d_ctx), st, fail);
         if (gp->scratch)
@@ -758,6 +826,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         a->bflag = (uint32_t *)(gp->d_ctx + gp->off_bflag);
         a->scratch = gp->scratch;
         a->scratch_bytes = gp->scratch_bytes;
+        a->scratch_half = gp->scratch_half;
         a->scratch_chunks = plan->gpus[ex->bs.rank].scratch_chunks;
         a->publish = (uint32_t)gp->publish;
         a->sys_scope = (uint32_t)gp->sys_scope;
@@ -771,14 +840,13 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
                           (unsigned long long)msg_bytes, err);
                 return st;
             }
-            uint32_t sc = plan->gpus[o].scratch_chunks;
             a->geom[c].slot = h.slot;
             a->geom[c].in_chunk = h.in_chunk;
             a->geom[c].out_chunk = h.out_chunk;
-            a->geom[c].half_per_chunk = sc ? h.scratch_half / sc : 0;
         }
         a->reduce = (uint32_t)gp->reduce;
         a->smem_ops = gp->smem_ops;
+        a->port = gp->port != NULL;
         a->timeout_ns = cfg->timeout_ms * 1000000ull;
         if (gp->d_trace) {
             a->trace_cap = MSCX_TRACE_CAP;
@@ -827,6 +895,8 @@ mscx_status_t mscx_exec_async_error(struct mscx_exec *ex)
     int32_t code = *(volatile int32_t *)&ex->host->err.code;
     if (code == 0)
         return MSCX_OK;
+    for (uint32_t i = 0; i < ex->nplans; i++)
+        mscx_gpu_port_report(ex->plans[i].port, ex->bs.rank, ex->plans[i].plan->name);
     return (mscx_status_t)code;
 }
 
@@ -847,8 +917,13 @@ void mscx_exec_destroy(struct mscx_exec *ex)
     if (!ex)
         return;
     cudaSetDevice(ex->device);
+    /* no proxy request and no received TCP write touches memory past this point */
+    for (uint32_t i = 0; i < ex->nplans; i++)
+        mscx_gpu_port_stop(ex->plans[i].port);
+    mscx_gpu_net_destroy(ex->net);
     for (uint32_t i = 0; i < ex->nplans; i++) {
         struct gpu_plan *gp = &ex->plans[i];
+        mscx_gpu_port_free(gp->port);
         if (gp->opened) {
             for (uint32_t k = 0; k < 2u * gp->plan->nranks; k++)
                 if (gp->opened[k])
@@ -959,4 +1034,16 @@ int mscx_gpu_debug_fill_scratch(struct mscx_exec *ex, uint32_t plan_id, uint32_t
     cudaError_t rc = n ? cudaMemcpy(gp->scratch, h, n * 4u, cudaMemcpyHostToDevice) : cudaSuccess;
     free(h);
     return rc == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
+}
+
+void mscx_gpu_debug_error(struct mscx_exec *ex, struct mscx_gpu_err *err_p)
+{
+    memset(err_p, 0, sizeof(*err_p));
+    if (!ex)
+        return;
+    __sync_synchronize();
+    err_p->block = ex->host->err.block;
+    err_p->op = ex->host->err.op;
+    err_p->opcode = ex->host->err.opcode;
+    err_p->code = *(volatile int32_t *)&ex->host->err.code;
 }

@@ -36,7 +36,6 @@ struct mscx_gpu_pub {
 /* Geometry of one class for one launch (bytes). */
 struct mscx_gpu_geom {
     uint64_t slot, in_chunk, out_chunk;
-    uint64_t half_per_chunk; /* scratch_half / scratch_chunks (0 when not double buffered) */
 };
 
 /**
@@ -59,7 +58,8 @@ struct mscx_gpu_rbuf {
     struct mscx_gpu_pub *pub;      /* user pointers of the owner */
     uint32_t kind;                 /* enum mscx_gpu_rbuf_kind */
     uint32_t type;                 /* enum mscx_buf_type */
-    uint32_t owner_scratch_chunks; /* for the owner's scratch half */
+    uint32_t owner_scratch_chunks;
+    uint64_t half;                 /* the owner's scratch half (0: single buffered), fixed per context */
     uint32_t geom;                 /* index into mscx_gpu_args.geom: the owner's chunk geometry */
 };
 
@@ -67,6 +67,18 @@ struct mscx_gpu_rbuf {
 struct mscx_gpu_err {
     int32_t code; /* 0, MSCX_ERR_TIMEOUT, MSCX_ERR_REMOTE */
     uint32_t block, op, opcode;
+};
+
+/*
+ * Port channels served by the CPU proxy (gpu_proxy.c, kernels/exec_port.cuh):
+ * device state of one context's request FIFO (port_fifo.h).
+ */
+struct mscx_pfifo;
+struct mscx_gpu_port {
+    struct mscx_pfifo *fifo;  /* device view of the mapped FIFO */
+    unsigned long long head;  /* next FIFO position; advanced by the kernel */
+    const uint8_t *proxied;   /* [nchan port]: 1 when the channel goes through the proxy */
+    uint32_t *dirty;          /* [ntb]: the block pushed requests since its last flush */
 };
 
 /* Mapped host memory of one rank: the kernel records errors, the host aborts. */
@@ -103,6 +115,7 @@ struct mscx_gpu_ctx {
     unsigned long long **peer_inbound[MSCX_CHAN_COUNT]; /* [nchan] the paired channel's token on the peer */
     char *scratch;
     uint64_t scratch_bytes; /* allocated */
+    struct mscx_gpu_port *port; /* NULL when no port channel goes through the proxy */
 };
 
 /*
@@ -162,6 +175,7 @@ struct mscx_kprog {
     uint32_t pad;
     uint16_t kbegin[MSCX_KP_MAX_BLOCKS + 1];  /* block b's entries: [kbegin[b], kbegin[b + 1]) */
     uint16_t obase[MSCX_KP_MAX_BLOCKS];       /* block b's first op in the uploaded table */
+    uint16_t pbegin[MSCX_KP_MAX_BLOCKS + 1];  /* block b's operands: [pbegin[b], pbegin[b + 1]) */
     char *rsc[MSCX_KP_MAX_RBUF];              /* peer scratch bases */
     uint64_t rhalf[MSCX_KP_MAX_RBUF];         /* their half sizes at this launch's geometry */
     struct mscx_kop kop[MSCX_KP_MAX_OPS];
@@ -180,6 +194,8 @@ struct mscx_gpu_args {
     uint32_t *bflag;               /* = ctx->bflag */
     char *scratch;                 /* = ctx->scratch */
     uint64_t scratch_bytes;        /* = ctx->scratch_bytes */
+    uint64_t scratch_half;         /* scratch_bytes / 2 when double buffered, else 0: the odd-flag launches use
+                                      [0, half), the even ones [half, 2 * half), whatever their message size */
     uint32_t scratch_chunks;       /* = ctx->scratch_chunks */
     uint32_t publish;              /* = ctx->publish */
     uint32_t sys_scope;            /* = ctx->sys_scope */
@@ -196,7 +212,7 @@ struct mscx_gpu_args {
     struct mscx_trace_rec *trace; /* [ntb][trace_cap] */
     uint32_t *trace_n;       /* [ntb] records written by block b so far (ring position) */
     uint32_t kp_on;          /* the compiled program below is valid for this launch */
-    uint32_t pad3;
+    uint32_t port;           /* = ctx->port != NULL: some port channel goes through the proxy */
     struct mscx_kprog kp;
 };
 
@@ -205,6 +221,7 @@ struct mscx_kp_rbuf {
     char *ptr;       /* peer scratch base, NULL: not a scratch buffer (not compiled) */
     uint32_t geom;   /* geometry class of the owner */
     uint32_t owner_scratch_chunks;
+    uint64_t half;   /* the owner's fixed scratch half */
 };
 
 /**
@@ -230,6 +247,8 @@ struct mscx_exec;
 int mscx_gpu_debug_set_flag(struct mscx_exec *ex, uint32_t plan_id, uint32_t flag);
 /* Tests: fill the whole scratch of (ex, plan_id) with the 32-bit word @p word. Syncs. */
 int mscx_gpu_debug_fill_scratch(struct mscx_exec *ex, uint32_t plan_id, uint32_t word);
+/* Tests: the rank's error record (block UINT32_MAX: recorded by the proxy; op 0xffff: the end-of-launch drain). */
+void mscx_gpu_debug_error(struct mscx_exec *ex, struct mscx_gpu_err *err_p);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Two-process helpers for the transport tests: a bootstrap allgather over a
- * socketpair, and byte-sized handshakes between the two test processes.
+ * socketpair, and byte-sized handshakes between the two test processes
+ * (exact reads and writes from tests/common/proc_mesh.h).
  */
 #ifndef MSCX_TEST_NET_PAIR_H
 #define MSCX_TEST_NET_PAIR_H
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "mscx/status.h"
+#include "proc_mesh.h"
 
 struct net_pair {
     int fd;        /* our end of the socketpair */
@@ -20,32 +22,12 @@ struct net_pair {
 
 static inline int net_pair_write(int fd, const void *buf, size_t len)
 {
-    const char *p = buf;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
+    return proc_mesh_write(fd, buf, len);
 }
 
 static inline int net_pair_read(int fd, void *buf, size_t len)
 {
-    char *p = buf;
-    while (len) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
+    return proc_mesh_read(fd, buf, len, -1);
 }
 
 /* struct mscx_bootstrap-shaped allgather for two ranks. */

@@ -79,11 +79,11 @@ def main():
         and "multiple of 8" in p.stdout, log)
     p, res, log = run("--executor", 4, "-b", 1028, "-e", 1028, "-d", "float", "-n", 3, "-w", 1)
     check("1028 B executor: checked, no wrong", p.returncode == 0 and all_checked(res), log)
-    # below every plan's range: n/a on both sides
+    # below every plan's range: nothing to run, a clear error on both sides
     for base in ([], ["--baseline"]):
         p, res, log = run("--executor", 2, *base, "-b", 512, "-e", 512, "-n", 3, "-w", 1)
-        check("512 B %s: no plan, n/a" % ("baseline" if base else "executor"), p.returncode == 0 and res is not None
-              and all(b.get("na") for _, _, _, b in bodies(res)) and "no plan" in p.stdout, log)
+        check("512 B %s: no plan, refused" % ("baseline" if base else "executor"), p.returncode != 0
+              and "no 2-rank one-node allreduce plan for 512..512 bytes" in log, log)
     # max: the baseline has sum only; the executor's max must be right (perf op -> executor op mapping)
     p, res, log = run("--executor", 4, "--baseline", "-b", "4K", "-e", "4K", "-o", "max", "-n", 3, "-w", 1)
     check("max baseline: n/a", p.returncode == 0 and res is not None and all(b.get("na") for _, _, _, b in bodies(res)),
