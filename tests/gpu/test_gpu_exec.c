@@ -201,7 +201,9 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
             fill_pattern(hout, out_b, dt, (uint64_t)r * 7 + it * 131 + 1);
             fill_pattern(hin, in_b, dt, (uint64_t)r * 7 + it * 131 + 2);
             CK(cudaMemcpy(b[r].out, hout, out_b, cudaMemcpyHostToDevice));
+            CK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
             CK(cudaMemcpy(b[r].in, hin, in_b, cudaMemcpyHostToDevice));
+            CK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
         }
         CK(cudaDeviceSynchronize());
         for (uint32_t r = 0; r < n; r++) {
@@ -544,6 +546,7 @@ static void test_stress(int graph)
         CK(cudaMalloc((void **)&buf[r], big));
         fill_pattern(h, big, MSCX_DT_INT32, (uint64_t)r * 7 + 2);
         CK(cudaMemcpy(buf[r], h, big, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
     }
     int32_t *exp = malloc(big);
     expect_max(2, big, exp);
@@ -635,6 +638,7 @@ static void test_wrap(void)
         for (uint32_t r = 0; r < 2; r++) {
             fill_pattern(h, bytes, MSCX_DT_INT32, (uint64_t)r * 7 + 2);
             CK(cudaMemcpy(buf[r], h, bytes, cudaMemcpyHostToDevice));
+            CK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
             if (mscx_gpu_debug_set_flag(g.ex[r], pid[r], 0xfffffffbu) != 0 ||
                 mscx_gpu_debug_fill_scratch(g.ex[r], pid[r], w) != 0)
                 FAIL("wrap: debug setup");

@@ -145,7 +145,9 @@ static int check_size(struct rank_ctx *c, uint64_t size, enum mscx_dtype dt, enu
     }
     for (int it = 0; it < ITERS && !bad; it++) {
         fill(c->host, in_b, dt, m->rank, (uint32_t)it, size);
-        if (cudaMemcpy(c->dbuf, c->host, in_b, cudaMemcpyHostToDevice) != cudaSuccess) {
+        /* pageable H2D may return before the DMA lands: the kernel's stream does not wait for it */
+        if (cudaMemcpy(c->dbuf, c->host, in_b, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaDeviceSynchronize() != cudaSuccess) {
             RFAIL(m, "cudaMemcpy of the input failed");
             bad = 1;
             break;

@@ -132,6 +132,7 @@ static void prepare(struct bufs *b, void *recv, size_t out_bytes, size_t esize)
 {
     CUDA_OK(cudaMemset(recv, 0xA5, out_bytes + GUARD * esize));
     CUDA_OK(cudaMemcpy(b->send, b->h_in, b->in_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
     CUDA_OK(cudaDeviceSynchronize()); /* the legacy-stream memset/copy must land before work on s */
 }
 
@@ -152,6 +153,7 @@ static void one(ncclComm_t comm, cudaStream_t s, struct bufs *b, enum coll c, nc
     if (in_place) {
         CUDA_OK(cudaMemset(b->send, 0xA5, bytes + GUARD * esize));
         CUDA_OK(cudaMemcpy(b->send, b->h_in, bytes, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
         CUDA_OK(cudaDeviceSynchronize());
     } else {
         prepare(b, recv, bytes, esize);
@@ -188,6 +190,7 @@ static void graph(ncclComm_t comm, cudaStream_t s, struct bufs *b)
         fill(b->h_in, ncclFloat32, count, 1000u + (unsigned)rep);
         CUDA_OK(cudaMemset(b->recv, 0xA5, (count + GUARD) * 4 * 2));
         CUDA_OK(cudaMemcpy(b->send, b->h_in, bytes, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
         CUDA_OK(cudaDeviceSynchronize());
         CUDA_OK(cudaGraphLaunch(ge, s));
         snprintf(name, sizeof(name), "graph replay %d allreduce+allgather+broadcast count=%zu", rep, count);
@@ -261,6 +264,7 @@ int main(int argc, char **argv)
     fill(b.h_in, ncclFloat32, 4099, 77);
     CUDA_OK(cudaMemset(b.recv, 0xA5, (4099 + GUARD) * 4));
     CUDA_OK(cudaMemcpy(b.recv, b.h_in, b.in_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
     CUDA_OK(cudaDeviceSynchronize());
     NCCL_OK(ncclBcast(b.recv, 4099, ncclFloat32, 0, comm, s));
     record("bcast float count=4099 in-place", &b, b.recv, b.in_bytes, b.h_in, 4, s);

@@ -296,6 +296,7 @@ static int exec_check(void *ctx, const struct perf_call *call, int seed, int64_t
         mscx_perf_fill(call->coll, call->type, call->op, (int)r, (int)c->n, seed, c->hsend, call->send_count);
         CUDA_TRY(cudaMemset(c->recv[r], 0xff, c->cap));
         CUDA_TRY(cudaMemcpy(s, c->hsend, call->send_count * es, cudaMemcpyHostToDevice));
+        CUDA_TRY(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
     }
     if (launch_all(c, ep, call))
         return -1;
