@@ -32,6 +32,9 @@
 
 #define TCP_STAGE_BYTES (1u << 20)
 #define TCP_HELLO_TIMEOUT_MS 2000
+/* After the peer closed our ack stream, how long its data stream may take to
+ * bring the bye (orderly close) or its own end (the peer died). */
+#define TCP_CLOSE_GRACE_MS 2000
 
 enum tcp_msg_type { MSG_PUT = 1, MSG_SIGNAL = 2, MSG_FLUSH = 3, MSG_FLUSH_ACK = 4, MSG_BYE = 5 };
 
@@ -87,7 +90,7 @@ struct mscx_tp_conn {
     int in_fd;          /* peer connected: receiver reads data, writes acks */
     mscx_status_t err;  /* first error; atomic / under ep->lock */
     int bye;            /* the peer closed in order: its EOF is not an error worth a WARN */
-    uint64_t flush_seq; /* caller thread */
+    uint64_t flush_seq; /* written by the caller thread, read by the receiver: atomic */
     uint64_t acked_seq; /* under ep->lock */
     uint64_t short_sends;
     /* receiver-thread state of the in stream */
@@ -101,6 +104,8 @@ struct mscx_tp_conn {
     /* receiver-thread state of the ack stream */
     struct tcp_msg ack;
     size_t ack_got;
+    int ack_closed;         /* the peer closed the ack stream; the data stream decides why */
+    uint64_t ack_closed_ns; /* when */
 };
 
 struct mscx_tp_ep {
@@ -144,11 +149,10 @@ static mscx_status_t conn_err(struct mscx_tp_conn *c)
     return __atomic_load_n(&c->err, __ATOMIC_ACQUIRE);
 }
 
-/* Mark a connection failed (first error wins, logged once). */
-static void conn_fail(struct mscx_tp_conn *c, mscx_status_t st, const char *why, int err)
+/* Mark a connection failed (first error wins, logged once); ep->lock held. */
+static void conn_fail_locked(struct mscx_tp_conn *c, mscx_status_t st, const char *why, int err)
 {
     struct mscx_tp_ep *ep = c->ep;
-    pthread_mutex_lock(&ep->lock);
     if (c->err == MSCX_OK && c->bye) {
         MSCX_INFO(MSCX_SUB_NET, "tcp: peer %u closed the connection", c->peer);
         __atomic_store_n(&c->err, st, __ATOMIC_RELEASE);
@@ -158,7 +162,13 @@ static void conn_fail(struct mscx_tp_conn *c, mscx_status_t st, const char *why,
         __atomic_store_n(&c->err, st, __ATOMIC_RELEASE);
     }
     pthread_cond_broadcast(&ep->cond);
-    pthread_mutex_unlock(&ep->lock);
+}
+
+static void conn_fail(struct mscx_tp_conn *c, mscx_status_t st, const char *why, int err)
+{
+    pthread_mutex_lock(&c->ep->lock);
+    conn_fail_locked(c, st, why, err);
+    pthread_mutex_unlock(&c->ep->lock);
 }
 
 /* Send all of buf on a non-blocking socket before the deadline (caller thread). */
@@ -386,7 +396,22 @@ static void rx_acks(struct mscx_tp_conn *c)
     for (;;) {
         ssize_t n = recv(c->out_fd, (char *)&c->ack + c->ack_got, sizeof(c->ack) - c->ack_got, MSG_DONTWAIT);
         if (n == 0) {
-            conn_fail(c, MSCX_ERR_REMOTE, "peer closed", 0);
+            /*
+             * The peer closed its in socket. An orderly close sends the bye on
+             * the other stream first, but the two sockets are not ordered
+             * with each other: the bye may still be on its way (seen under
+             * load). Unless a flush is still owed an ack (then the peer left
+             * without answering it), the data stream decides: bye (orderly),
+             * end without bye (peer died) or neither within the grace time.
+             */
+            pthread_mutex_lock(&c->ep->lock);
+            if (c->ack_got || c->acked_seq < __atomic_load_n(&c->flush_seq, __ATOMIC_ACQUIRE)) {
+                conn_fail_locked(c, MSCX_ERR_REMOTE, "peer closed with a flush unanswered", 0);
+            } else {
+                c->ack_closed = 1;
+                c->ack_closed_ns = mscx_tp_now_ns();
+            }
+            pthread_mutex_unlock(&c->ep->lock);
             return;
         }
         if (n < 0) {
@@ -491,15 +516,20 @@ static void *rx_thread(void *arg)
         }
         pfd[k++] = (struct pollfd){.fd = ep->wake[0], .events = POLLIN};
         pfd[k++] = (struct pollfd){.fd = ep->listen_fd, .events = POLLIN};
+        uint64_t now = mscx_tp_now_ns();
         for (uint32_t r = 0; r < n; r++) {
             struct mscx_tp_conn *c = ep->conns[r];
+            if (c && c->err == MSCX_OK && c->ack_closed &&
+                now - c->ack_closed_ns > TCP_CLOSE_GRACE_MS * 1000000ull)
+                conn_fail_locked(c, MSCX_ERR_REMOTE,
+                                 "peer closed the ack stream but neither said bye nor closed the data stream", 0);
             if (!c || c->err != MSCX_OK)
                 continue;
             if (c->in_fd >= 0) {
                 who[k] = c;
                 pfd[k++] = (struct pollfd){.fd = c->in_fd, .events = POLLIN};
             }
-            if (c->out_fd >= 0) {
+            if (c->out_fd >= 0 && !c->ack_closed) {
                 who[k] = c;
                 pfd[k++] = (struct pollfd){.fd = c->out_fd, .events = POLLIN};
             }
@@ -907,7 +937,7 @@ static mscx_status_t tcp_flush(struct mscx_tp_conn *c, uint64_t deadline_ns)
 {
     struct mscx_tp_ep *ep = c->ep;
     MSCX_CHECK(conn_err(c));
-    uint64_t seq = ++c->flush_seq;
+    uint64_t seq = __atomic_add_fetch(&c->flush_seq, 1, __ATOMIC_ACQ_REL);
     struct tcp_msg m = {.type = MSG_FLUSH, .off = seq};
     MSCX_CHECK(send_all(c, c->out_fd, &m, sizeof(m), 0, deadline_ns));
 

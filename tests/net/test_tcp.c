@@ -5,6 +5,8 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,6 +350,173 @@ START_TEST(tcp_bad_handshake)
 }
 END_TEST
 
+/*
+ * A hand-driven peer 1 for an endpoint of rank 0, to close the two streams in
+ * an order a real peer produces only by chance: its data stream (ep's in
+ * socket) is a connection we make, its ack stream (ep's out socket) one we
+ * accept. The accept side runs in a thread (conn_establish waits for our ack).
+ */
+struct fake_peer {
+    int lfd;       /* our listener, in the blob given to the endpoint */
+    int ack_fd;    /* accepted: the endpoint sends on it, we would answer flushes */
+    int data_fd;   /* connected to the endpoint: we would send on it */
+    int eat_flush; /* thread: after the handshake, read one message, then close ack_fd */
+    int ok;
+};
+
+static void *fake_peer_accept(void *arg)
+{
+    struct fake_peer *f = arg;
+    struct pollfd pfd = {.fd = f->lfd, .events = POLLIN};
+    uint8_t hello[32], msg[32];
+    struct {
+        uint64_t magic;
+        uint32_t status, reserved;
+    } ack = {MSCX_TP_MAGIC, 0, 0};
+    if (poll(&pfd, 1, 5000) != 1 || (f->ack_fd = accept(f->lfd, NULL, NULL)) < 0)
+        return NULL;
+    if (proc_mesh_read(f->ack_fd, hello, sizeof(hello), 5000) || net_pair_write(f->ack_fd, &ack, sizeof(ack)))
+        return NULL;
+    if (f->eat_flush) {
+        if (proc_mesh_read(f->ack_fd, msg, sizeof(msg), 5000))
+            return NULL;
+        close(f->ack_fd);
+        f->ack_fd = -1;
+    }
+    f->ok = 1;
+    return NULL;
+}
+
+/* Endpoint of rank 0 connected to a fake peer 1; the thread is still running on return. */
+static void fake_peer_connect(struct fake_peer *f, struct mscx_tp_ep **ep_p, struct mscx_tp_conn **c_p,
+                              pthread_t *thr)
+{
+    struct mscx_tp_params p = {.rank = 0, .nranks = 2, .comm_id = COMM_ID};
+    uint8_t blob0[MSCX_TP_BLOB_BYTES], blob1[MSCX_TP_BLOB_BYTES] = {0};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t sl = sizeof(sa);
+
+    ck_assert_int_eq(mscx_tp_tcp.ep_create(&p, ep_p), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.conn_prepare(*ep_p, 1, blob0, c_p), MSCX_OK);
+
+    /* Our data stream: hello as rank 1 to the endpoint's listener. */
+    memcpy(&sa.sin_addr.s_addr, blob0 + 24, 4);
+    memcpy(&sa.sin_port, blob0 + 28, 2);
+    f->data_fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(f->data_fd, 0);
+    ck_assert_int_eq(connect(f->data_fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    struct {
+        uint64_t magic;
+        uint32_t version, src, dst, reserved;
+        uint64_t comm;
+    } h = {MSCX_TP_MAGIC, MSCX_TP_PROTO_VERSION, 1, 0, 0, COMM_ID};
+    uint8_t ack[16];
+    ck_assert_int_eq(net_pair_write(f->data_fd, &h, sizeof(h)), 0);
+    ck_assert_int_eq(proc_mesh_read(f->data_fd, ack, sizeof(ack), 5000), 0);
+
+    /* Our listener, in a tcp blob (transport_tcp.c): magic, comm_id, version, rank, addr, port. */
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_port = 0;
+    ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(f->lfd, 4), 0);
+    ck_assert_int_eq(getsockname(f->lfd, (struct sockaddr *)&sa, &sl), 0);
+    uint64_t magic = MSCX_TP_MAGIC, comm = COMM_ID;
+    uint32_t version = MSCX_TP_PROTO_VERSION, rank = 1;
+    memcpy(blob1, &magic, 8);
+    memcpy(blob1 + 8, &comm, 8);
+    memcpy(blob1 + 16, &version, 4);
+    memcpy(blob1 + 20, &rank, 4);
+    memcpy(blob1 + 24, &sa.sin_addr.s_addr, 4);
+    memcpy(blob1 + 28, &sa.sin_port, 2);
+
+    f->ack_fd = -1;
+    ck_assert_int_eq(pthread_create(thr, NULL, fake_peer_accept, f), 0);
+    ck_assert_int_eq(mscx_tp_tcp.conn_establish(*c_p, blob1, mscx_tp_deadline(5000)), MSCX_OK);
+}
+
+/* Poll the endpoint until its connection fails (at most 5 s); returns the status, the time in *ms_p. */
+static mscx_status_t wait_failed(struct mscx_tp_ep *ep, double *ms_p)
+{
+    uint64_t t0 = mscx_tp_now_ns(), dl = mscx_tp_deadline(5000);
+    mscx_status_t st;
+    while ((st = mscx_tp_tcp.progress(ep)) == MSCX_OK && mscx_tp_now_ns() < dl)
+        usleep(1000);
+    *ms_p = (mscx_tp_now_ns() - t0) / 1e6;
+    return st;
+}
+
+/*
+ * Orderly close whose bye arrives after the end of the other stream (what a
+ * busy machine produced now and then at the end of the puts test): no WARN.
+ * The same end of the ack stream followed by the end of the data stream
+ * without a bye, or by nothing, or while a flush waits for its ack, is a
+ * failure and logged.
+ */
+START_TEST(tcp_close_streams_out_of_order)
+{
+    enum { BYE_LATE, DATA_EOF, DATA_OPEN, FLUSH_OWED, NCASES };
+    static const char *name[] = {"bye after the ack stream's end", "data stream ends without a bye",
+                                 "data stream stays open", "flush owed an ack"};
+    for (int k = 0; k < NCASES; k++) {
+        struct fake_peer f = {.eat_flush = k == FLUSH_OWED};
+        struct mscx_tp_ep *ep;
+        struct mscx_tp_conn *c;
+        pthread_t thr;
+        double ms = 0;
+        mscx_status_t st;
+        int warns = mscx_test_warn_count();
+
+        fake_peer_connect(&f, &ep, &c, &thr);
+        if (k == FLUSH_OWED) {
+            mscx_test_allow_warn("peer closed with a flush unanswered");
+            uint64_t t0 = mscx_tp_now_ns();
+            st = mscx_tp_tcp.flush(c, mscx_tp_deadline(5000));
+            ms = (mscx_tp_now_ns() - t0) / 1e6;
+            ck_assert_int_eq(pthread_join(thr, NULL), 0);
+            ck_assert(f.ok);
+            ck_assert_int_eq(st, MSCX_ERR_REMOTE);
+            ck_assert_msg(ms < 1000, "flush took %.1f ms to fail", ms); /* not after the grace time */
+        } else {
+            ck_assert_int_eq(pthread_join(thr, NULL), 0);
+            ck_assert(f.ok);
+            close(f.ack_fd);
+            f.ack_fd = -1;
+            usleep(300000); /* the receiver has seen the end of the ack stream by now */
+            ck_assert_int_eq(mscx_tp_tcp.progress(ep), MSCX_OK);
+            if (k == BYE_LATE) {
+                uint8_t bye[32] = {5}; /* MSG_BYE, little-endian type word */
+                ck_assert_int_eq(net_pair_write(f.data_fd, bye, sizeof(bye)), 0);
+                close(f.data_fd);
+                f.data_fd = -1;
+            } else if (k == DATA_EOF) {
+                mscx_test_allow_warn("failed: peer closed");
+                close(f.data_fd);
+                f.data_fd = -1;
+            } else {
+                mscx_test_allow_warn("neither said bye nor closed the data stream");
+            }
+            st = wait_failed(ep, &ms);
+            ck_assert_int_eq(st, MSCX_ERR_REMOTE);
+            ck_assert_int_eq(mscx_tp_tcp.flush(c, mscx_tp_deadline(1000)), MSCX_ERR_REMOTE);
+        }
+        fprintf(stderr, "tcp: %s: \"%s\" after %.1f ms, %d warning(s)\n", name[k], mscx_status_str(st), ms,
+                mscx_test_warn_count() - warns);
+        if (k == BYE_LATE)
+            ck_assert_msg(mscx_test_warn_count() == warns, "orderly close logged: %s", mscx_test_last_warn());
+        else
+            ck_assert_int_eq(mscx_test_warn_count(), warns + 1);
+        if (k == DATA_OPEN)
+            ck_assert_msg(ms > 1000, "failed after %.1f ms, before the grace time", ms);
+        mscx_tp_tcp.ep_destroy(ep);
+        if (f.data_fd >= 0)
+            close(f.data_fd);
+        if (f.ack_fd >= 0)
+            close(f.ack_fd);
+        close(f.lfd);
+    }
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("net-tcp");
@@ -356,6 +525,7 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, tcp_peer_killed_mid_transfer);
     tcase_add_test(tc, tcp_peer_killed_while_idle);
     tcase_add_test(tc, tcp_bad_handshake);
+    tcase_add_test(tc, tcp_close_streams_out_of_order);
     suite_add_tcase(s, tc);
     return s;
 }
