@@ -718,8 +718,8 @@ __device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const str
 /*
  * The compiled program of block @p blk (struct mscx_kprog). The block first
  * stages its entries and its operands' pointers (base resolved for this
- * launch's scratch half) in shared memory, each warp loading different ones,
- * so the parameter reads overlap instead of forming a chain per op.
+ * launch's scratch half) in shared memory, every thread loading a different
+ * one, so the parameter reads overlap instead of forming a chain per op.
  */
 template <uint32_t PKT, uint32_t DT, bool RED>
 __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const struct mscx_gpu_args *a,
@@ -729,23 +729,11 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
     __shared__ char *sptr[MSCX_KP_MAX_OPND];
     const uint32_t kb = a->kp.kbegin[blk], nk = a->kp.kbegin[blk + 1] - kb;
     const uint32_t pb = a->kp.pbegin[blk], np = a->kp.pbegin[blk + 1] - pb;
-    /*
-     * One entry per warp, every lane reading the same parameter address: the
-     * constant cache serves a warp one address at a time, so per-lane
-     * addresses would serialise 32 (possibly missing) reads in each warp.
-     */
-    const uint32_t lane = threadIdx.x & 31u, nwarps = (blockDim.x + 31u) >> 5;
-    for (uint32_t t = threadIdx.x >> 5; t < nk + np; t += nwarps) {
-        if (t < nk) {
-            struct mscx_kop k = a->kp.kop[kb + t];
-            if (lane == 0)
-                skop[t] = k;
-        } else {
-            struct mscx_kopnd d = a->kp.opnd[pb + (t - nk)];
-            char *p = mscx_kbase(s, a, d.base) + d.off;
-            if (lane == 0)
-                sptr[t - nk] = p;
-        }
+    for (uint32_t t = threadIdx.x; t < nk; t += blockDim.x)
+        skop[t] = a->kp.kop[kb + t];
+    for (uint32_t t = threadIdx.x; t < np; t += blockDim.x) {
+        struct mscx_kopnd d = a->kp.opnd[pb + t];
+        sptr[t] = mscx_kbase(s, a, d.base) + d.off;
     }
     __syncthreads();
     if (tr->recs)
