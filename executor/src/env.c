@@ -59,7 +59,13 @@ static const struct env_var env_table[] = {
      CFG(scratch_max)},
     {"MSCX_IBV_SO", ENV_STR, "libibverbs.so.1", "libibverbs to dlopen", CFG(ibv_so)},
     {"MSCX_IB_HCA", ENV_STR, "", "RDMA device to use (default: the one closest to the GPU)", CFG(ib_hca)},
-    {"MSCX_TRANSPORT", ENV_STR, "auto", "port channel transport between nodes: auto, ib or tcp", CFG(transport)},
+    {"MSCX_TRANSPORT", ENV_STR, "auto",
+     "port channel transport between nodes: auto (ib when libibverbs opens and has a device, else tcp), ib or tcp",
+     CFG(transport)},
+    {"MSCX_SOCKET_IFNAME", ENV_STR, "",
+     "network interface whose IPv4 address TCP listens on and advertises (e.g. eth0, lo); default: the first "
+     "non-loopback interface that is up with an IPv4 address, else loopback",
+     CFG(socket_ifname)},
     {"MSCX_VIRTUAL_NODES", ENV_U64, "0",
      "tests only: split one host's ranks into this many nodes by rank (rank / (nranks / N)); must divide the "
      "rank count; port channels between them use TCP",

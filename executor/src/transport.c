@@ -1,11 +1,69 @@
 /* SPDX-License-Identifier: MIT */
 /* Helpers shared by all port-channel transports (see transport.h). */
+#define _GNU_SOURCE /* getifaddrs */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
+#include "mscx/env.h"
 #include "mscx/log.h"
 #include "transport.h"
+
+mscx_status_t mscx_tp_socket_addr(char addr[MSCX_TP_ADDR_LEN], char ifname[MSCX_TP_IFNAME_LEN])
+{
+    const struct mscx_config *cfg;
+    struct ifaddrs *list = NULL;
+    const struct ifaddrs *pick = NULL, *named_no_ipv4 = NULL;
+    MSCX_CHECK(mscx_config_get(&cfg));
+    const char *want = cfg->socket_ifname && cfg->socket_ifname[0] ? cfg->socket_ifname : NULL;
+    if (getifaddrs(&list) < 0) {
+        MSCX_WARN("tcp: getifaddrs failed: %m");
+        return MSCX_ERR_SYSTEM;
+    }
+    for (const struct ifaddrs *a = list; a && !pick; a = a->ifa_next) {
+        int ipv4 = a->ifa_addr && a->ifa_addr->sa_family == AF_INET;
+        if (want) {
+            if (strcmp(a->ifa_name, want) != 0)
+                continue;
+            if (ipv4)
+                pick = a;
+            else
+                named_no_ipv4 = a;
+        } else if (ipv4 && (a->ifa_flags & IFF_UP) && (a->ifa_flags & IFF_RUNNING) &&
+                   !(a->ifa_flags & IFF_LOOPBACK)) {
+            pick = a;
+        }
+    }
+    mscx_status_t st = MSCX_OK;
+    if (pick) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)pick->ifa_addr;
+        inet_ntop(AF_INET, &sin->sin_addr, addr, MSCX_TP_ADDR_LEN);
+        snprintf(ifname, MSCX_TP_IFNAME_LEN, "%s", pick->ifa_name);
+        if (want && !(pick->ifa_flags & IFF_UP))
+            MSCX_WARN("tcp: MSCX_SOCKET_IFNAME names %s, which is down; using its address %s anyway", want, addr);
+        MSCX_INFO(MSCX_SUB_NET, "tcp: interface %s address %s (%s)", ifname, addr,
+                  want ? "MSCX_SOCKET_IFNAME" : "first non-loopback interface that is up");
+    } else if (want) {
+        MSCX_WARN("MSCX_SOCKET_IFNAME names %s, but %s; set it to an interface with an IPv4 address (see "
+                  "'ip -4 addr')",
+                  want, named_no_ipv4 ? "that interface has no IPv4 address" : "there is no such interface");
+        st = MSCX_ERR_INVALID_ARG;
+    } else {
+        snprintf(addr, MSCX_TP_ADDR_LEN, "127.0.0.1");
+        snprintf(ifname, MSCX_TP_IFNAME_LEN, "lo");
+        MSCX_INFO(MSCX_SUB_NET,
+                  "tcp: no non-loopback interface is up with an IPv4 address: listening on 127.0.0.1 (ranks on "
+                  "other hosts cannot connect)");
+    }
+    freeifaddrs(list);
+    return st;
+}
 
 uint64_t mscx_tp_now_ns(void)
 {

@@ -85,7 +85,7 @@ struct mscx_tp_params {
     uint32_t rank, nranks;
     uint64_t comm_id;        /* communicator id; both ends of a connection must agree */
     const char *gpu_pci;     /* IB: "0000:17:00.0" of the GPU for NIC choice, NULL for none */
-    const char *bind_addr;   /* TCP: IPv4 address to listen on, NULL for 127.0.0.1 */
+    const char *bind_addr;   /* TCP: IPv4 address to listen on and advertise, NULL for mscx_tp_socket_addr() */
     mscx_tp_copy_fn copy_to_target; /* TCP: NULL for memcpy (host memory only) */
     mscx_tp_add_fn add_to_target;   /* TCP: NULL for a host atomic add */
     void *hook_ctx;
@@ -159,6 +159,17 @@ mscx_status_t mscx_tp_connect_all(const struct mscx_transport_ops *ops, struct m
                                   uint32_t nranks, const uint8_t *want,
                                   mscx_status_t (*allgather)(void *ctx, const void *mine, void *all, size_t bytes),
                                   void *ag_ctx, uint64_t deadline_ns, struct mscx_tp_conn **conns);
+
+#define MSCX_TP_ADDR_LEN 16   /* INET_ADDRSTRLEN */
+#define MSCX_TP_IFNAME_LEN 16 /* IF_NAMESIZE */
+/**
+ * The IPv4 address TCP listens on and advertises: the interface named by
+ * MSCX_SOCKET_IFNAME (no such interface, or none with an IPv4 address:
+ * MSCX_ERR_INVALID_ARG, logged naming the variable), else the first
+ * non-loopback interface that is up and running with an IPv4 address, else
+ * 127.0.0.1 (INFO line). Writes @p addr and @p ifname only on success.
+ */
+mscx_status_t mscx_tp_socket_addr(char addr[MSCX_TP_ADDR_LEN], char ifname[MSCX_TP_IFNAME_LEN]);
 
 /** Hops between two sysfs device paths through their closest common ancestor (NIC choice). */
 int mscx_tp_ib_pci_distance(const char *path_a, const char *path_b);

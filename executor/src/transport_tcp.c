@@ -604,7 +604,14 @@ static mscx_status_t tcp_ep_create(const struct mscx_tp_params *params, struct m
     }
     set_nonblock(ep->wake[0]);
     set_nonblock(ep->wake[1]);
-    const char *bind_addr = params->bind_addr ? params->bind_addr : "127.0.0.1";
+    char pick[MSCX_TP_ADDR_LEN], ifname[MSCX_TP_IFNAME_LEN];
+    const char *bind_addr = params->bind_addr;
+    if (!bind_addr) {
+        if ((st = mscx_tp_socket_addr(pick, ifname)) != MSCX_OK)
+            goto err_pipe;
+        st = MSCX_ERR_SYSTEM;
+        bind_addr = pick;
+    }
     if (inet_pton(AF_INET, bind_addr, &sa.sin_addr) != 1) {
         MSCX_WARN("caller bug: tcp bind address %s is not an IPv4 address", bind_addr);
         st = MSCX_ERR_INVALID_ARG;

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mscx/env.h"
 #include "mscx/log.h"
 #include "net_pair.h"
 #include "proxy_int.h"
@@ -559,6 +560,9 @@ END_TEST
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("proxy");
+    /* The TCP links listen on loopback, chosen explicitly (the forked tests inherit the override). */
+    if (mscx_config_override("MSCX_SOCKET_IFNAME", "lo") != MSCX_OK)
+        exit(1);
     TCase *tc = mscx_tcase("fifo");
     tcase_add_test(tc, proxy_encoding_and_order);
     tcase_add_test(tc, proxy_laps_in_order);

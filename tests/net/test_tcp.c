@@ -3,7 +3,10 @@
  * TCP transport between two processes on loopback (fork), host-memory
  * buffers behind the transport ops table.
  */
+#define _GNU_SOURCE /* getifaddrs */
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -15,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mscx/env.h"
 #include "mscx/log.h"
 #include "net_pair.h"
 #include "test_common.h"
@@ -517,10 +521,120 @@ START_TEST(tcp_close_streams_out_of_order)
 }
 END_TEST
 
+struct est_arg {
+    struct mscx_tp_conn *c;
+    const void *blob;
+    mscx_status_t st;
+};
+
+static void *establish_thread(void *arg)
+{
+    struct est_arg *e = arg;
+    e->st = mscx_tp_tcp.conn_establish(e->c, e->blob, mscx_tp_deadline(5000));
+    return NULL;
+}
+
+/* Two endpoints of this process on the chosen address; a put and a flush from ep0 to ep1. */
+static void put_over_default_addr(const char *want_addr)
+{
+    struct mscx_tp_params p0 = {.rank = 0, .nranks = 2, .comm_id = COMM_ID};
+    struct mscx_tp_params p1 = {.rank = 1, .nranks = 2, .comm_id = COMM_ID};
+    struct mscx_tp_ep *ep0, *ep1;
+    struct mscx_tp_conn *c0, *c1;
+    struct mscx_tp_mr *m0, *m1;
+    struct mscx_tp_rdesc d0, d1;
+    uint8_t b0[MSCX_TP_BLOB_BYTES], b1[MSCX_TP_BLOB_BYTES];
+    static uint8_t src[4096], dst[4096];
+    struct in_addr want, got;
+
+    ck_assert_int_eq(inet_pton(AF_INET, want_addr, &want), 1);
+    ck_assert_int_eq(mscx_tp_tcp.ep_create(&p0, &ep0), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.ep_create(&p1, &ep1), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.mr_register(ep0, src, sizeof(src), 0, -1, &m0, &d0), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.mr_register(ep1, dst, sizeof(dst), MSCX_TP_MR_REMOTE_WRITE, -1, &m1, &d1),
+                     MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.conn_prepare(ep0, 1, b0, &c0), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.conn_prepare(ep1, 0, b1, &c1), MSCX_OK);
+    /* tcp blob (transport_tcp.c): magic, comm_id, version, rank, addr (network order), port */
+    memcpy(&got.s_addr, b0 + 24, 4);
+    ck_assert_msg(got.s_addr == want.s_addr, "blob advertises %s, expected %s", inet_ntoa(got), want_addr);
+    struct est_arg e1 = {c1, b0, MSCX_ERR_INTERNAL};
+    pthread_t thr;
+    ck_assert_int_eq(pthread_create(&thr, NULL, establish_thread, &e1), 0);
+    mscx_status_t st0 = mscx_tp_tcp.conn_establish(c0, b1, mscx_tp_deadline(5000));
+    pthread_join(thr, NULL);
+    ck_assert_int_eq(st0, MSCX_OK);
+    ck_assert_int_eq(e1.st, MSCX_OK);
+    for (unsigned i = 0; i < sizeof(src); i++)
+        src[i] = (uint8_t)(i * 3 + 1);
+    ck_assert_int_eq(mscx_tp_tcp.put(c0, m0, 0, &d1, 0, sizeof(src), 0, mscx_tp_deadline(5000)), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.flush(c0, mscx_tp_deadline(5000)), MSCX_OK);
+    ck_assert_int_eq(memcmp(src, dst, sizeof(src)), 0);
+    mscx_tp_tcp.ep_destroy(ep0);
+    mscx_tp_tcp.ep_destroy(ep1);
+}
+
+START_TEST(tcp_socket_ifname)
+{
+    char addr[MSCX_TP_ADDR_LEN], ifname[MSCX_TP_IFNAME_LEN];
+    struct mscx_tp_params p = {.rank = 0, .nranks = 2, .comm_id = COMM_ID};
+    struct mscx_tp_ep *ep;
+
+    /* explicit loopback (what every other test of this file runs on) */
+    ck_assert_int_eq(mscx_config_override("MSCX_SOCKET_IFNAME", "lo"), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_socket_addr(addr, ifname), MSCX_OK);
+    ck_assert_str_eq(addr, "127.0.0.1");
+    ck_assert_str_eq(ifname, "lo");
+    put_over_default_addr("127.0.0.1");
+
+    /* no such interface: an error naming the variable, from the endpoint too */
+    ck_assert_int_eq(mscx_config_override("MSCX_SOCKET_IFNAME", "mscx_bogus0"), MSCX_OK);
+    mscx_test_allow_warn("MSCX_SOCKET_IFNAME names mscx_bogus0");
+    strcpy(addr, "untouched");
+    ck_assert_int_eq(mscx_tp_socket_addr(addr, ifname), MSCX_ERR_INVALID_ARG);
+    ck_assert_str_eq(addr, "untouched");
+    ck_assert_msg(strstr(mscx_test_last_warn(), "MSCX_SOCKET_IFNAME") &&
+                      strstr(mscx_test_last_warn(), "no such interface"),
+                  "got: %s", mscx_test_last_warn());
+    ck_assert_int_eq(mscx_tp_tcp.ep_create(&p, &ep), MSCX_ERR_INVALID_ARG);
+    ck_assert_int_eq(mscx_test_warn_count(), 2);
+
+    /* default: the first non-loopback interface that is up with an IPv4 address, when there is one */
+    ck_assert_int_eq(mscx_config_override("MSCX_SOCKET_IFNAME", NULL), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_socket_addr(addr, ifname), MSCX_OK);
+    struct ifaddrs *list = NULL, *a;
+    char first[MSCX_TP_ADDR_LEN] = "";
+    ck_assert_int_eq(getifaddrs(&list), 0);
+    for (a = list; a; a = a->ifa_next)
+        if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && (a->ifa_flags & IFF_UP) &&
+            (a->ifa_flags & IFF_RUNNING) && !(a->ifa_flags & IFF_LOOPBACK)) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)a->ifa_addr)->sin_addr, first, sizeof(first));
+            break;
+        }
+    if (a) {
+        ck_assert_str_eq(ifname, a->ifa_name);
+        ck_assert_str_eq(addr, first);
+        ck_assert_str_ne(addr, "127.0.0.1");
+        fprintf(stderr, "default interface %s address %s\n", ifname, addr);
+        freeifaddrs(list);
+        put_over_default_addr(first);
+    } else {
+        freeifaddrs(list);
+        ck_assert_str_eq(addr, "127.0.0.1");
+        fprintf(stderr, "SKIP (check only): no non-loopback interface with an IPv4 address is up here, so the "
+                        "default non-loopback choice was not tested; the loopback fallback was\n");
+    }
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("net-tcp");
     TCase *tc = mscx_tcase("tcp");
+    /* Every other test listens on loopback, chosen explicitly (the forked tests inherit the override). */
+    if (mscx_config_override("MSCX_SOCKET_IFNAME", "lo") != MSCX_OK)
+        exit(1);
+    tcase_add_test(tc, tcp_socket_ifname);
     tcase_add_test(tc, tcp_puts_signals_flush);
     tcase_add_test(tc, tcp_peer_killed_mid_transfer);
     tcase_add_test(tc, tcp_peer_killed_while_idle);

@@ -38,7 +38,8 @@ struct mscx_config {
     /* transports */
     const char *ibv_so;       /* MSCX_IBV_SO */
     const char *ib_hca;       /* MSCX_IB_HCA */
-    const char *transport;    /* MSCX_TRANSPORT: auto, ib, tcp, cuda */
+    const char *transport;    /* MSCX_TRANSPORT: auto, ib, tcp */
+    const char *socket_ifname; /* MSCX_SOCKET_IFNAME: TCP interface, "" for the default choice */
     uint64_t virtual_nodes;   /* MSCX_VIRTUAL_NODES (test only): split one host into N nodes */
 };
 
