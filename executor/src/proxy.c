@@ -366,17 +366,18 @@ uint64_t mscx_pfifo_push_host(struct mscx_pfifo *f, uint64_t *head, const struct
     return pos;
 }
 
-/* ---------------------------------------------------------------- TCP link */
+/* ---------------------------------------------------------------- network link (TCP or RDMA) */
 
 struct ptcp_link {
     struct mscx_ptcp_link_params p;
+    uint64_t boff; /* async_src: next free byte of the bounce ring */
 };
 
 mscx_status_t mscx_plink_tcp_create(const struct mscx_ptcp_link_params *p, void **link_p)
 {
     if (!p || !p->tp || !p->conn || !p->bounce_mr || !p->bounce || p->bounce_bytes < 8 ||
         p->bounce_bytes % 8 || !p->stage || !link_p) {
-        MSCX_WARN("caller bug: bad tcp link parameters");
+        MSCX_WARN("caller bug: bad %s link parameters", p && p->tp ? p->tp->name : "network");
         return MSCX_ERR_INVALID_ARG;
     }
     struct ptcp_link *l = calloc(1, sizeof(*l));
@@ -393,19 +394,32 @@ void mscx_plink_tcp_destroy(void *link)
 }
 
 /*
- * The source is staged into the host bounce buffer piece by piece; the TCP
- * transport's put returns once the bytes are in the socket, so the bounce
- * buffer (and the source) may be reused as soon as it returns.
+ * The source is staged into the host bounce buffer piece by piece.
+ * TCP: the transport's put returns once the bytes are in the socket, so the
+ * bounce buffer may be reused as soon as it returns.
+ * RDMA (async_src): the NIC reads the bounce buffer after the put returns, so
+ * it is used as a ring; before the ring wraps, a flush of the connection
+ * waits until every earlier write completed (and with it, read its bytes).
+ * Pieces and ring offsets stay multiples of 8, so a packet put's 8-byte units
+ * never straddle two writes.
  */
 static mscx_status_t ptcp_put(void *link, const void *src, uint64_t dst_off, uint64_t len, unsigned tp_flags,
                               uint64_t deadline_ns)
 {
     struct ptcp_link *l = link;
     for (uint64_t o = 0; o < len;) {
-        uint64_t n = len - o < l->p.bounce_bytes ? len - o : l->p.bounce_bytes;
-        MSCX_CHECK(l->p.stage(l->p.stage_ctx, l->p.bounce, (const char *)src + o, (size_t)n));
-        MSCX_CHECK(
-            l->p.tp->put(l->p.conn, l->p.bounce_mr, 0, &l->p.dst, dst_off + o, n, tp_flags, deadline_ns));
+        uint64_t boff = l->p.async_src ? l->boff : 0;
+        if (boff >= l->p.bounce_bytes) {
+            MSCX_CHECK(l->p.tp->flush(l->p.conn, deadline_ns));
+            l->boff = boff = 0;
+        }
+        uint64_t room = l->p.bounce_bytes - boff;
+        uint64_t n = len - o < room ? len - o : room;
+        char *b = (char *)l->p.bounce + boff;
+        MSCX_CHECK(l->p.stage(l->p.stage_ctx, b, (const char *)src + o, (size_t)n));
+        MSCX_CHECK(l->p.tp->put(l->p.conn, l->p.bounce_mr, boff, &l->p.dst, dst_off + o, n, tp_flags, deadline_ns));
+        if (l->p.async_src)
+            l->boff = (boff + n + 7u) / 8u * 8u;
         o += n;
     }
     return MSCX_OK;
@@ -421,8 +435,10 @@ static mscx_status_t ptcp_flush(void *link, int local, uint64_t deadline_ns)
 {
     struct ptcp_link *l = link;
     if (local)
-        return MSCX_OK; /* every put returned with its bytes in the socket: the sources were read */
-    return l->p.tp->flush(l->p.conn, deadline_ns);
+        return MSCX_OK; /* the staging copy read every source before its put was issued */
+    MSCX_CHECK(l->p.tp->flush(l->p.conn, deadline_ns));
+    l->boff = 0; /* every write completed: the whole ring is free */
+    return MSCX_OK;
 }
 
 static mscx_status_t ptcp_check(void *link)
@@ -433,6 +449,14 @@ static mscx_status_t ptcp_check(void *link)
 
 const struct mscx_plink_ops mscx_plink_tcp = {
     .name = "tcp",
+    .put = ptcp_put,
+    .signal = ptcp_signal,
+    .flush = ptcp_flush,
+    .check = ptcp_check,
+};
+
+const struct mscx_plink_ops mscx_plink_ib = {
+    .name = "ib",
     .put = ptcp_put,
     .signal = ptcp_signal,
     .flush = ptcp_flush,

@@ -6,8 +6,9 @@
  * executes requests through a link per channel:
  *  - a "cuda" link (gpu_proxy.c): same host, copies on a proxy-owned stream
  *    into IPC-mapped peer memory;
- *  - a "tcp" link (here): the TCP transport of transport.h to a peer on
- *    another node, with a staging hook that copies the GPU source to host.
+ *  - a network link (here): the TCP or RDMA transport of transport.h to a
+ *    peer on another node, with a staging hook that copies the GPU source
+ *    into a registered host bounce buffer.
  * Pure C without CUDA, so the unit suite runs it on host memory.
  */
 #ifndef MSCX_PROXY_INT_H
@@ -83,7 +84,7 @@ void mscx_pqueue_describe(const struct mscx_pqueue *q, char *buf, size_t len);
 uint64_t mscx_pfifo_push_host(struct mscx_pfifo *f, uint64_t *head, const struct mscx_preq *req,
                               uint64_t deadline_ns);
 
-/* ---- the TCP link ---- */
+/* ---- the network link: TCP or RDMA, through the transport.h ops table ---- */
 
 /** Copy @p len bytes of GPU (or host) memory at @p src to host memory @p dst; must be complete on return. */
 typedef mscx_status_t (*mscx_plink_stage_fn)(void *ctx, void *dst, const void *src, size_t len);
@@ -101,10 +102,15 @@ struct mscx_ptcp_link_params {
     mscx_plink_stage_fn stage;
     void *stage_ctx;
     uint32_t peer;
+    /* The transport reads the bounce buffer after put returns (RDMA): use it as a ring and flush the
+     * connection before it wraps. 0 for TCP (put returns with the bytes sent). One link per bounce buffer. */
+    int async_src;
 };
 
+/* The same link code under two names (for messages): tcp (mscx_tp_tcp) and ib (mscx_tp_ib, async_src = 1). */
 extern const struct mscx_plink_ops mscx_plink_tcp;
-/** Create a TCP link (freed with mscx_plink_tcp_destroy). */
+extern const struct mscx_plink_ops mscx_plink_ib;
+/** Create a network link (either ops table; freed with mscx_plink_tcp_destroy). */
 mscx_status_t mscx_plink_tcp_create(const struct mscx_ptcp_link_params *p, void **link_p);
 void mscx_plink_tcp_destroy(void *link);
 

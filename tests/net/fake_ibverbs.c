@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -438,6 +439,8 @@ static enum ibv_wc_status execute(struct fake_qp *q, struct ibv_send_wr *wr)
     if (!d || d->dest_qpn != q->w->qpn || (d->state != IBV_QPS_RTR && d->state != IBV_QPS_RTS) ||
         d->rq_psn != q->w->sq_psn)
         return IBV_WC_RETRY_EXC_ERR; /* nobody answers at that qpn / psn */
+    if (d->owner != getpid() && kill(d->owner, 0) < 0 && errno == ESRCH)
+        return IBV_WC_RETRY_EXC_ERR; /* its process is gone (the kernel would have destroyed its QPs) */
     uint64_t len = wr->num_sge ? wr->sg_list[0].length : 0;
     if (wr->num_sge && !find_mr(wr->sg_list[0].lkey, 0, getpid(), wr->sg_list[0].addr, len, 0))
         return IBV_WC_LOC_PROT_ERR;

@@ -6,6 +6,7 @@
  * puts, flush; a peer SIGKILLed mid-launch fails the queue with an error
  * instead of a hang).
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -338,6 +339,28 @@ END_TEST
 #define DATA_BYTES (4u << 20)
 #define PKT_OFF (DATA_BYTES - (64u << 10))
 
+/* The transport under the network-link tests: TCP, or RDMA against the libibverbs double (set per test). */
+static const struct mscx_transport_ops *g_tp = &mscx_tp_tcp;
+static const struct mscx_plink_ops *g_plink = &mscx_plink_tcp;
+#ifdef FAKE_IBV_PATH
+static void *(*fake_alloc)(size_t); /* memory shared with the forked peer, in the double's world */
+#endif
+
+static void *t_alloc(size_t n)
+{
+#ifdef FAKE_IBV_PATH
+    if (g_tp == &mscx_tp_ib)
+        return fake_alloc(n); /* zeroed */
+#endif
+    return calloc(1, n);
+}
+
+static void t_free(void *p)
+{
+    if (g_tp == &mscx_tp_tcp)
+        free(p); /* the double's heap lives as long as the process */
+}
+
 struct tside {
     struct net_pair np;
     struct mscx_tp_ep *ep;
@@ -365,20 +388,20 @@ static mscx_status_t tside_setup(struct tside *s, uint32_t rank, int fd)
     memset(s, 0, sizeof(*s));
     s->np.fd = fd;
     s->np.rank = rank;
-    s->data = calloc(1, DATA_BYTES);
-    s->tok = calloc(4, sizeof(uint64_t));
-    s->bounce = calloc(1, 64u << 10);
+    s->data = t_alloc(DATA_BYTES);
+    s->tok = t_alloc(4 * sizeof(uint64_t));
+    s->bounce = t_alloc(64u << 10);
     if (!s->data || !s->tok || !s->bounce)
         return MSCX_ERR_NO_MEMORY;
-    MSCX_CHECK(mscx_tp_tcp.ep_create(&p, &s->ep));
-    MSCX_CHECK(mscx_tp_tcp.mr_register(s->ep, s->data, DATA_BYTES, MSCX_TP_MR_REMOTE_WRITE, -1, &s->mr_data,
+    MSCX_CHECK(g_tp->ep_create(&p, &s->ep));
+    MSCX_CHECK(g_tp->mr_register(s->ep, s->data, DATA_BYTES, MSCX_TP_MR_REMOTE_WRITE, -1, &s->mr_data,
                                        &mine[0]));
-    MSCX_CHECK(mscx_tp_tcp.mr_register(s->ep, s->tok, 32, MSCX_TP_MR_REMOTE_WRITE, -1, &s->mr_tok, &mine[1]));
-    MSCX_CHECK(mscx_tp_tcp.mr_register(s->ep, s->bounce, 64u << 10, 0, -1, &s->mr_bounce, &unused));
+    MSCX_CHECK(g_tp->mr_register(s->ep, s->tok, 32, MSCX_TP_MR_REMOTE_WRITE, -1, &s->mr_tok, &mine[1]));
+    MSCX_CHECK(g_tp->mr_register(s->ep, s->bounce, 64u << 10, 0, -1, &s->mr_bounce, &unused));
     MSCX_CHECK(net_pair_allgather(&s->np, mine, all, sizeof(mine)));
     s->peer_data = all[2 * (1 - rank)];
     s->peer_tok = all[2 * (1 - rank) + 1];
-    MSCX_CHECK(mscx_tp_connect_all(&mscx_tp_tcp, s->ep, rank, 2, want, net_pair_allgather, &s->np,
+    MSCX_CHECK(mscx_tp_connect_all(g_tp, s->ep, rank, 2, want, net_pair_allgather, &s->np,
                                    mscx_tp_deadline(DL_MS), conns));
     s->conn = conns[1 - rank];
     return MSCX_OK;
@@ -409,7 +432,7 @@ static int child_receiver(int fd)
     uint8_t ok = 1;
     net_pair_write(fd, &ok, 1);
     net_pair_read(fd, &ok, 1); /* the parent is done with us */
-    mscx_tp_tcp.ep_destroy(s.ep);
+    g_tp->ep_destroy(s.ep);
     return 0;
 }
 
@@ -429,7 +452,8 @@ static void tcp_queue_setup(struct tcp_queue *t, int fd)
     memset(t, 0, sizeof(*t));
     ck_assert_int_eq(tside_setup(&t->s, 0, fd), MSCX_OK);
     for (uint32_t k = 0; k < 2; k++) {
-        struct mscx_ptcp_link_params lp = {.tp = &mscx_tp_tcp,
+        struct mscx_ptcp_link_params lp = {.tp = g_tp,
+                                           .async_src = g_tp != &mscx_tp_tcp,
                                            .ep = t->s.ep,
                                            .conn = t->s.conn,
                                            .dst = t->s.peer_data,
@@ -441,10 +465,10 @@ static void tcp_queue_setup(struct tcp_queue *t, int fd)
                                            .stage = stage_memcpy,
                                            .peer = 1};
         ck_assert_int_eq(mscx_plink_tcp_create(&lp, &t->links[k]), MSCX_OK);
-        t->chan[k] = (struct mscx_pchan){&mscx_plink_tcp, t->links[k], 1, DATA_BYTES};
+        t->chan[k] = (struct mscx_pchan){g_plink, t->links[k], 1, DATA_BYTES};
     }
     t->fifo = fifo_new();
-    struct mscx_pqueue_desc d = {t->fifo, 2, t->chan, 0, "tcp-plan", DL_MS, on_fail, &t->fb};
+    struct mscx_pqueue_desc d = {t->fifo, 2, t->chan, 0, g_tp == &mscx_tp_tcp ? "tcp-plan" : "ib-plan", DL_MS, on_fail, &t->fb};
     ck_assert_int_eq(mscx_proxy_attach(&d, &t->q), MSCX_OK);
 }
 
@@ -453,11 +477,11 @@ static void tcp_queue_teardown(struct tcp_queue *t)
     mscx_proxy_detach(t->q);
     for (uint32_t k = 0; k < 2; k++)
         mscx_plink_tcp_destroy(t->links[k]);
-    mscx_tp_tcp.ep_destroy(t->s.ep);
+    g_tp->ep_destroy(t->s.ep);
     free(t->fifo);
-    free(t->s.data);
-    free(t->s.tok);
-    free(t->s.bounce);
+    t_free(t->s.data);
+    t_free(t->s.tok);
+    t_free(t->s.bounce);
 }
 
 START_TEST(proxy_tcp_signal_after_put)
@@ -529,8 +553,10 @@ START_TEST(proxy_tcp_dead_peer)
         }
         close(sv[1]);
         mscx_test_allow_warn("peer closed");
-        mscx_test_allow_warn("proxy: rank 0 plan tcp-plan");
+        mscx_test_allow_warn("proxy: rank 0 plan ");
         mscx_test_allow_warn("tcp");
+        mscx_test_allow_warn("ib: ");
+        mscx_test_allow_warn("plan ib-plan");
         struct tcp_queue t;
         tcp_queue_setup(&t, sv[0]);
         uint8_t ok = 0;
@@ -544,11 +570,14 @@ START_TEST(proxy_tcp_dead_peer)
         ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
         if (with_flush)
             push(t.fifo, &t.head, MSCX_PREQ_FLUSH, 0, 0, 0, 0, 0);
+        else if (g_tp != &mscx_tp_tcp) /* RDMA learns of a dead peer only from a request to it */
+            push(t.fifo, &t.head, MSCX_PREQ_PUT, 0, (uint64_t)(uintptr_t)src, 0, sizeof(src), 0);
         ck_assert_msg(wait_int(&t.fb.calls, DL_MS) == 0, "the proxy did not notice the dead peer");
         double ms = (mscx_tp_now_ns() - t0) / 1e6;
         mscx_status_t st = (mscx_status_t)atomic_load(&t.fb.st);
-        ck_assert_msg(st == MSCX_ERR_REMOTE || st == MSCX_ERR_TIMEOUT, "status %s", mscx_status_str(st));
-        fprintf(stderr, "dead peer (%s): queue failed with %s after %.1f ms\n", with_flush ? "flush" : "idle",
+        ck_assert_msg(st == MSCX_ERR_REMOTE || st == MSCX_ERR_TIMEOUT || (g_tp != &mscx_tp_tcp && st == MSCX_ERR_IBV),
+                      "status %s", mscx_status_str(st));
+        fprintf(stderr, "%s dead peer (%s): queue failed with %s after %.1f ms\n", g_tp->name, with_flush ? "flush" : "idle",
                 mscx_status_str(st), ms);
         ck_assert_uint_lt(__atomic_load_n(&t.fifo->done, __ATOMIC_ACQUIRE), 1);
         tcp_queue_teardown(&t);
@@ -556,6 +585,31 @@ START_TEST(proxy_tcp_dead_peer)
     }
 }
 END_TEST
+
+#ifdef FAKE_IBV_PATH
+static void use_ib(void)
+{
+    ck_assert_int_eq(mscx_config_override("MSCX_IBV_SO", FAKE_IBV_PATH), MSCX_OK);
+    g_tp = &mscx_tp_ib;
+    g_plink = &mscx_plink_ib;
+}
+
+/* The same checks over the RDMA transport (the libibverbs double): a 4 MiB put through a 64 KiB bounce ring
+ * (it wraps 64 times), its signal, packet lines, flush. */
+START_TEST(proxy_ib_signal_after_put)
+{
+    use_ib();
+    proxy_tcp_signal_after_put_fn(_i);
+}
+END_TEST
+
+START_TEST(proxy_ib_dead_peer)
+{
+    use_ib();
+    proxy_tcp_dead_peer_fn(_i);
+}
+END_TEST
+#endif
 
 Suite *mscx_test_suite(void)
 {
@@ -573,5 +627,20 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, proxy_tcp_signal_after_put);
     tcase_add_test(tc, proxy_tcp_dead_peer);
     suite_add_tcase(s, tc);
+#ifdef FAKE_IBV_PATH
+    /* The double's shared world must exist before any fork. */
+    void *h = dlopen(FAKE_IBV_PATH, RTLD_NOW | RTLD_LOCAL);
+    int (*init)(size_t) = h ? (int (*)(size_t))dlsym(h, "fake_ibv_world_init") : NULL;
+    if (h)
+        *(void **)&fake_alloc = dlsym(h, "fake_ibv_alloc");
+    if (!init || !fake_alloc || init(1u << 30) != 0) {
+        fprintf(stderr, "cannot load the libibverbs double %s\n", FAKE_IBV_PATH);
+        exit(1);
+    }
+    tc = mscx_tcase("ib");
+    tcase_add_test(tc, proxy_ib_signal_after_put);
+    tcase_add_test(tc, proxy_ib_dead_peer);
+    suite_add_tcase(s, tc);
+#endif
     return s;
 }
