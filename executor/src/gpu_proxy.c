@@ -18,6 +18,14 @@
  * stream-memory-op support, and it is what the peer's copy engine ordering
  * already covers.)
  *
+ * Between nodes: MSCX_TRANSPORT picks the transport once per process (auto:
+ * RDMA when libibverbs opens with an active device, GPUDirect registration
+ * of GPU memory is possible and every rank agrees; else TCP, INFO line).
+ * RDMA: this rank's scratch and tokens are registered through a dmabuf of
+ * the GPU memory (cuMemGetHandleForAddressRange), so peers write them
+ * directly; the source of a put is staged through a host bounce ring per
+ * link (registered once), as for TCP.
+ *
  * TCP link: the source is staged to a pinned host buffer with a copy on the
  * same stream; the receiver thread of the TCP endpoint writes received bytes
  * into GPU memory with a copy on its own non-blocking stream (synchronous
@@ -30,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <cuda_runtime_api.h>
 
 #include "mscx/env.h"
@@ -53,6 +62,8 @@ struct gpu_net {
     uint64_t ring_n;
     cudaEvent_t ring_ev[SIG_RING / SIG_GROUP];
     cudaEvent_t flush_ev;
+    const struct mscx_transport_ops *tp;  /* chosen on the first connection: tcp or ib */
+    const struct mscx_plink_ops *plink;   /* mscx_plink_tcp or mscx_plink_ib */
     struct mscx_tp_ep *ep;
     struct mscx_tp_conn **conn; /* [nranks] */
     void *bounce;
@@ -69,6 +80,7 @@ struct gpu_port {
     const struct mscx_plink_ops **lops;
     struct mscx_gpu_host *host;
     int reported;
+    void **lbounce; /* [nchan] RDMA: each link's host bounce ring */
 };
 
 static mscx_status_t cu(cudaError_t rc, const char *what)
@@ -359,7 +371,7 @@ void mscx_gpu_net_destroy(struct gpu_net *n)
         return;
     cudaSetDevice(n->device);
     if (n->ep)
-        mscx_tp_tcp.ep_destroy(n->ep); /* closes connections, stops the receiver, frees regions */
+        n->tp->ep_destroy(n->ep); /* closes connections, stops the receiver, frees regions */
     free(n->conn);
     if (n->stream)
         cudaStreamSynchronize(n->stream);
@@ -408,6 +420,133 @@ err:
     return st;
 }
 
+/* cuMemGetHandleForAddressRange through the runtime's driver entry point (no libcuda link). */
+typedef int (*get_handle_fn)(void *handle, unsigned long long dptr, size_t size, int type, unsigned long long flags);
+#define DMABUF_HANDLE_TYPE 1 /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */
+
+static get_handle_fn dmabuf_entry(void)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return NULL;
+    return (get_handle_fn)fn;
+}
+
+/*
+ * Register device memory [base, base+len) on the RDMA endpoint through a
+ * dmabuf of its page-aligned cover; the descriptor names the exact region.
+ */
+static mscx_status_t ib_register_gpu(struct gpu_net *n, void *base, size_t len, struct mscx_tp_mr **mr_p,
+                                     struct mscx_tp_rdesc *desc_p)
+{
+    get_handle_fn get = dmabuf_entry();
+    uintptr_t a = (uintptr_t)base & ~(uintptr_t)4095, e = ((uintptr_t)base + len + 4095) & ~(uintptr_t)4095;
+    int fd = -1;
+    if (!get) {
+        MSCX_WARN("ib: cuMemGetHandleForAddressRange is not available: no GPUDirect RDMA (set MSCX_TRANSPORT tcp)");
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    int rc = get(&fd, (unsigned long long)a, e - a, DMABUF_HANDLE_TYPE, 0);
+    if (rc != 0 || fd < 0) {
+        MSCX_WARN("ib: no dmabuf for GPU memory %p + %zu (cuMemGetHandleForAddressRange error %d): no GPUDirect "
+                  "RDMA here (set MSCX_TRANSPORT tcp)",
+                  base, len, rc);
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    mscx_status_t st =
+        n->tp->mr_register(n->ep, (void *)a, e - a, MSCX_TP_MR_GPU | MSCX_TP_MR_REMOTE_WRITE, fd, mr_p, desc_p);
+    close(fd); /* the registration holds its own reference */
+    if (st == MSCX_OK) {
+        desc_p->addr = (uint64_t)(uintptr_t)base; /* remote addresses are virtual: the cover's key reaches these */
+        desc_p->len = len;
+    }
+    return st;
+}
+
+/*
+ * Choose the transport between nodes (collective: every rank must agree).
+ * auto: ib when this rank opened an RDMA device and can export GPU memory as
+ * a dmabuf, and so can every other rank; else tcp. ib: the same, but an error
+ * when some rank cannot. tcp: tcp.
+ */
+static mscx_status_t net_choose(struct gpu_net *n, const struct gpu_port_setup *s, const struct mscx_tp_params *p)
+{
+    const struct mscx_config *cfg;
+    const char *why = "MSCX_TRANSPORT tcp";
+    uint32_t nr = s->plan->nranks;
+    MSCX_CHECK(mscx_config_get(&cfg));
+    const char *mode = cfg->transport && cfg->transport[0] ? cfg->transport : "auto";
+    if (strcmp(mode, "auto") != 0 && strcmp(mode, "ib") != 0 && strcmp(mode, "tcp") != 0) {
+        MSCX_WARN("MSCX_TRANSPORT is %s: expected auto, ib or tcp", mode);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    uint8_t mine = 0, *all = calloc(nr, 1);
+    if (!all)
+        return MSCX_ERR_NO_MEMORY;
+    struct mscx_tp_ep *ib_ep = NULL;
+#ifdef MSCX_NET_HAS_IB
+    if (strcmp(mode, "tcp") != 0) {
+        mscx_status_t st;
+        if (strcmp(mode, "auto") == 0)
+            MSCX_NOWARN(st = mscx_tp_ib.ep_create(p, &ib_ep));
+        else
+            st = mscx_tp_ib.ep_create(p, &ib_ep);
+        if (st != MSCX_OK)
+            why = "no usable RDMA device (libibverbs missing, no device or no active port)";
+        else if (!dmabuf_entry())
+            why = "RDMA device present, but CUDA cannot export GPU memory as a dmabuf (no GPUDirect RDMA)";
+        else
+            mine = 1;
+    }
+#else
+    if (strcmp(mode, "tcp") != 0)
+        why = "built without infiniband/verbs.h";
+#endif
+    mscx_status_t st = s->bs->allgather(s->bs->ctx, &mine, all, 1);
+    uint32_t bad = UINT32_MAX;
+    for (uint32_t r = 0; st == MSCX_OK && r < nr; r++)
+        if (!all[r] && bad == UINT32_MAX)
+            bad = r;
+    free(all);
+    if (st != MSCX_OK) {
+        MSCX_WARN("rank %u: exchanging the transport choice failed: %s", s->rank, mscx_status_str(st));
+        goto err;
+    }
+    if (bad == UINT32_MAX) {
+#ifdef MSCX_NET_HAS_IB
+        n->tp = &mscx_tp_ib;
+        n->plink = &mscx_plink_ib;
+        n->ep = ib_ep;
+        MSCX_INFO(MSCX_SUB_PROXY,
+                  "rank %u: port channels between nodes use ib (MSCX_TRANSPORT %s): GPU scratch registered through "
+                  "dmabuf (GPUDirect RDMA), put sources staged through a registered host bounce buffer",
+                  s->rank, mode);
+        return MSCX_OK;
+#endif
+    }
+    if (ib_ep)
+        mscx_tp_ib.ep_destroy(ib_ep);
+    if (strcmp(mode, "ib") == 0) {
+        if (mine)
+            MSCX_WARN("rank %u: MSCX_TRANSPORT is ib, but rank %u cannot use it; refusing", s->rank, bad);
+        else
+            MSCX_WARN("rank %u: MSCX_TRANSPORT is ib, but this rank cannot use it: %s; refusing", s->rank, why);
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    n->tp = &mscx_tp_tcp;
+    n->plink = &mscx_plink_tcp;
+    MSCX_INFO(MSCX_SUB_PROXY, "rank %u: port channels between nodes use tcp (MSCX_TRANSPORT %s: %s)", s->rank, mode,
+              strcmp(mode, "tcp") == 0 ? why : mine ? "another rank cannot use ib" : why);
+    return mscx_tp_tcp.ep_create(p, &n->ep);
+err:
+    if (ib_ep)
+        mscx_tp_ib.ep_destroy(ib_ep);
+    return st;
+}
+
 /* Same communicator id on every rank: a hash of every rank's process identity. */
 static uint64_t comm_id(const struct gpu_peer *peers, uint32_t n)
 {
@@ -433,10 +572,10 @@ static mscx_status_t net_connect(struct gpu_net *n, const struct gpu_port_setup 
                                    .copy_to_target = rx_copy,
                                    .add_to_target = rx_add,
                                    .hook_ctx = n};
-        MSCX_CHECK(mscx_tp_tcp.ep_create(&p, &n->ep));
+        MSCX_CHECK(net_choose(n, s, &p));
         MSCX_CHECK(CU(cudaHostAlloc(&n->bounce, BOUNCE_BYTES, cudaHostAllocDefault)));
         struct mscx_tp_rdesc unused;
-        MSCX_CHECK(mscx_tp_tcp.mr_register(n->ep, n->bounce, BOUNCE_BYTES, 0, -1, &n->bounce_mr, &unused));
+        MSCX_CHECK(n->tp->mr_register(n->ep, n->bounce, BOUNCE_BYTES, 0, -1, &n->bounce_mr, &unused));
     }
     uint8_t *want = calloc(nr, 1);
     struct mscx_tp_conn **got = calloc(nr, sizeof(*got));
@@ -452,16 +591,17 @@ static mscx_status_t net_connect(struct gpu_net *n, const struct gpu_port_setup 
             want[p] = 1;
     }
     uint64_t dl = mscx_tp_deadline(s->timeout_ms ? s->timeout_ms + CONNECT_GRACE_MS : 0);
-    st = mscx_tp_connect_all(&mscx_tp_tcp, n->ep, rank, nr, want, s->bs->allgather, s->bs->ctx, dl, got);
+    st = mscx_tp_connect_all(n->tp, n->ep, rank, nr, want, s->bs->allgather, s->bs->ctx, dl, got);
     if (st != MSCX_OK) {
-        MSCX_WARN("plan %s: rank %u: tcp connections to the ranks of other nodes failed: %s", plan->name,
-                  rank, mscx_status_str(st));
+        MSCX_WARN("plan %s: rank %u: %s connections to the ranks of other nodes failed: %s", plan->name,
+                  rank, n->tp->name, mscx_status_str(st));
         goto out;
     }
     for (uint32_t p = 0; p < nr; p++) {
         if (got[p]) {
             n->conn[p] = got[p];
-            MSCX_INFO(MSCX_SUB_PROXY, "rank %u: tcp connection to rank %u (node %u)", rank, p, s->node[p]);
+            MSCX_INFO(MSCX_SUB_PROXY, "rank %u: %s connection to rank %u (node %u)", rank, n->tp->name, p,
+                      s->node[p]);
         }
     }
 out:
@@ -499,11 +639,15 @@ void mscx_gpu_port_free(struct gpu_port *p)
     for (uint32_t k = 0; k < p->nchan; k++) {
         if (!p->links || !p->links[k])
             continue;
-        if (p->lops[k] == &mscx_plink_tcp)
+        if (p->lops[k] == &mscx_plink_tcp || p->lops[k] == &mscx_plink_ib)
             mscx_plink_tcp_destroy(p->links[k]);
         else
             free(p->links[k]);
     }
+    for (uint32_t k = 0; p->lbounce && k < p->nchan; k++)
+        if (p->lbounce[k])
+            cudaFreeHost(p->lbounce[k]); /* its registration goes with the endpoint */
+    free(p->lbounce);
     free(p->links);
     free(p->lops);
     if (p->dev)
@@ -531,16 +675,38 @@ static mscx_status_t share_regions(struct gpu_net *n, const struct gpu_port_setu
     struct mscx_tp_mr *mr;
     uint32_t ntok = s->plan->gpus[s->rank].nchan[MSCX_CHAN_PORT];
     memset(mine, 0, sizeof(mine));
-    if (s->scratch_bytes)
-        MSCX_CHECK(mscx_tp_tcp.mr_register(n->ep, s->scratch, s->scratch_bytes,
-                                           MSCX_TP_MR_GPU | MSCX_TP_MR_REMOTE_WRITE, -1, &mr, &mine[0]));
-    if (ntok)
-        MSCX_CHECK(mscx_tp_tcp.mr_register(n->ep, s->tok, (size_t)ntok * 8u,
-                                           MSCX_TP_MR_GPU | MSCX_TP_MR_REMOTE_WRITE, -1, &mr, &mine[1]));
+    /* a failure here still takes part in the exchange, so the other ranks fail instead of waiting */
+    mscx_status_t lst = MSCX_OK;
+    if (n->tp == &mscx_tp_tcp) {
+        if (s->scratch_bytes)
+            lst = mscx_tp_tcp.mr_register(n->ep, s->scratch, s->scratch_bytes,
+                                          MSCX_TP_MR_GPU | MSCX_TP_MR_REMOTE_WRITE, -1, &mr, &mine[0]);
+        if (lst == MSCX_OK && ntok)
+            lst = mscx_tp_tcp.mr_register(n->ep, s->tok, (size_t)ntok * 8u,
+                                          MSCX_TP_MR_GPU | MSCX_TP_MR_REMOTE_WRITE, -1, &mr, &mine[1]);
+    } else {
+        if (s->scratch_bytes)
+            lst = ib_register_gpu(n, s->scratch, s->scratch_bytes, &mr, &mine[0]);
+        if (lst == MSCX_OK && ntok)
+            lst = ib_register_gpu(n, s->tok, (size_t)ntok * 8u, &mr, &mine[1]);
+    }
+    if (lst != MSCX_OK)
+        memset(mine, 0, sizeof(mine)); /* tp 0: peers refuse to use them (mscx_tp_check_remote) */
     mscx_status_t st = s->bs->allgather(s->bs->ctx, mine, all, sizeof(mine));
     if (st != MSCX_OK)
-        MSCX_WARN("plan %s: rank %u: exchanging tcp region descriptors failed: %s", s->plan->name, s->rank,
-                  mscx_status_str(st));
+        MSCX_WARN("plan %s: rank %u: exchanging %s region descriptors failed: %s", s->plan->name, s->rank,
+                  n->tp->name, mscx_status_str(st));
+    else
+        st = lst;
+    for (uint32_t r = 0; st == MSCX_OK && r < s->plan->nranks; r++) {
+        if (r == s->rank || s->node[r] == s->node[s->rank])
+            continue;
+        if ((s->peers[r].scratch_bytes && all[2u * r].len == 0)) {
+            MSCX_WARN("plan %s: rank %u could not register its memory for %s; failing with it", s->plan->name, r,
+                      n->tp->name);
+            st = MSCX_ERR_REMOTE;
+        }
+    }
     return st;
 }
 
@@ -636,28 +802,43 @@ mscx_status_t mscx_gpu_port_setup(struct gpu_net **net_p, const struct gpu_port_
             MSCX_INFO(MSCX_SUB_PROXY, "plan %s: rank %u port channel %u to rank %u: proxy, cuda copies",
                       plan->name, rank, k, peer);
         } else {
-            struct mscx_ptcp_link_params lp = {.tp = &mscx_tp_tcp,
+            void *bounce = n->bounce;
+            struct mscx_tp_mr *bmr = n->bounce_mr;
+            if (n->tp != &mscx_tp_tcp) {
+                /* RDMA reads the bounce after put returns: one ring per link, registered once */
+                struct mscx_tp_rdesc unused;
+                if (!p->lbounce && !(p->lbounce = calloc(nchan, sizeof(*p->lbounce)))) {
+                    st = MSCX_ERR_NO_MEMORY;
+                    break;
+                }
+                if ((st = CU(cudaHostAlloc(&p->lbounce[k], BOUNCE_BYTES, cudaHostAllocDefault))) != MSCX_OK ||
+                    (st = n->tp->mr_register(n->ep, p->lbounce[k], BOUNCE_BYTES, 0, -1, &bmr, &unused)) != MSCX_OK)
+                    break;
+                bounce = p->lbounce[k];
+            }
+            struct mscx_ptcp_link_params lp = {.tp = n->tp,
                                                .ep = n->ep,
                                                .conn = n->conn[peer],
                                                .dst = rd[2u * peer],
                                                .tok = rd[2u * peer + 1u],
                                                .tok_off = (uint64_t)ch->pair * 8u,
-                                               .bounce_mr = n->bounce_mr,
-                                               .bounce = n->bounce,
+                                               .bounce_mr = bmr,
+                                               .bounce = bounce,
+                                               .async_src = n->tp != &mscx_tp_tcp,
                                                .bounce_bytes = BOUNCE_BYTES,
                                                .stage = stage_d2h,
                                                .stage_ctx = n,
                                                .peer = peer};
             if (!lp.conn) {
-                MSCX_WARN("internal bug: plan %s: rank %u has no tcp connection to rank %u", plan->name, rank,
-                          peer);
+                MSCX_WARN("internal bug: plan %s: rank %u has no %s connection to rank %u", plan->name, rank,
+                          n->tp->name, peer);
                 st = MSCX_ERR_INTERNAL;
                 break;
             }
             st = mscx_plink_tcp_create(&lp, &p->links[k]);
-            p->lops[k] = &mscx_plink_tcp;
-            MSCX_INFO(MSCX_SUB_PROXY, "plan %s: rank %u port channel %u to rank %u (node %u): proxy, tcp",
-                      plan->name, rank, k, peer, s->node[peer]);
+            p->lops[k] = n->plink;
+            MSCX_INFO(MSCX_SUB_PROXY, "plan %s: rank %u port channel %u to rank %u (node %u): proxy, %s",
+                      plan->name, rank, k, peer, s->node[peer], n->tp->name);
         }
         pc[k].ops = p->lops[k];
         pc[k].link = p->links[k];
