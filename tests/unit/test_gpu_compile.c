@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The GPU launch compiler (executor/src/gpu_compile.c) on the host: for every
+ * shipped plan, every rank, sizes at and inside the plan's range (aligned and
+ * odd), LL16 and LL8, fp32 and fp16, every compiled entry's operands must lie
+ * inside their buffers (input, output, this launch's scratch half, the
+ * owner's half of a peer's scratch), with the byte counts each kind touches.
+ * Whether the compiled program computes what the interpreter computes is
+ * checked on the GPU (gpu suite, bit for bit against the host executor);
+ * this test guards memory safety and that the one-shot plans compile whole.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "test_common.h"
+#include "mscx/plan.h"
+#include "gpu_int.h"
+#include "plan_int.h"
+
+#define MAX_RB 64
+
+struct ctx {
+    const struct mscx_plan *plan;
+    uint32_t rank;
+    struct mscx_gpu_args a;
+    struct mscx_kp_rbuf rb[MAX_RB];
+    uint64_t rb_bytes[MAX_RB]; /* usable bytes from the operand base: the owner's half */
+    uint64_t own_bytes;
+};
+
+static int is_reduce(uint8_t opcode)
+{
+    switch (opcode) {
+    case MSCX_OP_REDUCE:
+    case MSCX_OP_REDUCE_SEND:
+    case MSCX_OP_READ_REDUCE:
+    case MSCX_OP_READ_REDUCE_SEND:
+    case MSCX_OP_REDUCE_PACKETS:
+    case MSCX_OP_REDUCE_SEND_PACKETS:
+    case MSCX_OP_REDUCE_COPY_PACKETS:
+    case MSCX_OP_REDUCE_COPY_SEND_PACKETS:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static uint64_t half_or_all(const struct mscx_geom *g)
+{
+    return g->scratch_half ? g->scratch_half : g->scratch_bytes;
+}
+
+/* Set up the arguments as gpu_exec.c does for one launch. @return 0, or -1 when the size is not valid here. */
+static int setup(struct ctx *c, uint64_t msg, enum mscx_dtype dt, enum mscx_pkt_format pkt)
+{
+    const struct mscx_plan *plan = c->plan;
+    const struct mscx_gpu *gpu = &plan->gpus[c->rank];
+    uint64_t in, out;
+    struct mscx_geom g;
+    char err[256];
+    mscx_coll_sizes(plan->coll, plan->nranks, msg, &in, &out);
+    if (mscx_plan_geom(plan, c->rank, in, out, dt, &g, err, sizeof(err)) != MSCX_OK)
+        return -1;
+    memset(&c->a, 0, sizeof(c->a));
+    c->a.in_bytes = g.in_bytes;
+    c->a.out_bytes = g.out_bytes;
+    c->a.geom[0].slot = g.slot;
+    c->a.geom[0].in_chunk = g.in_chunk;
+    c->a.geom[0].out_chunk = g.out_chunk;
+    c->a.pkt = pkt;
+    c->own_bytes = half_or_all(&g);
+    for (uint32_t i = 0; i < gpu->nops; i++)
+        if (is_reduce(gpu->ops[i].opcode))
+            c->a.reduce = 1;
+    uint32_t ngeom = 1, owner_of[MSCX_GPU_MAX_GEOM] = {c->rank};
+    ck_assert_uint_le(gpu->nrbuf, MAX_RB);
+    for (uint32_t i = 0; i < gpu->nrbuf; i++) {
+        uint32_t o = gpu->rbuf[i].rank;
+        struct mscx_geom h;
+        if (mscx_plan_geom(plan, o, in, out, dt, &h, err, sizeof(err)) != MSCX_OK)
+            return -1;
+        uint32_t cls = ngeom;
+        for (uint32_t k = 0; k < ngeom; k++) {
+            const struct mscx_gpu *p = &plan->gpus[owner_of[k]], *q = &plan->gpus[o];
+            if (p->input_chunks == q->input_chunks && p->output_chunks == q->output_chunks &&
+                p->scratch_chunks == q->scratch_chunks)
+                cls = k;
+        }
+        if (cls == ngeom) {
+            ck_assert_uint_lt(ngeom, MSCX_GPU_MAX_GEOM);
+            owner_of[ngeom] = o;
+            c->a.geom[ngeom].slot = h.slot;
+            c->a.geom[ngeom].in_chunk = h.in_chunk;
+            c->a.geom[ngeom].out_chunk = h.out_chunk;
+            ngeom++;
+        }
+        c->rb[i].ptr = gpu->rbuf[i].type == MSCX_BUF_SCRATCH ? (char *)(uintptr_t)(0x100000u * (i + 1)) : NULL;
+        c->rb[i].geom = cls;
+        c->rb[i].owner_scratch_chunks = plan->gpus[o].scratch_chunks;
+        c->rb[i].half = h.scratch_half;
+        c->rb_bytes[i] = half_or_all(&h);
+    }
+    return 0;
+}
+
+static uint64_t base_bytes(const struct ctx *c, uint32_t base)
+{
+    switch (base) {
+    case MSCX_KB_IN:
+        return c->a.in_bytes;
+    case MSCX_KB_OUT:
+        return c->a.out_bytes;
+    case MSCX_KB_SCRATCH:
+        return c->own_bytes;
+    default:
+        ck_assert_uint_lt(base - MSCX_KB_RBUF, c->plan->gpus[c->rank].nrbuf);
+        return c->rb_bytes[base - MSCX_KB_RBUF];
+    }
+}
+
+/* Operand j of entry k covers [off, off + bytes): inside its buffer. */
+static void check_opnd(const struct ctx *c, const struct mscx_kop *k, uint32_t j, uint64_t bytes, const char *what)
+{
+    const struct mscx_kopnd *o = &c->a.kp.opnd[k->opnd + j];
+    uint64_t have = base_bytes(c, o->base);
+    ck_assert_msg((uint64_t)o->off + bytes <= have,
+                  "plan %s rank %u op %u (%s, kind %u): operand %u (%s, base %u) [%u, +%llu) past %llu bytes",
+                  c->plan->name, c->rank, k->op, mscx_opcode_name((enum mscx_opcode)k->opcode), k->kind, j, what,
+                  o->base, o->off, (unsigned long long)bytes, (unsigned long long)have);
+}
+
+/* Check every entry; @return entries that stayed in the interpreter. */
+static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p)
+{
+    const struct mscx_gpu *gpu = &c->plan->gpus[c->rank];
+    const struct mscx_kprog *kp = &c->a.kp;
+    const uint64_t pl = c->a.pkt == MSCX_PKT_LL8 ? 4u : 8u;
+    uint32_t generic = 0, compiled = 0;
+    for (uint32_t b = 0; b < gpu->ntb; b++) {
+        if (kp->interp_mask & (1u << b))
+            continue;
+        ck_assert_uint_le(kp->kbegin[b], kp->kbegin[b + 1]);
+        for (uint32_t i = kp->kbegin[b]; i < kp->kbegin[b + 1]; i++) {
+            const struct mscx_kop *k = &kp->kop[i];
+            uint64_t n = k->units;
+            ck_assert_uint_lt(k->op, gpu->tb[b].nops);
+            ck_assert_uint_ge(k->opnd, kp->pbegin[b]);
+            ck_assert_uint_le((uint32_t)k->opnd + k->nsrc + k->ndst, kp->pbegin[b + 1]);
+            switch (k->kind) {
+            case MSCX_KOP_PACK:
+                check_opnd(c, k, 0, n * pl, "raw source");
+                check_opnd(c, k, 1, n * 2 * pl, "lines");
+                break;
+            case MSCX_KOP_UNPACK:
+                check_opnd(c, k, 0, n * 2 * pl, "lines");
+                check_opnd(c, k, 1, n * pl, "raw destination");
+                break;
+            case MSCX_KOP_FWD:
+                check_opnd(c, k, 0, n * 2 * pl, "lines");
+                for (uint32_t j = 0; j < k->ndst; j++)
+                    check_opnd(c, k, 1 + j, n * 2 * pl, "lines");
+                break;
+            case MSCX_KOP_REDPKT:
+                check_opnd(c, k, 0, n * pl, "raw source");
+                for (uint32_t j = 1; j < k->nsrc; j++)
+                    check_opnd(c, k, j, n * 2 * pl, "source lines");
+                if (k->ndst > 0)
+                    check_opnd(c, k, k->nsrc, n * pl, "raw destination");
+                for (uint32_t j = 1; j < k->ndst; j++)
+                    check_opnd(c, k, k->nsrc + j, n * 2 * pl, "destination lines");
+                break;
+            case MSCX_KOP_COPY:
+                check_opnd(c, k, 0, n * 16u, "source");
+                check_opnd(c, k, 1, n * 16u, "destination");
+                break;
+            case MSCX_KOP_REDUCE:
+                for (uint32_t j = 0; j < (uint32_t)k->nsrc + k->ndst; j++)
+                    check_opnd(c, k, j, n * 16u, "operand");
+                break;
+            case MSCX_KOP_GENERIC:
+                generic++;
+                continue;
+            case MSCX_KOP_SKIP:
+                continue;
+            default:
+                ck_abort_msg("unknown entry kind %u", k->kind);
+            }
+            ck_assert_uint_gt(n, 0);
+            compiled++;
+        }
+    }
+    *ncompiled_p += compiled;
+    return generic;
+}
+
+static int cmp_str(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+START_TEST(test_compile_shipped_plans)
+{
+    DIR *d = opendir(mscx_test_src("plans"));
+    ck_assert_msg(d, "cannot open plans/");
+    char *names[256];
+    size_t nn = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && nn < 256) {
+        size_t l = strlen(e->d_name);
+        if (l > 5 && strcmp(e->d_name + l - 5, ".json") == 0)
+            names[nn++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, nn, sizeof(*names), cmp_str);
+    ck_assert_uint_gt(nn, 30);
+    uint64_t launches = 0, compiled_launches = 0;
+    uint32_t entries = 0;
+    for (size_t f = 0; f < nn; f++) {
+        char path[4096], err[1024];
+        struct mscx_plan *plan;
+        snprintf(path, sizeof(path), "%s/%s", mscx_test_src("plans"), names[f]);
+        ck_assert_msg(mscx_plan_load(path, &plan, err, sizeof(err)) == MSCX_OK, "%s: %s", path, err);
+        uint64_t mn, mx;
+        mscx_plan_size_range(plan, &mn, &mx);
+        if (mx > (1u << 20))
+            mx = 1u << 20;
+        const uint64_t sizes[] = {mn, mn + 4, (mn + mx) / 2 + 12, mx - 4, mx};
+        int oneshot = strstr(plan->name, "oneshot") != NULL;
+        for (uint32_t r = 0; r < plan->nranks; r++) {
+            const struct mscx_gpu *gpu = &plan->gpus[r];
+            struct mscx_dev_op *img = malloc((gpu->nops ? gpu->nops : 1) * sizeof(*img));
+            ck_assert_ptr_nonnull(img);
+            memcpy(img, gpu->ops, gpu->nops * sizeof(*img));
+            mscx_gpu_mark_syncs(plan, r, img);
+            struct ctx *c = calloc(1, sizeof(*c));
+            ck_assert_ptr_nonnull(c);
+            c->plan = plan;
+            c->rank = r;
+            for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+                for (int dti = 0; dti < 2; dti++) {
+                    enum mscx_dtype dt = dti ? MSCX_DT_FP16 : MSCX_DT_FP32;
+                    for (int pk = 0; pk < 2; pk++) {
+                        enum mscx_pkt_format pkt = pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16;
+                        if (sizes[s] < mn || sizes[s] > mx || setup(c, sizes[s], dt, pkt) != 0)
+                            continue;
+                        mscx_gpu_compile(plan, r, img, c->rb, &c->a);
+                        launches++;
+                        if (!c->a.kp_on)
+                            continue;
+                        compiled_launches++;
+                        uint32_t generic = check_program(c, &entries);
+                        /* the one-shot plans are what small messages run: at the range ends nothing may be left */
+                        if (oneshot && (sizes[s] == mn || sizes[s] == mx))
+                            ck_assert_msg(generic == 0, "%s rank %u, %llu bytes: %u ops left to the interpreter",
+                                          plan->name, r, (unsigned long long)sizes[s], generic);
+                    }
+                }
+            }
+            free(c);
+            free(img);
+        }
+        mscx_plan_destroy(plan);
+        free(names[f]);
+    }
+    printf("gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked\n", nn,
+           (unsigned long long)launches, (unsigned long long)compiled_launches, entries);
+    ck_assert_uint_gt(compiled_launches, launches / 2);
+}
+END_TEST
+
+Suite *mscx_test_suite(void)
+{
+    Suite *s = suite_create("gpu-compile");
+    TCase *tc = mscx_tcase("compile");
+    tcase_add_test(tc, test_compile_shipped_plans);
+    suite_add_tcase(s, tc);
+    return s;
+}
