@@ -53,6 +53,7 @@ struct mscx_tp_mr {
     void *base;
     size_t len;
     unsigned flags;
+    struct mscx_tp_mr *prev, *next; /* the endpoint's regions: ep_destroy deregisters what is left */
 };
 
 struct mscx_tp_conn {
@@ -82,6 +83,7 @@ struct mscx_tp_ep {
     uint64_t *atomic_result; /* fetch-and-add returns land here; never read */
     struct ibv_mr *atomic_mr;
     struct mscx_tp_conn **conns;
+    struct mscx_tp_mr *mrs; /* registered regions, newest first */
 };
 
 /* ---------------------------------------------------------------- device choice */
@@ -217,6 +219,7 @@ static void ib_pick_gid(struct mscx_tp_ep *ep)
 /* ---------------------------------------------------------------- endpoint */
 
 static void ib_ep_destroy(struct mscx_tp_ep *ep);
+static void ib_mr_deregister(struct mscx_tp_ep *ep, struct mscx_tp_mr *mr);
 
 static mscx_status_t ib_ep_create(const struct mscx_tp_params *params, struct mscx_tp_ep **ep_p)
 {
@@ -281,6 +284,8 @@ static void ib_ep_destroy(struct mscx_tp_ep *ep)
         return;
     for (uint32_t r = 0; r < ep->p.nranks; r++)
         ib_conn_close(ep->conns[r]);
+    while (ep->mrs) /* the contract: destroying an endpoint frees its regions (and the PD cannot go before them) */
+        ib_mr_deregister(ep, ep->mrs);
     if (ep->atomic_mr)
         ep->ibv->dereg_mr(ep->atomic_mr);
     if (ep->cq)
@@ -331,6 +336,10 @@ static mscx_status_t ib_mr_register(struct mscx_tp_ep *ep, void *base, size_t le
     mr->base = base;
     mr->len = len;
     mr->flags = flags;
+    mr->next = ep->mrs;
+    if (ep->mrs)
+        ep->mrs->prev = mr;
+    ep->mrs = mr;
     memset(desc_p, 0, sizeof(*desc_p));
     desc_p->addr = (uintptr_t)base;
     desc_p->len = len;
@@ -346,6 +355,12 @@ static void ib_mr_deregister(struct mscx_tp_ep *ep, struct mscx_tp_mr *mr)
 {
     if (!ep || !mr)
         return;
+    if (mr->prev)
+        mr->prev->next = mr->next;
+    else
+        ep->mrs = mr->next;
+    if (mr->next)
+        mr->next->prev = mr->prev;
     ep->ibv->dereg_mr(mr->mr);
     free(mr);
 }
