@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Node placement from host identities, as every rank sees the same table. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "mscx/log.h"
 #include "shim_int.h"
 
 uint32_t shim_topo_ranks_per_node(const char *ids, uint32_t nranks)
@@ -44,6 +46,13 @@ void shim_topo_host_id(uint32_t rank, uint32_t nranks, uint64_t virtual_nodes, c
         boot[strcspn(boot, "\n")] = '\0';
     }
     memset(out, 0, SHIM_HOSTID_LEN);
+    if (virtual_nodes > 1 && nranks % virtual_nodes != 0) {
+        static atomic_int warned;
+        if (atomic_exchange(&warned, 1) == 0)
+            MSCX_WARN("MSCX_VIRTUAL_NODES=%llu does not divide the %u ranks of a communicator: ignored there "
+                      "(one node per host)",
+                      (unsigned long long)virtual_nodes, nranks);
+    }
     if (virtual_nodes > 1 && nranks % virtual_nodes == 0)
         snprintf(out, SHIM_HOSTID_LEN, "%s/%s/v%u", host, boot,
                  (unsigned)(rank / (nranks / virtual_nodes)));

@@ -205,6 +205,12 @@ START_TEST(test_topo)
     for (uint32_t r = 0; r < 8; r++)
         shim_topo_host_id(r, 8, 0, ids + (size_t)r * SHIM_HOSTID_LEN);
     ck_assert_uint_eq(shim_topo_ranks_per_node(ids, 8), 8);
+    /* a split that does not divide the ranks is ignored, with one warning naming the variable */
+    mscx_test_allow_warn("MSCX_VIRTUAL_NODES=4 does not divide the 6 ranks");
+    for (uint32_t r = 0; r < 6; r++)
+        shim_topo_host_id(r, 6, 4, ids + (size_t)r * SHIM_HOSTID_LEN);
+    ck_assert_uint_eq(shim_topo_ranks_per_node(ids, 6), 6);
+    ck_assert_int_eq(mscx_test_warn_count(), 1);
 }
 END_TEST
 
