@@ -330,22 +330,9 @@ static mscx_status_t setup_geoms(struct gpu_plan *gp, uint32_t rank)
             max_ops = gpu->tb[b].nops;
     gp->smem_ops = (uint64_t)max_ops * sizeof(struct mscx_dev_op) <= 32768 ? max_ops : 0;
     gp->reduce = 0;
-    for (uint32_t i = 0; i < gpu->nops; i++) {
-        switch (gpu->ops[i].opcode) {
-        case MSCX_OP_REDUCE:
-        case MSCX_OP_REDUCE_SEND:
-        case MSCX_OP_READ_REDUCE:
-        case MSCX_OP_READ_REDUCE_SEND:
-        case MSCX_OP_REDUCE_PACKETS:
-        case MSCX_OP_REDUCE_SEND_PACKETS:
-        case MSCX_OP_REDUCE_COPY_PACKETS:
-        case MSCX_OP_REDUCE_COPY_SEND_PACKETS:
+    for (uint32_t i = 0; i < gpu->nops; i++)
+        if (mscx_opcode_reduces(gpu->ops[i].opcode))
             gp->reduce = 1;
-            break;
-        default:
-            break;
-        }
-    }
     return MSCX_OK;
 }
 
@@ -521,7 +508,6 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
     for (uint32_t i = 0; i < gpu->nrbuf; i++) {
         gp->kp_rbuf[i].ptr = rb[i].kind == MSCX_GPU_RBUF_SCRATCH ? (char *)rb[i].ptr : NULL;
         gp->kp_rbuf[i].geom = rb[i].geom;
-        gp->kp_rbuf[i].owner_scratch_chunks = rb[i].owner_scratch_chunks;
         gp->kp_rbuf[i].half = rb[i].half;
     }
     gp->publish = (int)c->publish;

@@ -220,7 +220,6 @@ struct mscx_gpu_args {
 struct mscx_kp_rbuf {
     char *ptr;       /* peer scratch base, NULL: not a scratch buffer (not compiled) */
     uint32_t geom;   /* geometry class of the owner */
-    uint32_t owner_scratch_chunks;
     uint64_t half;   /* the owner's fixed scratch half */
 };
 

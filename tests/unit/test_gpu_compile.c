@@ -29,23 +29,6 @@ struct ctx {
     uint64_t own_bytes;
 };
 
-static int is_reduce(uint8_t opcode)
-{
-    switch (opcode) {
-    case MSCX_OP_REDUCE:
-    case MSCX_OP_REDUCE_SEND:
-    case MSCX_OP_READ_REDUCE:
-    case MSCX_OP_READ_REDUCE_SEND:
-    case MSCX_OP_REDUCE_PACKETS:
-    case MSCX_OP_REDUCE_SEND_PACKETS:
-    case MSCX_OP_REDUCE_COPY_PACKETS:
-    case MSCX_OP_REDUCE_COPY_SEND_PACKETS:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 static uint64_t half_or_all(const struct mscx_geom *g)
 {
     return g->scratch_half ? g->scratch_half : g->scratch_bytes;
@@ -71,7 +54,7 @@ static int setup(struct ctx *c, uint64_t msg, enum mscx_dtype dt, enum mscx_pkt_
     c->a.pkt = pkt;
     c->own_bytes = half_or_all(&g);
     for (uint32_t i = 0; i < gpu->nops; i++)
-        if (is_reduce(gpu->ops[i].opcode))
+        if (mscx_opcode_reduces(gpu->ops[i].opcode))
             c->a.reduce = 1;
     uint32_t ngeom = 1, owner_of[MSCX_GPU_MAX_GEOM] = {c->rank};
     ck_assert_uint_le(gpu->nrbuf, MAX_RB);
@@ -97,7 +80,6 @@ static int setup(struct ctx *c, uint64_t msg, enum mscx_dtype dt, enum mscx_pkt_
         }
         c->rb[i].ptr = gpu->rbuf[i].type == MSCX_BUF_SCRATCH ? (char *)(uintptr_t)(0x100000u * (i + 1)) : NULL;
         c->rb[i].geom = cls;
-        c->rb[i].owner_scratch_chunks = plan->gpus[o].scratch_chunks;
         c->rb[i].half = h.scratch_half;
         c->rb_bytes[i] = half_or_all(&h);
     }
