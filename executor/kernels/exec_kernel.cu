@@ -2,8 +2,8 @@
 /*
  * Kernel dispatch: picks the instantiation of the executor kernel for a
  * launch (packet format, dtype, reducing or copy-only) and checks residency.
- * The kernels themselves are in exec_ops.cuh, instantiated in exec_k_ll16.cu
- * and exec_k_ll8.cu.
+ * The kernels themselves are in exec_ops.cuh, instantiated one per
+ * translation unit from exec_k.cu.in (see meson.build).
  */
 #include <cuda_runtime.h>
 #include "gpu_int.h"
@@ -12,8 +12,34 @@ typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 
 #define MSCX_KFN_COUNT 6
 
-extern "C" void mscx_gpu_kfns_ll16(mscx_kfn *tab);
-extern "C" void mscx_gpu_kfns_ll8(mscx_kfn *tab);
+/* exec_k_<format>_<i>.cu, generated from exec_k.cu.in */
+extern "C" {
+mscx_kfn mscx_gpu_kfn_ll16_0(void);
+mscx_kfn mscx_gpu_kfn_ll16_1(void);
+mscx_kfn mscx_gpu_kfn_ll16_2(void);
+mscx_kfn mscx_gpu_kfn_ll16_3(void);
+mscx_kfn mscx_gpu_kfn_ll16_4(void);
+mscx_kfn mscx_gpu_kfn_ll16_5(void);
+mscx_kfn mscx_gpu_kfn_ll8_0(void);
+mscx_kfn mscx_gpu_kfn_ll8_1(void);
+mscx_kfn mscx_gpu_kfn_ll8_2(void);
+mscx_kfn mscx_gpu_kfn_ll8_3(void);
+mscx_kfn mscx_gpu_kfn_ll8_4(void);
+mscx_kfn mscx_gpu_kfn_ll8_5(void);
+}
+
+/* [0..4] reducing, by dtype (MSCX_DT_FP32..UINT32); [5] copy-only */
+static void mscx_gpu_kfns_ll16(mscx_kfn *t)
+{
+    t[0] = mscx_gpu_kfn_ll16_0(), t[1] = mscx_gpu_kfn_ll16_1(), t[2] = mscx_gpu_kfn_ll16_2();
+    t[3] = mscx_gpu_kfn_ll16_3(), t[4] = mscx_gpu_kfn_ll16_4(), t[5] = mscx_gpu_kfn_ll16_5();
+}
+
+static void mscx_gpu_kfns_ll8(mscx_kfn *t)
+{
+    t[0] = mscx_gpu_kfn_ll8_0(), t[1] = mscx_gpu_kfn_ll8_1(), t[2] = mscx_gpu_kfn_ll8_2();
+    t[3] = mscx_gpu_kfn_ll8_3(), t[4] = mscx_gpu_kfn_ll8_4(), t[5] = mscx_gpu_kfn_ll8_5();
+}
 
 static mscx_kfn mscx_pick(const struct mscx_gpu_args *a)
 {

@@ -484,24 +484,12 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
     }
 }
 
-/* ---- the compiled program (struct mscx_kprog): offsets resolved by the host ---- */
-
-__device__ __forceinline__ char *mscx_kbase(const struct mscx_dstate *s, const struct mscx_gpu_args *a, uint32_t base)
-{
-    if (base >= MSCX_KB_RBUF) {
-        uint32_t k = base - MSCX_KB_RBUF;
-        return a->kp.rsc[k] + mscx_scratch_offset(s->flag, a->kp.rhalf[k]);
-    }
-    if (base == MSCX_KB_SCRATCH)
-        return a->scratch + s->so;
-    return base == MSCX_KB_IN ? (char *)a->in : (char *)a->out;
-}
-
+/* ---- the compiled program (struct mscx_kblk records): offsets resolved by the host ---- */
 
 /* Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths. */
 template <uint32_t PKT, uint32_t DT, bool RED>
 __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                            const struct mscx_kop *k, uint32_t blk, char *const *P)
+                                            const struct mscx_kop *k, uint32_t obase, char *const *P)
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     const uint32_t nw = pl / 4u;
@@ -593,7 +581,7 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         return 0;
     default: { /* GENERIC: the interpreter runs the op from the uploaded table */
         struct mscx_dpipe none = {0, 0};
-        return mscx_dop_run<PKT, DT, RED>(s, &a->ops[a->kp.obase[blk] + k->op], &none);
+        return mscx_dop_run<PKT, DT, RED>(s, &a->ops[obase + k->op], &none);
     }
     }
 }
@@ -716,31 +704,56 @@ __device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const str
 }
 
 /*
- * The compiled program of block @p blk (struct mscx_kprog). The block first
- * stages its entries and its operands' pointers (base resolved for this
- * launch's scratch half) in shared memory, every thread loading a different
- * one, so the parameter reads overlap instead of forming a chain per op.
+ * One word (16 bytes) of a block's record (struct mscx_kblk_head), staged in
+ * shared memory: the head, an entry, or an operand resolved to a pointer for
+ * this launch (scratch half by flag parity, user buffers against in/out).
+ */
+__device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const struct mscx_gpu_args *a, uint32_t t,
+                                            uint4 w, struct mscx_kblk_head *head, struct mscx_kop *kop, char **ptr)
+{
+    const uint32_t km = a->kmax_ops;
+    if (t == 0) {
+        *head = *reinterpret_cast<const struct mscx_kblk_head *>(&w);
+    } else if (t <= km) {
+        kop[t - 1] = *reinterpret_cast<const struct mscx_kop *>(&w);
+    } else {
+        uint64_t v0 = ((uint64_t)w.y << 32) | w.x, v1 = ((uint64_t)w.w << 32) | w.z;
+        uint64_t tag = v0 >> MSCX_KPTR_TAG_SHIFT;
+        char *p;
+        if (tag == 0)
+            p = (char *)(uintptr_t)(s->parity ? v1 : v0);
+        else
+            p = (tag == 1 ? (char *)a->in : (char *)a->out) + (v0 & MSCX_KPTR_OFF_MASK);
+        ptr[t - 1 - km] = p;
+    }
+}
+
+/*
+ * The compiled program of block @p blk. The block stages its record in
+ * shared memory: every thread loads a different 16-byte word, all loads
+ * independent (@p w0, thread t's first word, was loaded at kernel entry
+ * beside the block's flag), then one barrier.
  */
 template <uint32_t PKT, uint32_t DT, bool RED>
 __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                                  struct mscx_dtrace *tr, uint32_t blk)
+                                                  struct mscx_dtrace *tr, uint32_t blk, uint4 w0)
 {
+    __shared__ struct mscx_kblk_head shead;
     __shared__ struct mscx_kop skop[MSCX_KP_MAX_OPS];
     __shared__ char *sptr[MSCX_KP_MAX_OPND];
-    const uint32_t kb = a->kp.kbegin[blk], nk = a->kp.kbegin[blk + 1] - kb;
-    const uint32_t pb = a->kp.pbegin[blk], np = a->kp.pbegin[blk + 1] - pb;
-    for (uint32_t t = threadIdx.x; t < nk; t += blockDim.x)
-        skop[t] = a->kp.kop[kb + t];
-    for (uint32_t t = threadIdx.x; t < np; t += blockDim.x) {
-        struct mscx_kopnd d = a->kp.opnd[pb + t];
-        sptr[t] = mscx_kbase(s, a, d.base) + d.off;
-    }
+    const uint4 *rec = reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blk * a->kstride);
+    const uint32_t nwords = a->kstride / 16u;
+    if (threadIdx.x < nwords)
+        mscx_kstage(s, a, threadIdx.x, w0, &shead, skop, sptr);
+    for (uint32_t t = threadIdx.x + blockDim.x; t < nwords; t += blockDim.x)
+        mscx_kstage(s, a, t, __ldg(rec + t), &shead, skop, sptr);
     __syncthreads();
     if (tr->recs)
         mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
+    const uint32_t nk = shead.nk, obase = shead.obase;
     for (uint32_t i = 0; i < nk; i++) {
         const struct mscx_kop *k = &skop[i];
-        char *const *P = &sptr[k->opnd - pb];
+        char *const *P = &sptr[k->opnd];
         s->op_index = k->op;
         s->opcode = k->opcode;
         if (k->sync)
@@ -748,12 +761,12 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
         if (tr->recs) {
             __syncthreads();
             uint64_t t0 = mscx_dtime();
-            mscx_kop_run<PKT, DT, RED>(s, a, k, blk, P);
+            mscx_kop_run<PKT, DT, RED>(s, a, k, obase, P);
             __syncthreads();
             mscx_dtrace_rec(tr, k->op, k->opcode, t0);
             continue;
         }
-        mscx_kop_run<PKT, DT, RED>(s, a, k, blk, P);
+        mscx_kop_run<PKT, DT, RED>(s, a, k, obase, P);
     }
 }
 
@@ -763,6 +776,11 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
     struct mscx_dstate s;
     struct mscx_dtrace tr;
     mscx_dtrace_begin(&args, &tr);
+    /* the record's first word and the flag are loaded together: neither waits for the other */
+    const bool compiled = args.kprog && !((args.interp_mask >> blockIdx.x) & 1u);
+    uint4 w0 = make_uint4(0, 0, 0, 0);
+    if (compiled && threadIdx.x < args.kstride / 16u)
+        w0 = __ldg(reinterpret_cast<const uint4 *>(args.kprog + (uint64_t)blockIdx.x * args.kstride) + threadIdx.x);
     uint32_t prev = *(volatile uint32_t *)&args.bflag[blockIdx.x];
     s.a = &args;
     s.ctx = args.ctx;
@@ -774,8 +792,8 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
     s.rop = args.op;
     if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
         mscx_dpublish(&args, &s);
-    if (args.kp_on && !((args.kp.interp_mask >> blockIdx.x) & 1u)) {
-        mscx_run_compiled<PKT, DT, RED>(&s, &args, &tr, blockIdx.x);
+    if (compiled) {
+        mscx_run_compiled<PKT, DT, RED>(&s, &args, &tr, blockIdx.x, w0);
     } else {
         uint32_t b = __ldg(&args.tb_begin[blockIdx.x]), e = __ldg(&args.tb_begin[blockIdx.x + 1]);
         mscx_run_interp<PKT, DT, RED>(&s, &args, &tr, b, e);
@@ -791,13 +809,5 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
     }
 }
 
-/* The kernels of one packet format: [0..4] reducing, by dtype (MSCX_DT_FP32..UINT32); [5] copy-only. */
-#define MSCX_KFN_TABLE(PKT)                                                                                   \
-    {                                                                                                         \
-        mscx_exec_kernel<PKT, MSCX_DT_FP32, true>, mscx_exec_kernel<PKT, MSCX_DT_FP16, true>,                 \
-            mscx_exec_kernel<PKT, MSCX_DT_BF16, true>, mscx_exec_kernel<PKT, MSCX_DT_INT32, true>,            \
-            mscx_exec_kernel<PKT, MSCX_DT_UINT32, true>, mscx_exec_kernel<PKT, 0, false>                      \
-    }
-#define MSCX_KFN_COUNT 6
 
 #endif /* MSCX_EXEC_OPS_CUH */

@@ -20,7 +20,8 @@
 #include "plan_int.h"
 
 struct kp_build {
-    struct mscx_gpu_args *a;
+    const struct mscx_gpu_args *a;
+    struct mscx_kprog *kp;
     const struct mscx_kp_rbuf *rbuf;
     uint32_t nrbuf;
     uint32_t nkop, nopnd;
@@ -97,8 +98,8 @@ static int kp_opnd(struct kp_build *k, uint32_t base, uint64_t off)
 {
     if (k->nopnd >= MSCX_KP_MAX_OPND || off > UINT32_MAX)
         return -1;
-    k->a->kp.opnd[k->nopnd].base = base;
-    k->a->kp.opnd[k->nopnd].off = (uint32_t)off;
+    k->kp->opnd[k->nopnd].base = base;
+    k->kp->opnd[k->nopnd].off = (uint32_t)off;
     k->nopnd++;
     return 0;
 }
@@ -108,7 +109,7 @@ static struct mscx_kop *kp_kop(struct kp_build *k, uint8_t kind, const struct ms
 {
     if (k->nkop >= MSCX_KP_MAX_OPS || units >= 0x80000000ull)
         return NULL;
-    struct mscx_kop *p = &k->a->kp.kop[k->nkop++];
+    struct mscx_kop *p = &k->kp->kop[k->nkop++];
     memset(p, 0, sizeof(*p));
     p->kind = kind;
     p->opcode = op->opcode;
@@ -305,16 +306,14 @@ static int kp_op(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_
     }
 }
 
-void mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
-                      const struct mscx_kp_rbuf *rbuf, struct mscx_gpu_args *a)
+int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
+                     const struct mscx_kp_rbuf *rbuf, const struct mscx_gpu_args *a, struct mscx_kprog *kp)
 {
     const struct mscx_gpu *gpu = &plan->gpus[rank];
-    struct kp_build k = {a, rbuf, gpu->nrbuf, 0, 0, a->pkt == MSCX_PKT_LL8 ? 4u : 8u};
-    struct mscx_kprog *kp = &a->kp;
-    a->kp_on = 0;
+    struct kp_build k = {a, kp, rbuf, gpu->nrbuf, 0, 0, a->pkt == MSCX_PKT_LL8 ? 4u : 8u};
     memset(kp, 0, sizeof(*kp));
     if (gpu->ntb > MSCX_KP_MAX_BLOCKS || gpu->nrbuf > MSCX_KP_MAX_RBUF)
-        return;
+        return 0;
     for (uint32_t i = 0; i < gpu->nrbuf; i++) {
         kp->rsc[i] = rbuf[i].ptr;
         kp->rhalf[i] = rbuf[i].half;
@@ -324,7 +323,7 @@ void mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct 
         kp->kbegin[b] = (uint16_t)k.nkop;
         kp->pbegin[b] = (uint16_t)k.nopnd;
         if (tb->op_begin > UINT16_MAX)
-            return;
+            return 0;
         kp->obase[b] = (uint16_t)tb->op_begin;
         int interp = 0;
         for (uint32_t i = 0; i < tb->nops; i++)
@@ -341,26 +340,82 @@ void mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct 
                          ? 1
                          : kp_op(&k, op, i, op->chan_type == MSCX_CHAN_PORT);
             if (rc < 0)
-                return;
+                return 0;
             if (rc == 0) { /* roll back and leave it to the interpreter */
                 k.nkop = nk;
                 k.nopnd = no;
                 struct mscx_kop *p = kp_kop(&k, MSCX_KOP_GENERIC, op, i, 0);
                 if (!p)
-                    return;
+                    return 0;
             } else if (k.nkop == nk) { /* compiled to nothing (no units) */
                 if (op->flags & MSCX_GPU_OPF_SYNC) {
                     struct mscx_kop *p = kp_kop(&k, MSCX_KOP_SKIP, op, i, 0);
                     if (!p)
-                        return;
+                        return 0;
                 }
                 continue;
             }
             if (op->flags & MSCX_GPU_OPF_SYNC)
-                a->kp.kop[nk].sync = 1;
+                kp->kop[nk].sync = 1;
         }
     }
     kp->kbegin[gpu->ntb] = (uint16_t)k.nkop;
     kp->pbegin[gpu->ntb] = (uint16_t)k.nopnd;
-    a->kp_on = 1;
+    return 1;
+}
+
+static uint64_t kp_ptr_at(const struct mscx_kprog *kp, const struct mscx_kopnd *d, char *scratch, uint64_t half,
+                          uint32_t parity)
+{
+    uint32_t flag = parity ? 1u : 2u; /* any flag of that parity */
+    if (d->base >= MSCX_KB_RBUF) {
+        uint32_t r = d->base - MSCX_KB_RBUF;
+        return (uint64_t)(uintptr_t)(kp->rsc[r] + mscx_scratch_offset(flag, kp->rhalf[r]) + d->off);
+    }
+    return (uint64_t)(uintptr_t)(scratch + mscx_scratch_offset(flag, half) + d->off);
+}
+
+size_t mscx_gpu_kp_encode(const struct mscx_kprog *kp, uint32_t ntb, char *scratch, uint64_t scratch_half,
+                          void *dst, size_t cap, uint32_t *stride_p, uint32_t *kmax_p, uint32_t *pmax_p)
+{
+    uint32_t kmax = 0, pmax = 0;
+    if (ntb > MSCX_KP_MAX_BLOCKS)
+        return 0;
+    for (uint32_t b = 0; b < ntb; b++) {
+        uint32_t nk = kp->kbegin[b + 1] - kp->kbegin[b], np = kp->pbegin[b + 1] - kp->pbegin[b];
+        kmax = nk > kmax ? nk : kmax;
+        pmax = np > pmax ? np : pmax;
+    }
+    size_t stride = 16u * (1u + (size_t)kmax + pmax), bytes = stride * ntb;
+    if (bytes == 0 || bytes > cap)
+        return 0;
+    memset(dst, 0, bytes);
+    for (uint32_t b = 0; b < ntb; b++) {
+        char *rec = (char *)dst + stride * b;
+        struct mscx_kblk_head *h = (struct mscx_kblk_head *)rec;
+        struct mscx_kop *ko = (struct mscx_kop *)(rec + 16);
+        struct mscx_kptr *po = (struct mscx_kptr *)(rec + 16u * (1u + kmax));
+        uint32_t kb = kp->kbegin[b], pb = kp->pbegin[b];
+        h->nk = kp->kbegin[b + 1] - kb;
+        h->np = kp->pbegin[b + 1] - pb;
+        h->obase = kp->obase[b];
+        for (uint32_t i = 0; i < h->nk; i++) {
+            ko[i] = kp->kop[kb + i];
+            ko[i].opnd = (uint16_t)(kp->kop[kb + i].opnd - pb);
+        }
+        for (uint32_t i = 0; i < h->np; i++) {
+            const struct mscx_kopnd *d = &kp->opnd[pb + i];
+            if (d->base == MSCX_KB_IN || d->base == MSCX_KB_OUT) {
+                po[i].v[0] = (d->base == MSCX_KB_IN ? MSCX_KPTR_IN : MSCX_KPTR_OUT) | d->off;
+                po[i].v[1] = po[i].v[0];
+            } else {
+                po[i].v[0] = kp_ptr_at(kp, d, scratch, scratch_half, 0);
+                po[i].v[1] = kp_ptr_at(kp, d, scratch, scratch_half, 1);
+            }
+        }
+    }
+    *stride_p = (uint32_t)stride;
+    *kmax_p = kmax;
+    *pmax_p = pmax;
+    return bytes;
 }

@@ -33,6 +33,10 @@ struct gpu_rec {
     cudaIpcMemHandle_t scratch_ipc;
 };
 
+/* compiled programs kept per plan context (sizes, dtypes and packet formats seen) and their arena */
+#define MSCX_GPU_KP_ENTRIES 64
+#define MSCX_GPU_KP_ARENA (256u * 1024u)
+
 struct gpu_plan {
     const struct mscx_plan *plan;
     uint32_t ntb, nthreads;
@@ -56,8 +60,26 @@ struct gpu_plan {
     int publish, sys_scope; /* copies of the context's flags (kernel arguments) */
     struct mscx_dev_op *h_ops;      /* the uploaded op image (sync marks set), for the launch compiler */
     struct mscx_kp_rbuf *kp_rbuf;   /* [nrbuf] remote buffers as the compiler sees them */
+    /*
+     * Compiled programs, one per (size, dtype, packet format) seen, appended
+     * to an arena in device memory (and its pinned mirror, the copy source)
+     * and never freed before the context: a captured graph keeps pointing at
+     * its program. When the arena is full, new sizes run the interpreter.
+     */
+    struct mscx_kprog *kp_tmp;      /* the compiler's output before encoding */
+    char *kp_dev, *kp_pin;
+    size_t kp_cap, kp_used;
+    uint32_t kp_nent;
+    int kp_full_said;
+    struct kp_ent {
+        uint64_t msg;
+        int dtype, pkt;
+        size_t off;
+        uint32_t stride, kmax_ops, kmax_opnd, interp_mask;
+        int uploaded; /* copied outside capture (a copy captured in a graph runs only with it) */
+    } kp_ent[MSCX_GPU_KP_ENTRIES];
     int c_pkt;
-    uint32_t c_kp_on;               /* the cached program compiled */
+    int c_kent;                     /* the cached launch's program: kp_ent index, -1: none */
     struct mscx_trace_rec *d_trace; /* MSCX_TRACE: [ntb][MSCX_TRACE_CAP] device records */
     uint32_t *d_trace_n;            /* [ntb] ring positions */
     struct gpu_port *port;  /* port channels through the CPU proxy (NULL: none) */
@@ -82,6 +104,7 @@ struct mscx_exec {
     struct local_group *group;
     int traced; /* MSCX_TRACE was set at create: plans record per-op times */
     struct gpu_net *net;            /* proxy streams and TCP endpoint (NULL until a plan needs them) */
+    cudaStream_t ustream;           /* compiled program uploads (NULL until the first) */
     uint32_t nplans;
     struct gpu_plan plans[MSCX_GPU_MAX_PLANS];
 };
@@ -231,6 +254,8 @@ mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device,
     *exec_p = ex;
     return MSCX_OK;
 fail:
+    if (ex->ustream)
+        cudaStreamDestroy(ex->ustream);
     if (ex->host)
         cudaFreeHost(ex->host);
     free(ex);
@@ -621,6 +646,17 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
         if (gp->tmp_bytes)
             GPU_CHECK_GOTO(cudaMalloc((void **)&gp->tmp, gp->tmp_bytes), st, fail);
     }
+    if (gp->ntb) {
+        gp->kp_tmp = malloc(sizeof(*gp->kp_tmp));
+        if (!gp->kp_tmp) {
+            st = MSCX_ERR_NO_MEMORY;
+            goto fail;
+        }
+        gp->kp_cap = MSCX_GPU_KP_ARENA;
+        GPU_CHECK_GOTO(cudaMalloc((void **)&gp->kp_dev, gp->kp_cap), st, fail);
+        GPU_CHECK_GOTO(cudaHostAlloc((void **)&gp->kp_pin, gp->kp_cap, cudaHostAllocDefault), st, fail);
+    }
+    gp->c_kent = -1;
     GPU_CHECK_GOTO(cudaDeviceSynchronize(), st, fail);
     struct gpu_rec mine;
     memset(&mine, 0, sizeof(mine));
@@ -773,6 +809,72 @@ static mscx_status_t alias_adapt(const struct gpu_plan *gp, uint32_t rank, const
     return MSCX_OK;
 }
 
+/*
+ * The compiled program for (@p msg, @p dtype, @p pkt): an entry of the
+ * plan's arena, compiled and encoded on first use. @return its index, or -1
+ * when the program does not compile or the arena is full (interpreter).
+ */
+static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t rank, uint64_t msg, int dtype, int pkt,
+                   const struct mscx_gpu_args *a)
+{
+    for (uint32_t i = 0; i < gp->kp_nent; i++) {
+        const struct kp_ent *e = &gp->kp_ent[i];
+        if (e->msg == msg && e->dtype == dtype && e->pkt == pkt)
+            return (int)i;
+    }
+    if (!gp->kp_tmp || !mscx_gpu_compile(plan, rank, gp->h_ops, gp->kp_rbuf, a, gp->kp_tmp))
+        return -1;
+    struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, 0};
+    size_t bytes = 0;
+    if (gp->kp_nent < MSCX_GPU_KP_ENTRIES)
+        bytes = mscx_gpu_kp_encode(gp->kp_tmp, gp->ntb, gp->scratch, gp->scratch_half, gp->kp_pin + gp->kp_used,
+                                   gp->kp_cap - gp->kp_used, &e.stride, &e.kmax_ops, &e.kmax_opnd);
+    if (bytes == 0) {
+        if (!gp->kp_full_said)
+            MSCX_INFO(MSCX_SUB_EXEC, "plan %s: compiled programs of %u sizes kept, %zu bytes; new sizes run the "
+                      "interpreter", plan->name, gp->kp_nent, gp->kp_used);
+        gp->kp_full_said = 1;
+        return -1;
+    }
+    gp->kp_used += (bytes + 255u) & ~(size_t)255u;
+    gp->kp_ent[gp->kp_nent] = e;
+    return (int)gp->kp_nent++;
+}
+
+/*
+ * Make entry @p e's program visible to a kernel on @p stream. Outside
+ * capture it is copied once, on a private stream that is then
+ * synchronised (so a later launch on any stream sees it; the copy waits for
+ * nothing the caller's streams run). Under capture the copy is captured on
+ * @p stream ahead of the kernel, and the entry stays "not uploaded": the
+ * graph may never be launched.
+ */
+static mscx_status_t kp_upload(struct mscx_exec *ex, struct gpu_plan *gp, struct kp_ent *e, cudaStream_t stream)
+{
+    if (e->uploaded)
+        return MSCX_OK;
+    size_t bytes = (size_t)e->stride * gp->ntb;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess)
+        return gpu_check(cudaGetLastError(), "capture status of the launch stream");
+    if (cs != cudaStreamCaptureStatusNone) {
+        if (cudaMemcpyAsync(gp->kp_dev + e->off, gp->kp_pin + e->off, bytes, cudaMemcpyHostToDevice, stream) !=
+            cudaSuccess)
+            return gpu_check(cudaGetLastError(), "program copy (captured)");
+        return MSCX_OK;
+    }
+    if (!ex->ustream && cudaStreamCreateWithFlags(&ex->ustream, cudaStreamNonBlocking) != cudaSuccess) {
+        ex->ustream = NULL;
+        return gpu_check(cudaGetLastError(), "program upload stream");
+    }
+    if (cudaMemcpyAsync(gp->kp_dev + e->off, gp->kp_pin + e->off, bytes, cudaMemcpyHostToDevice, ex->ustream) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(ex->ustream) != cudaSuccess)
+        return gpu_check(cudaGetLastError(), "program upload");
+    e->uploaded = 1;
+    return MSCX_OK;
+}
+
 mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf, void *recvbuf,
                                uint64_t msg_bytes, enum mscx_dtype dtype, enum mscx_redop op,
                                enum mscx_pkt_format pkt, void *stream)
@@ -840,11 +942,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
             a->trace_n = gp->d_trace_n;
         }
         a->pkt = pkt;
-        gp->c_kp_on = 0;
-        if (cfg->exec_compile) {
-            mscx_gpu_compile(plan, ex->bs.rank, gp->h_ops, gp->kp_rbuf, a);
-            gp->c_kp_on = a->kp_on;
-        }
+        gp->c_kent = cfg->exec_compile ? kp_find(gp, plan, ex->bs.rank, msg_bytes, (int)dtype, (int)pkt, a) : -1;
         gp->c_msg = msg_bytes;
         gp->c_dtype = (int)dtype;
         gp->c_pkt = (int)pkt;
@@ -860,8 +958,19 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     a->dtype = dtype;
     a->op = op;
     a->pkt = pkt;
-    a->kp_on = gp->c_kp_on && (((uintptr_t)ap.in | (uintptr_t)ap.out) & 15u) == 0;
     cudaStream_t s = (cudaStream_t)stream;
+    a->kprog = NULL;
+    if (gp->c_kent >= 0 && (((uintptr_t)ap.in | (uintptr_t)ap.out) & 15u) == 0) {
+        struct kp_ent *e = &gp->kp_ent[gp->c_kent];
+        mscx_status_t ust = kp_upload(ex, gp, e, s);
+        if (ust != MSCX_OK)
+            return ust;
+        a->kprog = gp->kp_dev + e->off;
+        a->kstride = e->stride;
+        a->kmax_ops = e->kmax_ops;
+        a->kmax_opnd = e->kmax_opnd;
+        a->interp_mask = e->interp_mask;
+    }
     if (ap.pre_bytes && cudaMemcpyAsync(ap.pre_dst, ap.pre_src, ap.pre_bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
         return gpu_check(cudaGetLastError(), "staging copy");
     if (gp->ntb != 0 && !(gp->idle && !gp->publish)) {
@@ -930,6 +1039,11 @@ void mscx_exec_destroy(struct mscx_exec *ex)
         free(gp->recs);
         free(gp->h_ops);
         free(gp->kp_rbuf);
+        free(gp->kp_tmp);
+        if (gp->kp_dev)
+            cudaFree(gp->kp_dev);
+        if (gp->kp_pin)
+            cudaFreeHost(gp->kp_pin);
     }
     if (ex->traced) {
         pthread_mutex_lock(&g_trace.lock);
@@ -941,6 +1055,8 @@ void mscx_exec_destroy(struct mscx_exec *ex)
         free(ex->group->execs);
         free(ex->group);
     }
+    if (ex->ustream)
+        cudaStreamDestroy(ex->ustream);
     if (ex->host)
         cudaFreeHost(ex->host);
     free(ex);

@@ -122,14 +122,16 @@ struct mscx_gpu_ctx {
  * The compiled program of a launch ("kprog"): for a given message size the
  * host resolves every data op of every block into its operands' byte
  * offsets, slice lengths and unit counts (exactly as the interpreter would at
- * run time) and passes the result in the kernel parameters, so the kernel
- * runs a data op with a handful of instructions and no dependent loads. An
+ * run time), so the kernel runs a data op with a handful of instructions and
+ * no dependent loads. The program is encoded as block records
+ * (struct mscx_kblk_head) kept in device memory per size (gpu_exec.c), and
+ * the launch passes a pointer to them. An
  * op the compiler does not take (signals, waits, barriers, semaphores, user
  * buffers of peers, anything that is not flat in memory) is a GENERIC entry
  * that the interpreter runs from the uploaded op table. A block with a
  * pipeline runs entirely in the interpreter; a rank whose program does not
  * fit here (or a launch whose user pointers are not 16-byte aligned) runs
- * the interpreter alone (kp_on 0).
+ * the interpreter alone (no program: kprog NULL).
  */
 #define MSCX_KP_MAX_BLOCKS 32
 #define MSCX_KP_MAX_OPS 96
@@ -211,10 +213,39 @@ struct mscx_gpu_args {
     uint32_t trace_cap;      /* MSCX_TRACE: records per block in trace (a ring), 0: tracing off */
     struct mscx_trace_rec *trace; /* [ntb][trace_cap] */
     uint32_t *trace_n;       /* [ntb] records written by block b so far (ring position) */
-    uint32_t kp_on;          /* the compiled program below is valid for this launch */
     uint32_t port;           /* = ctx->port != NULL: some port channel goes through the proxy */
-    struct mscx_kprog kp;
+    /* the compiled program of this launch in device memory (struct mscx_kblk records), NULL: interpreter only */
+    const char *kprog;
+    uint32_t kstride;        /* bytes of one block's record: 16 * (1 + kmax_ops + kmax_opnd) */
+    uint32_t kmax_ops;       /* entry slots of a record */
+    uint32_t kmax_opnd;      /* operand slots of a record */
+    uint32_t interp_mask;    /* blocks that run the interpreter even with a program */
 };
+
+/*
+ * The compiled program as the kernel reads it: one record per block at
+ * kprog + block * kstride, all of fixed layout within a launch, so that a
+ * block stages its record with one round of coalesced loads (no load
+ * depends on another): a head, kmax_ops entries (struct mscx_kop, opnd
+ * counted from the block's first operand), then kmax_opnd operands. An
+ * operand is a pointer per scratch half: v[p] for launches of flag parity
+ * p (mscx_scratch_offset), already resolved, or a user buffer (tag in the
+ * top bits of v[0]) plus an offset, resolved against the launch's in/out.
+ */
+struct mscx_kblk_head {
+    uint32_t nk, np;  /* entries and operands of the block */
+    uint32_t obase;   /* the block's first op in the uploaded table (GENERIC entries) */
+    uint32_t pad;
+};
+
+struct mscx_kptr {
+    uint64_t v[2];
+};
+
+#define MSCX_KPTR_TAG_SHIFT 62
+#define MSCX_KPTR_IN (1ull << MSCX_KPTR_TAG_SHIFT)
+#define MSCX_KPTR_OUT (2ull << MSCX_KPTR_TAG_SHIFT)
+#define MSCX_KPTR_OFF_MASK ((1ull << MSCX_KPTR_TAG_SHIFT) - 1u)
 
 /* gpu_compile.c: what the compiler needs to know about the rank's remote buffers. */
 struct mscx_kp_rbuf {
@@ -224,13 +255,23 @@ struct mscx_kp_rbuf {
 };
 
 /**
- * Compile rank @p rank's program for the geometry in @p a (in_bytes, geom[]):
- * fills a->kp and sets a->kp_on (0 when the program does not fit).
+ * Compile rank @p rank's program for the geometry in @p a (pkt, in_bytes,
+ * out_bytes, geom[]) into @p kp.
  * @param ops the rank's uploaded op image (sync marks set)
+ * @return 1 when compiled, 0 when the program does not fit (interpreter only)
  */
 struct mscx_plan;
-void mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
-                      const struct mscx_kp_rbuf *rbuf, struct mscx_gpu_args *a);
+int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
+                     const struct mscx_kp_rbuf *rbuf, const struct mscx_gpu_args *a, struct mscx_kprog *kp);
+
+/**
+ * Encode @p kp (of @p ntb blocks) as the kernel's block records into @p dst
+ * (at most @p cap bytes), resolving scratch operands for both halves: own
+ * scratch at @p scratch with halves of @p scratch_half.
+ * @return the bytes written (ntb * stride), 0 when they do not fit in @p cap
+ */
+size_t mscx_gpu_kp_encode(const struct mscx_kprog *kp, uint32_t ntb, char *scratch, uint64_t scratch_half,
+                          void *dst, size_t cap, uint32_t *stride, uint32_t *kmax_ops, uint32_t *kmax_opnd);
 
 /* Implemented in kernels/exec_kernel.cu (dispatch) and kernels/exec_k_*.cu (one per packet format). */
 int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads, void *stream);

@@ -16,6 +16,7 @@
 #include "test_common.h"
 #include "mscx/plan.h"
 #include "gpu_int.h"
+#include "op_sem.h"
 #include "plan_int.h"
 
 #define MAX_RB 64
@@ -24,6 +25,8 @@ struct ctx {
     const struct mscx_plan *plan;
     uint32_t rank;
     struct mscx_gpu_args a;
+    struct mscx_kprog kp;
+    uint64_t own_half; /* this rank's fixed scratch half (0: single buffered) */
     struct mscx_kp_rbuf rb[MAX_RB];
     uint64_t rb_bytes[MAX_RB]; /* usable bytes from the operand base: the owner's half */
     uint64_t own_bytes;
@@ -53,6 +56,7 @@ static int setup(struct ctx *c, uint64_t msg, enum mscx_dtype dt, enum mscx_pkt_
     c->a.geom[0].out_chunk = g.out_chunk;
     c->a.pkt = pkt;
     c->own_bytes = half_or_all(&g);
+    c->own_half = g.scratch_half;
     for (uint32_t i = 0; i < gpu->nops; i++)
         if (mscx_opcode_reduces(gpu->ops[i].opcode))
             c->a.reduce = 1;
@@ -104,7 +108,7 @@ static uint64_t base_bytes(const struct ctx *c, uint32_t base)
 /* Operand j of entry k covers [off, off + bytes): inside its buffer. */
 static void check_opnd(const struct ctx *c, const struct mscx_kop *k, uint32_t j, uint64_t bytes, const char *what)
 {
-    const struct mscx_kopnd *o = &c->a.kp.opnd[k->opnd + j];
+    const struct mscx_kopnd *o = &c->kp.opnd[k->opnd + j];
     uint64_t have = base_bytes(c, o->base);
     ck_assert_msg((uint64_t)o->off + bytes <= have,
                   "plan %s rank %u op %u (%s, kind %u): operand %u (%s, base %u) [%u, +%llu) past %llu bytes",
@@ -116,7 +120,7 @@ static void check_opnd(const struct ctx *c, const struct mscx_kop *k, uint32_t j
 static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p)
 {
     const struct mscx_gpu *gpu = &c->plan->gpus[c->rank];
-    const struct mscx_kprog *kp = &c->a.kp;
+    const struct mscx_kprog *kp = &c->kp;
     const uint64_t pl = c->a.pkt == MSCX_PKT_LL8 ? 4u : 8u;
     uint32_t generic = 0, compiled = 0;
     for (uint32_t b = 0; b < gpu->ntb; b++) {
@@ -176,6 +180,72 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p)
     return generic;
 }
 
+/* The operand's pointer as the kernel resolved it before programs moved to device memory (launch flag @p f). */
+static uint64_t old_kbase(const struct ctx *c, const struct mscx_kopnd *d, uint32_t f, uint64_t in, uint64_t out,
+                          uint64_t scratch)
+{
+    if (d->base >= MSCX_KB_RBUF) {
+        uint32_t k = d->base - MSCX_KB_RBUF;
+        return (uint64_t)(uintptr_t)c->kp.rsc[k] + mscx_scratch_offset(f, c->kp.rhalf[k]) + d->off;
+    }
+    if (d->base == MSCX_KB_SCRATCH)
+        return scratch + mscx_scratch_offset(f, c->own_half) + d->off;
+    return (d->base == MSCX_KB_IN ? in : out) + d->off;
+}
+
+/*
+ * The encoded block records (what the kernel stages) say what the program
+ * says: same entries (operands counted from the block's first), and every
+ * operand, resolved as the kernel does for an odd and an even flag, equal to
+ * base + offset for that flag.
+ */
+static void check_encoding(const struct ctx *c)
+{
+    const struct mscx_gpu *gpu = &c->plan->gpus[c->rank];
+    static char buf[1 << 20];
+    const uint64_t scratch = 0x7f0000000000ull, in = 0x7e0000000000ull, out = 0x7d0000000000ull;
+    uint32_t stride, km, pm;
+    size_t bytes = mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf, sizeof(buf),
+                                      &stride, &km, &pm);
+    ck_assert_uint_eq(bytes, (size_t)stride * gpu->ntb);
+    ck_assert_uint_eq(stride, 16u * (1u + km + pm));
+    ck_assert_uint_eq(mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf, bytes - 1,
+                                         &stride, &km, &pm), 0); /* one byte short: refused */
+    bytes = mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf, sizeof(buf), &stride,
+                               &km, &pm);
+    for (uint32_t b = 0; b < gpu->ntb; b++) {
+        const char *rec = buf + (size_t)stride * b;
+        const struct mscx_kblk_head *h = (const struct mscx_kblk_head *)rec;
+        const struct mscx_kop *ko = (const struct mscx_kop *)(rec + 16);
+        const struct mscx_kptr *po = (const struct mscx_kptr *)(rec + 16u * (1u + km));
+        uint32_t kb = c->kp.kbegin[b], pb = c->kp.pbegin[b];
+        ck_assert_uint_eq(h->nk, c->kp.kbegin[b + 1] - kb);
+        ck_assert_uint_eq(h->np, c->kp.pbegin[b + 1] - pb);
+        ck_assert_uint_le(h->nk, km);
+        ck_assert_uint_le(h->np, pm);
+        ck_assert_uint_eq(h->obase, c->kp.obase[b]);
+        for (uint32_t i = 0; i < h->nk; i++) {
+            struct mscx_kop want = c->kp.kop[kb + i];
+            want.opnd = (uint16_t)(want.opnd - pb);
+            ck_assert_int_eq(memcmp(&ko[i], &want, sizeof(want)), 0);
+        }
+        for (uint32_t i = 0; i < h->np; i++) {
+            const struct mscx_kopnd *d = &c->kp.opnd[pb + i];
+            for (uint32_t f = 1; f <= 2; f++) { /* odd, even */
+                uint64_t v0 = po[i].v[0], tag = v0 >> MSCX_KPTR_TAG_SHIFT, got;
+                if (tag == 0)
+                    got = po[i].v[f & 1u];
+                else
+                    got = (tag == 1 ? in : out) + (v0 & MSCX_KPTR_OFF_MASK);
+                ck_assert_msg(got == old_kbase(c, d, f, in, out, scratch),
+                              "plan %s rank %u block %u operand %u flag parity %u: %#llx, want %#llx", c->plan->name,
+                              c->rank, b, i, f & 1u, (unsigned long long)got,
+                              (unsigned long long)old_kbase(c, d, f, in, out, scratch));
+            }
+        }
+    }
+}
+
 static int cmp_str(const void *x, const void *y)
 {
     return strcmp(*(char *const *)x, *(char *const *)y);
@@ -226,12 +296,13 @@ START_TEST(test_compile_shipped_plans)
                         enum mscx_pkt_format pkt = pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16;
                         if (sizes[s] < mn || sizes[s] > mx || setup(c, sizes[s], dt, pkt) != 0)
                             continue;
-                        mscx_gpu_compile(plan, r, img, c->rb, &c->a);
+                        int on = mscx_gpu_compile(plan, r, img, c->rb, &c->a, &c->kp);
                         launches++;
-                        if (!c->a.kp_on)
+                        if (!on)
                             continue;
                         compiled_launches++;
                         uint32_t generic = check_program(c, &entries);
+                        check_encoding(c);
                         /* the one-shot plans are what small messages run: at the range ends nothing may be left */
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             ck_assert_msg(generic == 0, "%s rank %u, %llu bytes: %u ops left to the interpreter",
