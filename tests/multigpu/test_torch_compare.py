@@ -10,9 +10,11 @@ import os
 import struct
 import sys
 import tempfile
-import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+import pycheck  # noqa: E402
 import torch_job as tj  # noqa: E402
 
 
@@ -51,12 +53,7 @@ BASE = {"ag": (True, True, [f32([1, 2, 3, 4])] * 2),
         "rs": (True, False, [f32([5]), f32([6])])}
 LOSSES = [[2.5, 2.0, 1.5], [2.6, 2.1, 1.4]]
 
-TESTS = []
-
-
-def test(f):
-    TESTS.append(f)
-    return f
+test = pycheck.Tests()
 
 
 def run_cmp(t, new_tensors, new_losses=LOSSES, summary=(3, 4), require_routed=True):
@@ -146,20 +143,5 @@ def decode_half_and_bf16():
     assert tj.decode(struct.pack("<H", 0x3fc0), "bfloat16") == [1.5]
 
 
-def main():
-    passed = failed = 0
-    for f in TESTS:
-        try:
-            f()
-            passed += 1
-            print("ok   %s" % f.__name__)
-        except Exception:  # noqa: BLE001 - report every failure, keep going
-            failed += 1
-            print("FAIL %s" % f.__name__)
-            traceback.print_exc()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(test.main())
