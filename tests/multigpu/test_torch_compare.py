@@ -3,7 +3,6 @@
 """Unit test of the comparer in tests/multigpu/torch_job.py on synthetic rank
 dumps (no torch needed). Prints 'N passed, M failed'; exit 1 on failure."""
 import array
-import hashlib
 import io
 import json
 import os
@@ -27,21 +26,14 @@ def bits(x):
 
 
 def write_run(d, world, tensors, losses, summary=None):
-    """tensors: {name: (exact, same_on_ranks, [bytes per rank])}."""
+    """tensors: {name: (exact, same_on_ranks, [float32 bytes per rank])}, written by the job's own Recorder."""
     os.makedirs(d)
     for r in range(world):
-        idx, blob = {}, b""
+        rec = tj.Recorder(d, r)
         for name, (exact, same, per_rank) in tensors.items():
-            raw = per_rank[r]
-            idx[name] = {"dtype": "float32", "shape": [len(raw) // 4], "offset": len(blob), "nbytes": len(raw),
-                         "sha256": hashlib.sha256(raw).hexdigest(), "exact": exact, "same_on_ranks": same,
-                         "group": None}
-            blob += raw
-        with open(os.path.join(d, "rank%d.bin" % r), "wb") as fh:
-            fh.write(blob)
-        with open(os.path.join(d, "rank%d.json" % r), "w") as fh:
-            json.dump({"rank": r, "world": world, "tensors": idx, "losses": [bits(x) for x in losses[r]],
-                       "skipped": {}}, fh)
+            rec.put_raw(name, per_rank[r], "float32", [len(per_rank[r]) // 4], exact, same)
+        rec.losses = [bits(x) for x in losses[r]]
+        rec.close(world, {})
     if summary is not None:
         for r, s in enumerate(summary):
             with open(os.path.join(d, "sum.json.%d" % r), "w") as fh:
