@@ -5,7 +5,8 @@
  * allgather and a barrier over those sockets (bounded by a timeout: a dead
  * peer gives EOF, a hung one a timeout, never a hang), and a parent-side wait
  * with a hard deadline that kills every rank when it passes.
- * tests/net/net_pair.h (two ranks) uses the same exact read and write.
+ * tests/net/net_pair.h (two ranks, the parent one of them) uses the same
+ * exact read and write and the same bounded wait.
  */
 #ifndef MSCX_TEST_PROC_MESH_H
 #define MSCX_TEST_PROC_MESH_H
@@ -32,29 +33,33 @@ struct proc_mesh {
     int timeout_ms;        /* per exchange; < 0: none */
 };
 
+/* Account one read(2) or write(2) result @p n in @p done. @return 0 (moved on, or EINTR: try again), -1 (EOF
+ * or error). */
+static inline int proc_mesh_step(ssize_t n, size_t *done)
+{
+    if (n < 0 && errno == EINTR)
+        return 0;
+    if (n <= 0)
+        return -1;
+    *done += (size_t)n;
+    return 0;
+}
+
 /** Write all of @p buf. @return 0, or -1 (peer gone). */
 static inline int proc_mesh_write(int fd, const void *buf, size_t len)
 {
-    const char *p = (const char *)buf;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
+    for (size_t done = 0; done < len;)
+        if (proc_mesh_step(write(fd, (const char *)buf + done, len - done), &done) < 0)
             return -1;
-        p += n;
-        len -= (size_t)n;
-    }
     return 0;
 }
 
 /** Read exactly @p len bytes, waiting at most @p timeout_ms in all (< 0: no limit). @return 0, or -1. */
 static inline int proc_mesh_read(int fd, void *buf, size_t len, int timeout_ms)
 {
-    char *p = (char *)buf;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (len) {
+    for (size_t done = 0; done < len;) {
         if (timeout_ms >= 0) {
             struct timespec t1;
             clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -67,13 +72,8 @@ static inline int proc_mesh_read(int fd, void *buf, size_t len, int timeout_ms)
             if (r <= 0)
                 return -1;
         }
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
+        if (proc_mesh_step(read(fd, (char *)buf + done, len - done), &done) < 0)
             return -1;
-        p += n;
-        len -= (size_t)n;
     }
     return 0;
 }

@@ -16,11 +16,12 @@ Exits 77 when the program does (no GPU, no torch).
 """
 import argparse
 import glob
-import importlib.machinery
-import importlib.util
 import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import pycheck  # noqa: E402
 
 
 def real_nccl():
@@ -109,11 +110,7 @@ def main():
             bad += 1
     print("compared %d cases bit for bit: %d differ" % (len(a_cases), bad))
 
-    loader = importlib.machinery.SourceFileLoader("mscx_ab", a.ab)
-    spec = importlib.util.spec_from_loader("mscx_ab", loader)
-    ab = importlib.util.module_from_spec(spec)
-    loader.exec_module(ab)
-    s = ab.read_summary(summary)
+    s = pycheck.load_script(a.ab, "mscx_ab").read_summary(summary)
     if s is None:
         print("FAIL: the shim wrote no summary at %s" % summary)
         return 1

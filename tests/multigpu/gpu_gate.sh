@@ -3,7 +3,10 @@
 # gpu_gate.sh MIN [--torch] -- CMD...: run CMD only when at least MIN GPUs are
 # present (nvidia-smi -L, or torch.cuda.device_count() with --torch, which
 # also needs torch importable); otherwise exit 77, meson's "skipped".
+# The GPU counts are tools/multigpu/common.sh's, as the sweep scripts count.
 set -euo pipefail
+MG_NAME=gpu_gate
+. "$(dirname "$0")/../../tools/multigpu/common.sh"
 min=$1
 shift
 need_torch=0
@@ -14,15 +17,12 @@ fi
 [ "${1:-}" = -- ] && shift
 py=${PYTHON:-python3}
 if [ "$need_torch" = 1 ]; then
-    if ! n=$("$py" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null); then
+    if ! n=$(mg_torch_gpus "$py" 2>/dev/null); then
         echo "SKIP: $py cannot import torch"
         exit 77
     fi
 else
-    n=0
-    if command -v nvidia-smi >/dev/null 2>&1; then
-        n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-    fi
+    n=$(mg_nvidia_gpus)
 fi
 if [ "$n" -lt "$min" ]; then
     echo "SKIP: needs $min GPUs, found $n"

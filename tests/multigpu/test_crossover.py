@@ -8,11 +8,12 @@ import json
 import os
 import sys
 import tempfile
-import traceback
 
 ROOT = os.environ.get("MSCX_SOURCE_ROOT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "multigpu"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
 import crossover as cx  # noqa: E402
+import pycheck  # noqa: E402
 
 K, M = 1024, 1024 * 1024
 SIZES = [K << i for i in range(11)]  # 1K .. 1M
@@ -58,12 +59,7 @@ def fast_until(limit, fast=2.0, nccl=10.0, slow=20.0):
     return {s: nccl for s in SIZES}, {s: (fast if s <= limit else slow) for s in SIZES}
 
 
-TESTS = []
-
-
-def test(f):
-    TESTS.append(f)
-    return f
+test = pycheck.Tests()
 
 
 @test
@@ -241,20 +237,5 @@ def main_writes_json_and_exit_status():
             assert cx.main([sweep2, "--plan-dir", pdir, "--failures", fails]) == 1
 
 
-def main():
-    passed = failed = 0
-    for f in TESTS:
-        try:
-            f()
-            passed += 1
-            print("ok   %s" % f.__name__)
-        except Exception:  # noqa: BLE001 - report every failure, keep going
-            failed += 1
-            print("FAIL %s" % f.__name__)
-            traceback.print_exc()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(test.main())

@@ -3,16 +3,17 @@
 """Unit test of the comparer in tests/multigpu/torch_job.py on synthetic rank
 dumps (no torch needed). Prints 'N passed, M failed'; exit 1 on failure."""
 import array
-import hashlib
 import io
 import json
 import os
 import struct
 import sys
 import tempfile
-import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+import pycheck  # noqa: E402
 import torch_job as tj  # noqa: E402
 
 
@@ -25,21 +26,14 @@ def bits(x):
 
 
 def write_run(d, world, tensors, losses, summary=None):
-    """tensors: {name: (exact, same_on_ranks, [bytes per rank])}."""
+    """tensors: {name: (exact, same_on_ranks, [float32 bytes per rank])}, written by the job's own Recorder."""
     os.makedirs(d)
     for r in range(world):
-        idx, blob = {}, b""
+        rec = tj.Recorder(d, r)
         for name, (exact, same, per_rank) in tensors.items():
-            raw = per_rank[r]
-            idx[name] = {"dtype": "float32", "shape": [len(raw) // 4], "offset": len(blob), "nbytes": len(raw),
-                         "sha256": hashlib.sha256(raw).hexdigest(), "exact": exact, "same_on_ranks": same,
-                         "group": None}
-            blob += raw
-        with open(os.path.join(d, "rank%d.bin" % r), "wb") as fh:
-            fh.write(blob)
-        with open(os.path.join(d, "rank%d.json" % r), "w") as fh:
-            json.dump({"rank": r, "world": world, "tensors": idx, "losses": [bits(x) for x in losses[r]],
-                       "skipped": {}}, fh)
+            rec.put_raw(name, per_rank[r], "float32", [len(per_rank[r]) // 4], exact, same)
+        rec.losses = [bits(x) for x in losses[r]]
+        rec.close(world, {})
     if summary is not None:
         for r, s in enumerate(summary):
             with open(os.path.join(d, "sum.json.%d" % r), "w") as fh:
@@ -51,12 +45,7 @@ BASE = {"ag": (True, True, [f32([1, 2, 3, 4])] * 2),
         "rs": (True, False, [f32([5]), f32([6])])}
 LOSSES = [[2.5, 2.0, 1.5], [2.6, 2.1, 1.4]]
 
-TESTS = []
-
-
-def test(f):
-    TESTS.append(f)
-    return f
+test = pycheck.Tests()
 
 
 def run_cmp(t, new_tensors, new_losses=LOSSES, summary=(3, 4), require_routed=True):
@@ -146,20 +135,5 @@ def decode_half_and_bf16():
     assert tj.decode(struct.pack("<H", 0x3fc0), "bfloat16") == [1.5]
 
 
-def main():
-    passed = failed = 0
-    for f in TESTS:
-        try:
-            f()
-            passed += 1
-            print("ok   %s" % f.__name__)
-        except Exception:  # noqa: BLE001 - report every failure, keep going
-            failed += 1
-            print("FAIL %s" % f.__name__)
-            traceback.print_exc()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(test.main())

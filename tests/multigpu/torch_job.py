@@ -44,10 +44,14 @@ class Recorder:
         import torch
         c = t.detach().contiguous().cpu()
         raw = c.view(torch.uint8).numpy().tobytes() if c.numel() else b""
+        self.put_raw(name, raw, str(c.dtype).replace("torch.", ""), list(c.shape), exact, same_on_ranks, group)
+
+    def put_raw(self, name, raw, dtype, shape, exact, same_on_ranks, group=None):
+        """The bytes of one tensor (no torch needed: the comparer's unit test writes runs with it)."""
         off = self.bin.tell()
         self.bin.write(raw)
-        self.index[name] = {"dtype": str(c.dtype).replace("torch.", ""), "shape": list(c.shape), "offset": off,
-                            "nbytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "exact": bool(exact),
+        self.index[name] = {"dtype": dtype, "shape": shape, "offset": off, "nbytes": len(raw),
+                            "sha256": hashlib.sha256(raw).hexdigest(), "exact": bool(exact),
                             "same_on_ranks": bool(same_on_ranks), "group": group}
 
     def close(self, world, extra):

@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ibv_wrap.h"
@@ -160,16 +158,13 @@ static int child_ib(int fd)
 
 START_TEST(ib_two_processes)
 {
-    int sv[2];
+    int fd = -1;
     use_double();
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(sv[0]);
-        _exit(child_ib(sv[1]));
-    }
-    close(sv[1]);
-    struct net_pair np = {.fd = sv[0], .rank = 0};
+    pid_t pid = net_pair_fork(&fd);
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(child_ib(fd));
+    struct net_pair np = {.fd = fd, .rank = 0};
     struct rank_state r;
     struct mscx_tp_rdesc all[4];
     struct mscx_tp_conn *conns[2] = {NULL, NULL};
@@ -196,18 +191,17 @@ START_TEST(ib_two_processes)
         mscx_status_t st = mscx_tp_ib.flush(conns[1], mscx_tp_deadline(5000));
         ck_assert_msg(st == MSCX_OK, "round %llu: flush: %s", (unsigned long long)k, mscx_test_last_warn());
         uint8_t ok = 0;
-        ck_assert_int_eq(net_pair_read(sv[0], &ok, 1), 0);
+        ck_assert_int_eq(net_pair_read(fd, &ok, 1), 0);
         ck_assert_int_eq(ok, 1);
     }
     uint8_t done = 1;
-    net_pair_write(sv[0], &done, 1);
-    int ws;
-    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child status %d", ws);
+    net_pair_write(fd, &done, 1);
+    int code = net_pair_reap(pid, 60);
+    ck_assert_msg(code == 0, "child exit code %d", code);
     mscx_tp_ib.mr_deregister(r.ep, r.mr);
     mscx_tp_ib.mr_deregister(r.ep, r.sig_mr);
     mscx_tp_ib.ep_destroy(r.ep);
-    close(sv[0]);
+    close(fd);
 }
 END_TEST
 

@@ -13,8 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +24,7 @@
 #include "transport.h"
 
 #define DL_MS 10000
+#define REAP_S 60 /* seconds the parent waits for its peer to end */
 
 /* ---- a recording link ---- */
 
@@ -486,17 +485,13 @@ static void tcp_queue_teardown(struct tcp_queue *t)
 
 START_TEST(proxy_tcp_signal_after_put)
 {
-    int sv[2];
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    pid_t pid = fork();
+    int fd = -1;
+    pid_t pid = net_pair_fork(&fd);
     ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        close(sv[0]);
-        _exit(child_receiver(sv[1]));
-    }
-    close(sv[1]);
+    if (pid == 0)
+        _exit(child_receiver(fd));
     struct tcp_queue t;
-    tcp_queue_setup(&t, sv[0]);
+    tcp_queue_setup(&t, fd);
     uint8_t *src = malloc(DATA_BYTES);
     ck_assert_ptr_nonnull(src);
     for (uint64_t i = 0; i < PKT_OFF; i++)
@@ -514,16 +509,15 @@ START_TEST(proxy_tcp_signal_after_put)
     uint64_t f = push(t.fifo, &t.head, MSCX_PREQ_FLUSH, 0, 0, 0, 0, 0);
     ck_assert_int_eq(wait_u64(&t.fifo->done, f + 1, DL_MS), 0);
     uint8_t ok = 0;
-    ck_assert_int_eq(net_pair_read(sv[0], &ok, 1), 0);
+    ck_assert_int_eq(net_pair_read(fd, &ok, 1), 0);
     ck_assert_int_eq(ok, 1);
     ck_assert_int_eq(atomic_load(&t.fb.calls), 0);
-    net_pair_write(sv[0], &ok, 1);
-    int ws;
-    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "receiver exit %d",
-                  WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+    net_pair_write(fd, &ok, 1);
+    int code = net_pair_reap(pid, REAP_S);
+    ck_assert_msg(code == 0, "receiver exit %d", code);
     tcp_queue_teardown(&t);
     free(src);
+    close(fd);
 }
 END_TEST
 
@@ -543,31 +537,26 @@ START_TEST(proxy_tcp_dead_peer)
 {
     /* mid-launch (a put served, no flush yet), the peer dies: the queue fails by itself */
     for (int with_flush = 0; with_flush < 2; with_flush++) {
-        int sv[2];
-        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-        pid_t pid = fork();
+        int fd = -1;
+        pid_t pid = net_pair_fork(&fd);
         ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-            close(sv[0]);
-            _exit(child_victim(sv[1]));
-        }
-        close(sv[1]);
+        if (pid == 0)
+            _exit(child_victim(fd));
         mscx_test_allow_warn("peer closed");
         mscx_test_allow_warn("proxy: rank 0 plan ");
         mscx_test_allow_warn("tcp");
         mscx_test_allow_warn("ib: ");
         mscx_test_allow_warn("plan ib-plan");
         struct tcp_queue t;
-        tcp_queue_setup(&t, sv[0]);
+        tcp_queue_setup(&t, fd);
         uint8_t ok = 0;
-        ck_assert_int_eq(net_pair_read(sv[0], &ok, 1), 0);
+        ck_assert_int_eq(net_pair_read(fd, &ok, 1), 0);
         static uint8_t src[4096];
         push(t.fifo, &t.head, MSCX_PREQ_PUT, 0, (uint64_t)(uintptr_t)src, 0, sizeof(src), 0);
         ck_assert_int_eq(wait_u64(&t.fifo->tail, 1, DL_MS), 0);
         uint64_t t0 = mscx_tp_now_ns();
         kill(pid, SIGKILL);
-        int ws;
-        ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+        ck_assert_int_eq(net_pair_reap(pid, REAP_S), 128 + SIGKILL);
         if (with_flush)
             push(t.fifo, &t.head, MSCX_PREQ_FLUSH, 0, 0, 0, 0, 0);
         else if (g_tp != &mscx_tp_tcp) /* RDMA learns of a dead peer only from a request to it */
@@ -581,7 +570,7 @@ START_TEST(proxy_tcp_dead_peer)
                 mscx_status_str(st), ms);
         ck_assert_uint_lt(__atomic_load_n(&t.fifo->done, __ATOMIC_ACQUIRE), 1);
         tcp_queue_teardown(&t);
-        close(sv[0]);
+        close(fd);
     }
 }
 END_TEST

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mscx/env.h"
@@ -27,6 +26,7 @@
 #define COMM_ID 0x5eedc0ffee123ull
 #define BIG (64u << 20)
 #define SIG_OFF 0 /* signal word in the child's sig region */
+#define REAP_S 60 /* seconds the parent waits for its peer to end */
 
 struct side {
     struct net_pair np;
@@ -87,29 +87,6 @@ static uint8_t pattern(uint64_t i, uint32_t seed)
     return (uint8_t)((i * 2654435761u) >> 13 ^ seed);
 }
 
-static pid_t fork_pair(int *parent_fd, int *child_fd)
-{
-    int sv[2];
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        close(sv[0]);
-        *child_fd = sv[1];
-    } else {
-        close(sv[1]);
-        *parent_fd = sv[0];
-    }
-    return pid;
-}
-
-static int child_status(pid_t pid)
-{
-    int ws;
-    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-}
-
 static const uint64_t sizes[] = {1, 7, 8, 4096, 65537, (1u << 20) + 3, BIG - 8, BIG};
 
 /* Child of the puts test: verify each put after its signal, report one byte. */
@@ -155,13 +132,14 @@ static int child_puts(int fd)
 
 START_TEST(tcp_puts_signals_flush)
 {
-    int pfd = -1, cfd = -1;
-    pid_t pid = fork_pair(&pfd, &cfd);
+    int fd = -1;
+    pid_t pid = net_pair_fork(&fd);
+    ck_assert_int_ge(pid, 0);
     if (pid == 0)
-        _exit(child_puts(cfd));
+        _exit(child_puts(fd));
 
     struct side s;
-    ck_assert_int_eq(side_setup(&s, 0, pfd, BIG), MSCX_OK);
+    ck_assert_int_eq(side_setup(&s, 0, fd, BIG), MSCX_OK);
     for (uint32_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         uint64_t off = k & 1 ? 3 : 0, len = sizes[k] - (k & 1 ? off : 0);
         uint64_t loff = len + 5 <= BIG ? 5 : 0;
@@ -176,7 +154,7 @@ START_TEST(tcp_puts_signals_flush)
             fprintf(stderr, "tcp loopback: %llu bytes put+signal+flush %.1f ms, %.2f GB/s\n",
                     (unsigned long long)len, (t1 - t0) / 1e6, len / (double)(t1 - t0));
         uint8_t ok = 0;
-        ck_assert_int_eq(net_pair_read(pfd, &ok, 1), 0);
+        ck_assert_int_eq(net_pair_read(fd, &ok, 1), 0);
         ck_assert_msg(ok == 1, "child saw wrong data for size %llu", (unsigned long long)len);
     }
     ck_assert_msg(mscx_tp_tcp_short_sends(s.conn) > 0, "64 MiB puts should have needed partial sends");
@@ -193,7 +171,7 @@ START_TEST(tcp_puts_signals_flush)
                      MSCX_OK);
     ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(10000)), MSCX_OK);
     uint8_t done = 0;
-    ck_assert_int_eq(net_pair_read(pfd, &done, 1), 0);
+    ck_assert_int_eq(net_pair_read(fd, &done, 1), 0);
 
     /* Latency: 8-byte put + flush round trips. */
     uint64_t t0 = mscx_tp_now_ns();
@@ -212,10 +190,10 @@ START_TEST(tcp_puts_signals_flush)
     ck_assert_int_eq(s.ops->signal(s.conn, &s.peer_sig, 4, mscx_tp_deadline(1000)), MSCX_ERR_INVALID_ARG);
     ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(10000)), MSCX_OK);
 
-    net_pair_write(pfd, &done, 1);
-    ck_assert_int_eq(child_status(pid), 0);
+    net_pair_write(fd, &done, 1);
+    ck_assert_int_eq(net_pair_reap(pid, REAP_S), 0);
     side_teardown(&s, BIG);
-    close(pfd);
+    close(fd);
 }
 END_TEST
 
@@ -234,13 +212,14 @@ static int child_die_mid_transfer(int fd)
 
 START_TEST(tcp_peer_killed_mid_transfer)
 {
-    int pfd = -1, cfd = -1;
-    pid_t pid = fork_pair(&pfd, &cfd);
+    int fd = -1;
+    pid_t pid = net_pair_fork(&fd);
+    ck_assert_int_ge(pid, 0);
     if (pid == 0)
-        _exit(child_die_mid_transfer(cfd));
+        _exit(child_die_mid_transfer(fd));
 
     struct side s;
-    ck_assert_int_eq(side_setup(&s, 0, pfd, BIG), MSCX_OK);
+    ck_assert_int_eq(side_setup(&s, 0, fd, BIG), MSCX_OK);
     memset(s.buf, 0xab, BIG);
     mscx_test_allow_warn("failed");
     mscx_status_t st = MSCX_OK;
@@ -256,34 +235,35 @@ START_TEST(tcp_peer_killed_mid_transfer)
     ck_assert(ms < 5000);
     ck_assert_int_eq(s.ops->progress(s.ep), MSCX_ERR_REMOTE);
     ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(1000)), MSCX_ERR_REMOTE);
-    ck_assert_int_eq(child_status(pid), 128 + SIGKILL);
+    ck_assert_int_eq(net_pair_reap(pid, REAP_S), 128 + SIGKILL);
     side_teardown(&s, BIG);
-    close(pfd);
+    close(fd);
 }
 END_TEST
 
 /* Child: connect, then die while the parent only waits (receiver side). */
 START_TEST(tcp_peer_killed_while_idle)
 {
-    int pfd = -1, cfd = -1;
-    pid_t pid = fork_pair(&pfd, &cfd);
+    int fd = -1;
+    pid_t pid = net_pair_fork(&fd);
+    ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         struct side s;
-        if (side_setup(&s, 1, cfd, 1 << 16) != MSCX_OK)
+        if (side_setup(&s, 1, fd, 1 << 16) != MSCX_OK)
             _exit(10);
         raise(SIGKILL);
     }
     struct side s;
     mscx_test_allow_warn("peer closed"); /* the child may die before setup returns here */
-    ck_assert_int_eq(side_setup(&s, 0, pfd, 1 << 16), MSCX_OK);
+    ck_assert_int_eq(side_setup(&s, 0, fd, 1 << 16), MSCX_OK);
     uint64_t dl = mscx_tp_deadline(5000);
     mscx_status_t st;
     while ((st = s.ops->progress(s.ep)) == MSCX_OK && mscx_tp_now_ns() < dl)
         usleep(1000);
     ck_assert_int_eq(st, MSCX_ERR_REMOTE);
-    ck_assert_int_eq(child_status(pid), 128 + SIGKILL);
+    ck_assert_int_eq(net_pair_reap(pid, REAP_S), 128 + SIGKILL);
     side_teardown(&s, 1 << 16);
-    close(pfd);
+    close(fd);
 }
 END_TEST
 

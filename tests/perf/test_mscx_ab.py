@@ -7,6 +7,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import pycheck  # noqa: E402
+
 FAKE = r'''#!/usr/bin/env python3
 import json, os, sys
 args = sys.argv[1:]
@@ -47,31 +50,26 @@ if shim and summ and mode != "none":
 sys.exit(1 if wrong else 0)
 '''
 
-passed = failed = 0
+check = pycheck.Checks()
 
 
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print("ok: " + name)
-    else:
-        failed += 1
-        print("FAIL: %s\n%s" % (name, detail))
+def write_fake_perf(path):
+    """FAKE as an executable at PATH, run by this interpreter (no PATH lookup needed)."""
+    with open(path, "w") as fh:
+        fh.write(FAKE.replace("#!/usr/bin/env python3", "#!" + sys.executable, 1))
+    os.chmod(path, 0o755)
 
 
 def main():
     ab = sys.argv[1]
     tmp = tempfile.mkdtemp(prefix="mscx-ab-test-")
     perf = os.path.join(tmp, "mscx-perf")
-    with open(perf, "w") as fh:
-        fh.write(FAKE.replace("#!/usr/bin/env python3", "#!" + sys.executable, 1))  # runs without PATH
-    os.chmod(perf, 0o755)
+    write_fake_perf(perf)
     shim = os.path.join(tmp, "libfake.so")
     open(shim, "w").close()
 
     def run(extra_env, *extra):
-        out = os.path.join(tmp, "out-%d" % (passed + failed))
+        out = os.path.join(tmp, "out-%d" % check.count())
         env = dict(os.environ, **extra_env)
         env.pop("MSCX_SUMMARY_FILE", None)
         p = subprocess.run([sys.executable, ab, "--perf", perf, "--shim", shim, "--runs", "2", "--out", out]
@@ -160,8 +158,7 @@ def main():
     p = subprocess.run([sys.executable, ab, "--help"], stdout=subprocess.PIPE, universal_newlines=True)
     check("--help documents the one-GPU commands", "--mode executor --nranks 8" in p.stdout, p.stdout)
     subprocess.run(["rm", "-rf", tmp])
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return check.done()
 
 
 if __name__ == "__main__":

@@ -9,20 +9,13 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_mscx_ab import FAKE  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+import pycheck  # noqa: E402
+from test_mscx_ab import write_fake_perf  # noqa: E402
 
-passed = failed = 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print("ok: " + name)
-    else:
-        failed += 1
-        print("FAIL: %s\n%s" % (name, detail))
+check = pycheck.Checks()
 
 
 def main():
@@ -31,10 +24,7 @@ def main():
     build = os.path.join(tmp, "build")
     os.makedirs(os.path.join(build, "tools", "perf"))
     os.makedirs(os.path.join(build, "shim"))
-    perf = os.path.join(build, "tools", "perf", "mscx-perf")
-    with open(perf, "w") as fh:
-        fh.write(FAKE.replace("#!/usr/bin/env python3", "#!" + sys.executable, 1))
-    os.chmod(perf, 0o755)
+    write_fake_perf(os.path.join(build, "tools", "perf", "mscx-perf"))
     open(os.path.join(build, "shim", "libmscx_nccl.so"), "w").close()
     bindir = os.path.join(tmp, "bin")
     os.makedirs(bindir)
@@ -74,8 +64,7 @@ def main():
     check("a failing A/B fails the job and is named", p.returncode != 0 and "SOME A/B RUNS FAILED" in p.stderr
           and "exec-n8-graph: FAILED" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:])
     subprocess.run(["rm", "-rf", tmp])
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return check.done()
 
 
 if __name__ == "__main__":

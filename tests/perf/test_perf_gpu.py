@@ -12,17 +12,10 @@ import subprocess
 import sys
 import tempfile
 
-passed = failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import pycheck  # noqa: E402
 
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print("ok: " + name)
-    else:
-        failed += 1
-        print("FAIL: %s\n%s" % (name, detail[-4000:]))
+check = pycheck.Checks(tail=4000)
 
 
 def main():
@@ -93,8 +86,7 @@ def main():
                           "-n", 3, "-w", 1)
         check("%s executor: checked, no wrong" % op, p.returncode == 0 and all_checked(res), log)
     subprocess.run(["rm", "-rf", tmp])
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return check.done()
 
 
 if __name__ == "__main__":

@@ -8,20 +8,13 @@ raw and through tools/mscx-ab's own parser, so the two sides must agree.
       -- DRIVER ARGS...
 """
 import argparse
-import importlib.machinery
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
-
-def load_ab(path):
-    loader = importlib.machinery.SourceFileLoader("mscx_ab", path)
-    spec = importlib.util.spec_from_loader("mscx_ab", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import pycheck  # noqa: E402
 
 
 def main():
@@ -82,7 +75,7 @@ def main():
         if a.bucket and got:
             errors.append("unexpected buckets %s" % sorted(got))
 
-    ab = load_ab(a.ab)
+    ab = pycheck.load_script(a.ab, "mscx_ab")
     s = ab.read_summary(a.summary)
     if s is None:
         errors.append("mscx-ab found no summary at %s" % a.summary)

@@ -18,10 +18,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
-
-export NCCL_NVLS_ENABLE=0
-export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-export NVSHMEM_DISABLE_NVLS=1
+MG_NAME=sweep
+. tools/multigpu/common.sh
 
 DRY=0
 RANKS="2 4 8"
@@ -84,15 +82,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-die() {
-    printf 'sweep: FAILED: %s\n' "$*" >&2
-    exit 1
-}
-log() { printf '[sweep] %s\n' "$*" >&2; }
-
-for v in $RANKS $RUNS $ITERS $WARMUP $GRAPH_LAUNCHES; do
-    case "$v" in '' | *[!0-9]*) die "not a positive integer: '$v'" ;; esac
-done
+mg_need_uints $RANKS $RUNS $ITERS $WARMUP $GRAPH_LAUNCHES
 for m in $MODES; do
     case "$m" in eager | graph) ;; *) die "unknown mode '$m' (eager, graph)" ;; esac
 done
@@ -100,27 +90,9 @@ for c in $COLLS; do
     case "$c" in allreduce | allgather | reducescatter) ;; *) die "unknown collective '$c'" ;; esac
 done
 
-# print (always) and run (unless --dry-run) one command
-run() {
-    printf '+ %s\n' "$(printf '%q ' "$@")"
-    [ "$DRY" = 1 ] && return 0
-    "$@"
-}
-
-# the same, stdout and stderr also into FILE
-run_log() {
-    local file=$1
-    shift
-    printf '+ %s> %s\n' "$(printf '%q ' "$@")" "$file"
-    [ "$DRY" = 1 ] && return 0
-    "$@" 2>&1 | tee "$file"
-    return "${PIPESTATUS[0]}"
-}
-
-NGPU=0
+NGPU=$(mg_nvidia_gpus)
 GPU_NAME=unknown
 if command -v nvidia-smi >/dev/null 2>&1; then
-    NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
     GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 |
         sed -e 's/^NVIDIA //' -e 's/[^A-Za-z0-9_.-]/-/g')
     [ -n "$GPU_NAME" ] || GPU_NAME=unknown
@@ -141,15 +113,8 @@ log "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE (multicast off); results in $OUT"
 run mkdir -p "$OUT"
 [ "$DRY" = 1 ] || : >"$FAILS"
 
-fail() {
-    printf 'sweep: FAILED: %s\n' "$*" >&2
-    [ "$DRY" = 1 ] || printf '%s\n' "$*" >>"$FAILS"
-}
-
 # ---- 1. build
-if [ "$SKIP_BUILD" = 0 ]; then
-    run env MSCX_BUILD_DIR="$BUILD" ./setup.sh build || die "./setup.sh build failed"
-fi
+mg_build
 if [ "$DRY" = 0 ]; then
     [ -x "$PERF" ] || die "$PERF was not built (needs CUDA, libnccl and nccl.h: meson -Dnccl_include=DIR)"
     [ -f "$SHIM" ] || die "$SHIM was not built"
@@ -249,14 +214,4 @@ if ! run_log "$OUT/crossovers.txt" python3 tools/multigpu/crossover.py "$OUT" --
     fail "crossover.py: targets failed or results unreadable (see $OUT/crossovers.txt)"
 fi
 
-if [ "$DRY" = 1 ]; then
-    log "dry run: nothing was run"
-    exit 0
-fi
-if [ -s "$FAILS" ]; then
-    echo "sweep: FAILED steps ($(wc -l <"$FAILS")):" >&2
-    sed 's/^/  /' "$FAILS" >&2
-    log "results (partial) in $OUT"
-    exit 1
-fi
-log "all steps passed; results in $OUT"
+mg_finish "all steps passed; results in $OUT" "results (partial) in $OUT"

@@ -17,10 +17,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
-
-export NCCL_NVLS_ENABLE=0
-export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-export NVSHMEM_DISABLE_NVLS=1
+MG_NAME=torch_ab
+. tools/multigpu/common.sh
 
 DRY=0
 NPROCS="2 4 8"
@@ -68,14 +66,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-die() {
-    printf 'torch_ab: FAILED: %s\n' "$*" >&2
-    exit 1
-}
-log() { printf '[torch_ab] %s\n' "$*" >&2; }
-for v in $NPROCS $STEPS $TIMEOUT $JOB_LIMIT; do
-    case "$v" in '' | *[!0-9]*) die "not a positive integer: '$v'" ;; esac
-done
+mg_need_uints $NPROCS $STEPS $TIMEOUT $JOB_LIMIT
 
 [ -n "$OUT" ] || OUT="docs/perf/$(date +%Y-%m-%d)-torch"
 FAILS=$OUT/failures.txt
@@ -86,37 +77,14 @@ OUT=$(abspath "$OUT")
 SHIM=$(abspath "$BUILD/shim/libmscx_nccl.so")
 PLANS=$(abspath "$PLAN_DIR")
 
-run() {
-    printf '+ %s\n' "$(printf '%q ' "$@")"
-    [ "$DRY" = 1 ] && return 0
-    "$@"
-}
-
-run_log() {
-    local file=$1
-    shift
-    printf '+ %s> %s\n' "$(printf '%q ' "$@")" "$file"
-    [ "$DRY" = 1 ] && return 0
-    mkdir -p "$(dirname "$file")"
-    "$@" 2>&1 | tee "$file"
-    return "${PIPESTATUS[0]}"
-}
-
-fail() {
-    printf 'torch_ab: FAILED: %s\n' "$*" >&2
-    [ "$DRY" = 1 ] || printf '%s\n' "$*" >>"$FAILS"
-}
-
 run mkdir -p "$OUT"
 [ "$DRY" = 1 ] || : >"$FAILS"
 
-if [ "$SKIP_BUILD" = 0 ]; then
-    run env MSCX_BUILD_DIR="$BUILD" ./setup.sh build || die "./setup.sh build failed"
-fi
+mg_build
 if [ "$DRY" = 0 ]; then
     [ -f "$SHIM" ] || die "$SHIM was not built"
     "$PY" -c 'import torch' || die "$PY cannot import torch"
-    ngpu=$("$PY" -c 'import torch; print(torch.cuda.device_count())') || die "torch cannot count GPUs"
+    ngpu=$(mg_torch_gpus "$PY") || die "torch cannot count GPUs"
     for n in $NPROCS; do
         [ "$n" -le "$ngpu" ] || die "--nproc $n needs $n GPUs, torch sees $ngpu"
     done
@@ -183,13 +151,4 @@ for n in $NPROCS; do
     fi
 done
 
-if [ "$DRY" = 1 ]; then
-    log "dry run: nothing was run"
-    exit 0
-fi
-if [ -s "$FAILS" ]; then
-    echo "torch_ab: FAILED steps ($(wc -l <"$FAILS")):" >&2
-    sed 's/^/  /' "$FAILS" >&2
-    exit 1
-fi
-log "all passed; results in $OUT"
+mg_finish "all passed; results in $OUT"

@@ -143,6 +143,25 @@ static int pg_ar_oneshot(struct pg_plan *p, uint32_t N, uint32_t T)
 }
 
 /*
+ * One node, block b = q * T + t of rank g with G = T(N-1) blocks, chunk j
+ * owned by rank j: ppkt chunk peer of the input to peer's scratch slot for
+ * g (per-peer group q), then reduce the own chunk g with the N-1 slots into
+ * @p dst (global group). Shared by two-phase allreduce and reducescatter.
+ */
+static void pg_scatter_reduce(struct pg_plan *p, uint32_t N, uint32_t T, uint32_t g, uint32_t q, uint32_t t,
+                              json_t *dst)
+{
+    uint32_t G = T * (N - 1), b = q * T + t, peer = pg_peer(g, q);
+    pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', peer, 1)),
+          pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_slot(g, peer), 1)), "memory", NULL, false,
+          pg_tbg(t, T));
+    json_t *src = pg_arr1(pg_loc('i', g, 1));
+    for (uint32_t k = 0; k < N - 1; k++)
+        A_PUSH(src, pg_loc('s', k, 1));
+    pg_op(p, g, b, "repkt", src, pg_arr1(dst), NULL, NULL, true, pg_tbg(b, G));
+}
+
+/*
  * Two-phase (section 4.1 of the format notes, with one chunk per rank): rank
  * g owns chunk g. Per-peer groups (T blocks for peer p) scatter chunk p to
  * p's scratch slot and later unpack p's result into chunk p; the global
@@ -161,13 +180,7 @@ static int pg_ar_twophase(struct pg_plan *p, uint32_t N, uint32_t T)
         for (uint32_t q = 0; q < N - 1; q++) {
             for (uint32_t t = 0; t < T; t++) {
                 uint32_t b = q * T + t, peer = pg_peer(g, q);
-                pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', peer, 1)),
-                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_slot(g, peer), 1)), "memory", NULL, false,
-                      pg_tbg(t, T));
-                json_t *src = pg_arr1(pg_loc('i', g, 1));
-                for (uint32_t k = 0; k < N - 1; k++)
-                    A_PUSH(src, pg_loc('s', k, 1));
-                pg_op(p, g, b, "repkt", src, pg_arr1(pg_loc('i', g, 1)), NULL, NULL, true, pg_tbg(b, G));
+                pg_scatter_reduce(p, N, T, g, q, t, pg_loc('i', g, 1));
                 for (uint32_t k = 0; k < N - 1; k++) {
                     uint32_t dp = pg_peer(g, k);
                     pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', g, 1)),
@@ -355,14 +368,7 @@ static int pg_rs_allpairs(struct pg_plan *p, uint32_t N, uint32_t T)
             return -1;
         for (uint32_t q = 0; q < N - 1; q++) {
             for (uint32_t t = 0; t < T; t++) {
-                uint32_t b = q * T + t, peer = pg_peer(g, q);
-                pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', peer, 1)),
-                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_slot(g, peer), 1)), "memory", NULL, false,
-                      pg_tbg(t, T));
-                json_t *src = pg_arr1(pg_loc('i', g, 1));
-                for (uint32_t k = 0; k < N - 1; k++)
-                    A_PUSH(src, pg_loc('s', k, 1));
-                pg_op(p, g, b, "repkt", src, pg_arr1(pg_loc('o', 0, 1)), NULL, NULL, true, pg_tbg(b, G));
+                pg_scatter_reduce(p, N, T, g, q, t, pg_loc('o', 0, 1));
             }
         }
     }
