@@ -140,18 +140,25 @@ __device__ __forceinline__ int mscx_spin_step(const struct mscx_dstate *s, struc
 /*
  * A peer's user pointers of this launch: the peer publishes them (and then
  * the flag, release) at the start of its launch with the same flag; wait for
- * that, so a stale pointer of an earlier launch is never used.
+ * that, so a stale pointer of an earlier launch is never used, and so the
+ * peer's stream has reached this launch before its buffers are touched. A
+ * peer in another process publishes through its IPC-mapped context the same
+ * way, but its pointers mean nothing here: the host mapped the buffers of this
+ * launch and passes them in args.uptr (MSCX_GPU_RBUF_MAPPED).
  */
-static __device__ __noinline__ char *mscx_dpeer_user(const struct mscx_dstate *s, struct mscx_gpu_pub *pub, int t)
+static __device__ __noinline__ char *mscx_dpeer_user(const struct mscx_dstate *s, const struct mscx_gpu_rbuf *rb,
+                                                     int t)
 {
     struct mscx_spin sp = {0, 0};
-    volatile uint32_t *f = &pub->flag[s->parity];
+    volatile uint32_t *f = &rb->pub->flag[s->parity];
     while (*f != s->flag) {
         if (mscx_spin_step(s, &sp))
             return NULL;
     }
     __threadfence();
-    return (char *)*(void *const volatile *)&pub->ptr[s->parity][t];
+    if (rb->kind == MSCX_GPU_RBUF_MAPPED)
+        return (char *)s->a->uptr[rb->uslot];
+    return (char *)*(void *const volatile *)&rb->pub->ptr[s->parity][t];
 }
 
 __device__ __forceinline__ struct mscx_dopnd mscx_dresolve(const struct mscx_dstate *s, const struct mscx_dev_operand *o)
@@ -169,7 +176,7 @@ __device__ __forceinline__ struct mscx_dopnd mscx_dresolve(const struct mscx_dst
             r.raw = 0;
         } else {
             int t = rb->type == MSCX_BUF_OUTPUT;
-            r.base = mscx_dpeer_user(s, rb->pub, t);
+            r.base = mscx_dpeer_user(s, rb, t);
             r.raw = 1;
             r.chunk = t ? g->out_chunk : g->in_chunk;
             r.size = r.base ? (t ? a->out_bytes : a->in_bytes) : 0;

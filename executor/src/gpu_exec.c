@@ -17,6 +17,7 @@
 #include "plan_int.h"
 #include "gpu_int.h"
 #include "gpu_port.h"
+#include "gpu_ureg.h"
 
 #define MSCX_GPU_MAX_PLANS 64
 
@@ -83,6 +84,7 @@ struct gpu_plan {
     struct mscx_trace_rec *d_trace; /* MSCX_TRACE: [ntb][MSCX_TRACE_CAP] device records */
     uint32_t *d_trace_n;            /* [ntb] ring positions */
     struct gpu_port *port;  /* port channels through the CPU proxy (NULL: none) */
+    struct gpu_ureg *ureg;  /* user buffers shared with other processes (NULL: none) */
     /* launch cache */
     uint64_t c_msg;
     int c_dtype;
@@ -394,7 +396,8 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
     gp->opened = calloc(2u * n, sizeof(void *));
     struct gpu_peer *peers = calloc(n, sizeof(*peers));
     uint32_t *node = calloc(n, sizeof(*node));
-    if (!img || !peer_ctx || !peer_scr || !gp->opened || !peers || !node) {
+    uint32_t *uslot = calloc(gpu->nrbuf ? gpu->nrbuf : 1, sizeof(*uslot));
+    if (!img || !peer_ctx || !peer_scr || !gp->opened || !peers || !node || !uslot) {
         st = MSCX_ERR_NO_MEMORY;
         goto out;
     }
@@ -406,8 +409,27 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
         peers[r].scratch_bytes = gp->recs[r].scratch_bytes;
     }
     /* every rank checks the whole plan, so that all refuse together (one process: one node) */
-    if (!ex->group && (st = mscx_gpu_topology(plan, peers, node)) != MSCX_OK)
+    if (!ex->group && ((st = mscx_gpu_topology(plan, peers, node)) != MSCX_OK ||
+                       (st = mscx_gpu_ureg_check(plan, peers)) != MSCX_OK))
         goto out;
+    for (uint32_t i = 0; i < gpu->nrbuf; i++)
+        uslot[i] = UINT32_MAX;
+    if (!ex->group) {
+        /* collective (before the port setup on every rank): user buffers that peers in other processes reach */
+        const struct mscx_config *cfg;
+        if ((st = mscx_config_get(&cfg)) != MSCX_OK)
+            goto out;
+        struct gpu_ureg_setup us = {.plan = plan,
+                                    .rank = rank,
+                                    .device = ex->device,
+                                    .bs = &ex->bs,
+                                    .peers = peers,
+                                    .node = node,
+                                    .timeout_ms = cfg->timeout_ms,
+                                    .abort = &ex->host->abort};
+        if ((st = mscx_gpu_ureg_setup(&us, uslot, &gp->ureg)) != MSCX_OK)
+            goto out;
+    }
     for (uint32_t r = 0; r < n; r++) {
         const struct gpu_rec *rc = &gp->recs[r];
         if (rc->pid == pid && rc->host == host) {
@@ -464,13 +486,16 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
             rb[i].kind = MSCX_GPU_RBUF_SCRATCH;
             rb[i].ptr = peer_scr[o];
         } else {
-            if (gp->recs[o].pid != pid || gp->recs[o].host != host) {
-                MSCX_WARN("plan %s: rank %u reads or writes rank %u's user buffer across processes: "
-                          "user buffer registration is not implemented", plan->name, rank, o);
-                st = MSCX_ERR_UNSUPPORTED;
+            /* another process: the host maps the buffers of each launch (gpu_ureg.c), the flag still comes from pub */
+            int other = gp->recs[o].pid != pid || gp->recs[o].host != host;
+            if (other != (uslot[i] != UINT32_MAX) || !peer_ctx[o]) {
+                MSCX_WARN("internal bug: plan %s: rank %u: remote buffer %u of rank %u has no mapping", plan->name,
+                          rank, i, o);
+                st = MSCX_ERR_INTERNAL;
                 goto out;
             }
-            rb[i].kind = MSCX_GPU_RBUF_USER;
+            rb[i].kind = other ? MSCX_GPU_RBUF_MAPPED : MSCX_GPU_RBUF_USER;
+            rb[i].uslot = other ? uslot[i] : 0;
             rb[i].pub = (struct mscx_gpu_pub *)(peer_ctx[o] + offsetof(struct mscx_gpu_ctx, pub));
         }
     }
@@ -544,6 +569,7 @@ out:
     free(peer_scr);
     free(peers);
     free(node);
+    free(uslot);
     return st;
 }
 
@@ -953,6 +979,12 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         return ast;
     /* the arguments are passed by value: cudaLaunchKernel copies them, so the cached ones are updated in place */
     struct mscx_gpu_args *a = &gp->c_args;
+    if (gp->ureg) {
+        /* peers in other processes reach this rank's buffers, or this rank theirs: agree on this launch's */
+        mscx_status_t ust = mscx_gpu_ureg_launch(gp->ureg, ap.in, a->in_bytes, ap.out, a->out_bytes, stream, a->uptr);
+        if (ust != MSCX_OK)
+            return ust;
+    }
     a->in = ap.in;
     a->out = ap.out;
     a->dtype = dtype;
@@ -1019,6 +1051,7 @@ void mscx_exec_destroy(struct mscx_exec *ex)
     for (uint32_t i = 0; i < ex->nplans; i++) {
         struct gpu_plan *gp = &ex->plans[i];
         mscx_gpu_port_free(gp->port);
+        mscx_gpu_ureg_destroy(gp->ureg);
         if (gp->opened) {
             for (uint32_t k = 0; k < 2u * gp->plan->nranks; k++)
                 if (gp->opened[k])

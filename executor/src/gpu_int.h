@@ -17,8 +17,13 @@ extern "C" {
 /* Remote buffer kinds in the device table. */
 enum mscx_gpu_rbuf_kind {
     MSCX_GPU_RBUF_SCRATCH = 0, /* ptr: the owner's scratch base */
-    MSCX_GPU_RBUF_USER = 1,    /* pub: the owner's published user pointers */
+    MSCX_GPU_RBUF_USER = 1,    /* pub: the owner's published user pointers (owner in this process) */
+    MSCX_GPU_RBUF_MAPPED = 2,  /* owner in another process: pub gives the launch's flag only, the pointer
+                                  is args.uptr[uslot] (its buffer mapped through CUDA IPC by the host) */
 };
+
+/* Distinct (owner, input|output) user buffers of other processes one rank's launch can reach. */
+#define MSCX_GPU_MAX_UPTR 16
 
 /* The pointers a rank publishes at each launch, by flag parity. */
 struct mscx_gpu_pub {
@@ -61,6 +66,7 @@ struct mscx_gpu_rbuf {
     uint32_t owner_scratch_chunks;
     uint64_t half;                 /* the owner's scratch half (0: single buffered), fixed per context */
     uint32_t geom;                 /* index into mscx_gpu_args.geom: the owner's chunk geometry */
+    uint32_t uslot;                /* MSCX_GPU_RBUF_MAPPED: index into mscx_gpu_args.uptr */
 };
 
 /* Error record written by the first failing thread. */
@@ -220,6 +226,8 @@ struct mscx_gpu_args {
     uint32_t kmax_ops;       /* entry slots of a record */
     uint32_t kmax_opnd;      /* operand slots of a record */
     uint32_t interp_mask;    /* blocks that run the interpreter even with a program */
+    void *uptr[MSCX_GPU_MAX_UPTR]; /* this launch's user buffers of peers in other processes, mapped here
+                                      (gpu_ureg.c), by mscx_gpu_rbuf.uslot */
 };
 
 /*

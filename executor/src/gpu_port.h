@@ -29,8 +29,9 @@ struct gpu_peer {
  * refuse together, before any collective step that could hang): memory
  * channels stay within a node; a buffer of a rank on another node is reached
  * only by port put/pws/pwsf/ppkt/rppkt into its scratch; a port op's
- * channels are all in-process or all through the proxy; no proxied get; no
- * user buffer of another process. Refusals are logged with plan, rank,
+ * channels are all in-process or all through the proxy; no proxied get
+ * (user buffers of other processes of the node are reached through
+ * gpu_ureg.h). Refusals are logged with plan, rank,
  * thread block and op.
  * @param node receives [nranks] node ids (0..nodes-1 in rank order of first appearance).
  */

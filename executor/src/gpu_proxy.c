@@ -228,16 +228,6 @@ mscx_status_t mscx_gpu_topology(const struct mscx_plan *plan, const struct gpu_p
                 return MSCX_ERR_UNSUPPORTED;
             }
         }
-        for (uint32_t i = 0; i < g->nrbuf; i++) {
-            uint32_t o = g->rbuf[i].rank;
-            if (g->rbuf[i].type != MSCX_BUF_SCRATCH && !same_proc(&peers[r], &peers[o])) {
-                MSCX_WARN(
-                    "plan %s: rank %u reads or writes rank %u's %s buffer across processes: user buffer "
-                    "registration is not implemented; refusing",
-                    plan->name, r, o, buf_name(g->rbuf[i].type));
-                return MSCX_ERR_UNSUPPORTED;
-            }
-        }
         for (uint32_t b = 0; b < g->ntb; b++)
             for (uint32_t j = 0; j < g->tb[b].nops; j++)
                 MSCX_CHECK(check_op(plan, peers, node, r, b, j, &g->ops[g->tb[b].op_begin + j]));

@@ -16,6 +16,17 @@
  *   kill     the twonode setup; rank 2 SIGKILLs itself right after launching
  *            a collective: every survivor must end with MSCX_ERR_TIMEOUT or
  *            MSCX_ERR_REMOTE within MSCX_TIMEOUT_MS (+ slack), nothing hangs
+ *   ureg     MSCCL++ DSL op plans whose ops read or write a peer's input or
+ *            output buffer (put, get, read-reduce ...), one rank per process:
+ *            user buffers registered across processes (gpu_ureg.c). Every
+ *            rank's input and output are compared with the host executor over
+ *            launches with reused, new and freed-and-reallocated buffers, a
+ *            CUDA graph captured with registered buffers and replayed, and
+ *            two refusals that must be the same on every rank: managed
+ *            memory, and a new buffer under capture
+ * A plan path after the mode replaces the mode's plan; the process count is
+ * the plan's rank count (twonode: MSCX_VIRTUAL_NODES when set, else the
+ * plan's ranks / its ranks per node).
  * The GPU time-slices the processes, so sizes stay small and latencies are
  * dominated by the time slices. The parent has a hard deadline and kills
  * every rank past it. Exits 77 without a GPU (probed in a child: CUDA must
@@ -34,6 +45,7 @@
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
 #include "gpu_int.h"
+#include "op_plan_skip.h"
 #include "proc_mesh.h"
 
 #define ITERS 2
@@ -80,6 +92,7 @@ struct ref {
     uint32_t rank;
     uint64_t size;
     uint8_t *out[ITERS];
+    uint8_t *in[ITERS];
 };
 
 static void ref_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
@@ -94,10 +107,10 @@ static void ref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in,
                         const void *out, uint64_t out_bytes)
 {
     struct ref *r = ctx;
-    (void)in;
-    (void)in_bytes;
-    if (rank == r->rank && iter < ITERS)
+    if (rank == r->rank && iter < ITERS) {
         memcpy(r->out[iter], out, out_bytes);
+        memcpy(r->in[iter], in, in_bytes);
+    }
 }
 
 static void report_error(struct proc_mesh *m, struct mscx_exec *ex, mscx_status_t st, const char *when)
@@ -119,9 +132,36 @@ struct rank_ctx {
     struct mscx_exec *ex;
     uint32_t pid;
     cudaStream_t st;
-    uint8_t *dbuf; /* in-place allreduce: in == out */
+    uint8_t *dbuf;        /* BUF_BYTES */
+    uint8_t *din, *dout;  /* in dbuf, laid out as the plan's placement says */
     uint8_t *host;
 };
+
+#define BUF_BYTES (65536 * 4)
+
+/* Input and output of @p rank in @p base as the collective's in-place rule says, or apart. */
+static void layout(const struct mscx_plan *plan, uint32_t rank, uint64_t in_b, uint64_t out_b, uint8_t *base,
+                   uint8_t **in_p, uint8_t **out_p)
+{
+    if (!mscx_plan_inplace(plan)) {
+        *in_p = base;
+        *out_p = base + ((in_b + 255) & ~255ull);
+        return;
+    }
+    switch (mscx_plan_collective(plan)) {
+    case MSCX_COLL_ALLGATHER:
+        *out_p = base;
+        *in_p = base + rank * in_b;
+        break;
+    case MSCX_COLL_REDUCESCATTER:
+        *in_p = base;
+        *out_p = base + rank * out_b;
+        break;
+    default:
+        *in_p = *out_p = base;
+        break;
+    }
+}
 
 /* One size and type: two launches compared with the host executor. @return 0 or 1. */
 static int check_size(struct rank_ctx *c, uint64_t size, enum mscx_dtype dt, enum mscx_redop op,
@@ -132,9 +172,11 @@ static int check_size(struct rank_ctx *c, uint64_t size, enum mscx_dtype dt, enu
     uint64_t in_b, out_b;
     char err[512];
     mscx_coll_sizes(mscx_plan_collective(c->plan), n, size, &in_b, &out_b);
-    struct ref r = {dt, m->rank, size, {NULL, NULL}};
-    for (int it = 0; it < ITERS; it++)
+    struct ref r = {dt, m->rank, size, {NULL, NULL}, {NULL, NULL}};
+    for (int it = 0; it < ITERS; it++) {
         r.out[it] = calloc(1, out_b + 1);
+        r.in[it] = calloc(1, in_b + 1);
+    }
     struct mscx_hostexec_cfg cfg = {in_b, out_b, dt, op, pkt, ITERS, 0, 0, ref_fill, ref_collect, &r};
     mscx_status_t st = mscx_hostexec_run(c->plan, &cfg, err, sizeof(err));
     int bad = 0;
@@ -143,10 +185,15 @@ static int check_size(struct rank_ctx *c, uint64_t size, enum mscx_dtype dt, enu
         bad = 1;
         goto out;
     }
+    layout(c->plan, m->rank, in_b, out_b, c->dbuf, &c->din, &c->dout);
     for (int it = 0; it < ITERS && !bad; it++) {
-        fill(c->host, in_b, dt, m->rank, (uint32_t)it, size);
+        /* as ref_fill: the output first, then the input (which overwrites it where they alias) */
+        fill(c->host, out_b, dt, m->rank, (uint32_t)it, size + 1);
         /* pageable H2D may return before the DMA lands: the kernel's stream does not wait for it */
-        if (cudaMemcpy(c->dbuf, c->host, in_b, cudaMemcpyHostToDevice) != cudaSuccess ||
+        int cbad = cudaMemcpy(c->dout, c->host, out_b, cudaMemcpyHostToDevice) != cudaSuccess ||
+                   cudaDeviceSynchronize() != cudaSuccess;
+        fill(c->host, in_b, dt, m->rank, (uint32_t)it, size);
+        if (cbad || cudaMemcpy(c->din, c->host, in_b, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaDeviceSynchronize() != cudaSuccess) {
             RFAIL(m, "cudaMemcpy of the input failed");
             bad = 1;
@@ -158,7 +205,7 @@ static int check_size(struct rank_ctx *c, uint64_t size, enum mscx_dtype dt, enu
             break;
         }
         double t0 = now_ms();
-        st = mscx_exec_launch(c->ex, c->pid, c->dbuf, c->dbuf, size, dt, op, pkt, c->st);
+        st = mscx_exec_launch(c->ex, c->pid, c->din, c->dout, size, dt, op, pkt, c->st);
         if (st != MSCX_OK) {
             RFAIL(m, "launch %llu bytes iter %d: %s", (unsigned long long)size, it, mscx_status_str(st));
             bad = 1;
@@ -179,7 +226,7 @@ static int check_size(struct rank_ctx *c, uint64_t size, enum mscx_dtype dt, enu
             bad = 1;
             break;
         }
-        cudaMemcpy(c->host, c->dbuf, out_b, cudaMemcpyDeviceToHost);
+        cudaMemcpy(c->host, c->dout, out_b, cudaMemcpyDeviceToHost);
         if (memcmp(c->host, r.out[it], out_b) != 0) {
             uint64_t at = 0;
             while (c->host[at] == r.out[it][at])
@@ -199,13 +246,22 @@ static int check_size(struct rank_ctx *c, uint64_t size, enum mscx_dtype dt, enu
             bad = 1;
         }
     }
+    if (!bad) {
+        cudaMemcpy(c->host, c->din, in_b, cudaMemcpyDeviceToHost);
+        if (memcmp(c->host, r.in[ITERS - 1], in_b) != 0) {
+            RFAIL(m, "%llu bytes: the input differs from the host executor's", (unsigned long long)size);
+            bad = 1;
+        }
+    }
     if (!bad)
         printf("rank %u: %llu bytes %s/%s/%s: %d launches equal to the host executor\n", m->rank,
                (unsigned long long)size, mscx_dtype_name(dt), mscx_redop_name(op),
                pkt == MSCX_PKT_LL8 ? "ll8" : "ll16", ITERS);
 out:
-    for (int it = 0; it < ITERS; it++)
+    for (int it = 0; it < ITERS; it++) {
         free(r.out[it]);
+        free(r.in[it]);
+    }
     return bad;
 }
 
@@ -214,11 +270,14 @@ static int latency(struct rank_ctx *c, uint64_t size)
 {
     struct proc_mesh *m = c->m;
     double mine, all[PROC_MESH_MAX];
+    uint64_t in_b, out_b;
+    mscx_coll_sizes(mscx_plan_collective(c->plan), m->nranks, size, &in_b, &out_b);
+    layout(c->plan, m->rank, in_b, out_b, c->dbuf, &c->din, &c->dout);
     if (proc_mesh_barrier(m) != 0)
         return 1;
     double t0 = now_ms();
     for (int i = 0; i < LAT_ITERS; i++)
-        if (mscx_exec_launch(c->ex, c->pid, c->dbuf, c->dbuf, size, MSCX_DT_FP32, MSCX_REDOP_SUM,
+        if (mscx_exec_launch(c->ex, c->pid, c->din, c->dout, size, MSCX_DT_FP32, MSCX_REDOP_SUM,
                              MSCX_PKT_LL16, c->st) != MSCX_OK)
             return 1;
     if (cudaStreamSynchronize(c->st) != cudaSuccess)
@@ -245,11 +304,12 @@ static int latency(struct rank_ctx *c, uint64_t size)
 static int rank_setup(struct rank_ctx *c, struct proc_mesh *m, const char *path, const char *timeout_ms,
                       int vnodes)
 {
-    char err[512];
+    char err[512], vn[16];
     memset(c, 0, sizeof(*c));
     c->m = m;
+    snprintf(vn, sizeof(vn), "%d", vnodes);
     if (mscx_config_override("MSCX_TIMEOUT_MS", timeout_ms) != MSCX_OK ||
-        (vnodes && mscx_config_override("MSCX_VIRTUAL_NODES", "2") != MSCX_OK)) {
+        (vnodes && mscx_config_override("MSCX_VIRTUAL_NODES", vn) != MSCX_OK)) {
         RFAIL(m, "config override");
         return 1;
     }
@@ -275,7 +335,7 @@ static int rank_setup(struct rank_ctx *c, struct proc_mesh *m, const char *path,
         return 1;
     }
     if (cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaMalloc((void **)&c->dbuf, 65536 * 2) != cudaSuccess || !(c->host = malloc(65536 * 2))) {
+        cudaMalloc((void **)&c->dbuf, BUF_BYTES) != cudaSuccess || !(c->host = malloc(BUF_BYTES))) {
         RFAIL(m, "stream or buffer allocation failed");
         return 1;
     }
@@ -294,19 +354,45 @@ static void rank_teardown(struct rank_ctx *c)
     mscx_plan_destroy(c->plan);
 }
 
+/* The plan takes @p size with @p dt and @p op on every rank (an arbitrary plan may not). */
+static int size_ok(const struct mscx_plan *plan, uint64_t size, enum mscx_dtype dt, enum mscx_redop op)
+{
+    uint64_t mn, mx, in_b, out_b;
+    struct mscx_geom g;
+    char err[256];
+    mscx_plan_size_range(plan, &mn, &mx);
+    if (size < mn || size > mx || !mscx_plan_supports(plan, dt, op))
+        return 0;
+    mscx_coll_sizes(mscx_plan_collective(plan), mscx_plan_nranks(plan), size, &in_b, &out_b);
+    for (uint32_t r = 0; r < mscx_plan_nranks(plan); r++)
+        if (mscx_plan_geom(plan, r, in_b, out_b, dt, &g, err, sizeof(err)) != MSCX_OK)
+            return 0;
+    return 1;
+}
+
 static int rank_run(struct proc_mesh *m, const char *path, int vnodes)
 {
     static const uint64_t sizes[] = {1024, 4096 + 16, 65536};
     struct rank_ctx c;
     if (rank_setup(&c, m, path, "20000", vnodes))
         return 1;
-    int bad = 0;
+    int bad = 0, ran = 0;
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && !bad; i++)
-        bad |= check_size(&c, sizes[i], MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16);
-    if (!bad)
+        if (size_ok(c.plan, sizes[i], MSCX_DT_FP32, MSCX_REDOP_SUM)) {
+            bad |= check_size(&c, sizes[i], MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16);
+            ran++;
+        }
+    if (!bad && size_ok(c.plan, 4096, MSCX_DT_UINT32, MSCX_REDOP_MAX)) {
         bad |= check_size(&c, 4096, MSCX_DT_UINT32, MSCX_REDOP_MAX, MSCX_PKT_LL8);
+        ran++;
+    }
+    if (!bad && ran == 0) {
+        RFAIL(m, "the plan takes none of the test's sizes (1024, 4112, 65536 bytes fp32 sum; 4096 uint32 max)");
+        bad = 1;
+    }
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && !bad; i++)
-        bad |= latency(&c, sizes[i]);
+        if (size_ok(c.plan, sizes[i], MSCX_DT_FP32, MSCX_REDOP_SUM))
+            bad |= latency(&c, sizes[i]);
     if (!bad && proc_mesh_barrier(m) != 0) {
         RFAIL(m, "final barrier");
         bad = 1;
@@ -320,7 +406,7 @@ static int rank_kill(struct proc_mesh *m, const char *path)
     struct rank_ctx c;
     char to[32];
     snprintf(to, sizeof(to), "%d", KILL_TIMEOUT_MS);
-    if (rank_setup(&c, m, path, to, 1))
+    if (rank_setup(&c, m, path, to, 2))
         return 1;
     for (int it = 0; it < 3; it++) { /* everybody healthy first */
         if (proc_mesh_barrier(m) != 0 ||
@@ -380,6 +466,329 @@ static int rank_kill(struct proc_mesh *m, const char *path)
     return 1;
 }
 
+/* ---- ureg: user buffers of peers in other processes ---- */
+
+#define UITERS 6   /* eager launches: buffers reused, new, freed and reallocated */
+#define UREPLAYS 3 /* replays of the captured launch */
+#define UREF (UITERS + UREPLAYS + 1)
+
+struct uref {
+    enum mscx_dtype dt;
+    uint32_t rank;
+    uint64_t size;
+    uint8_t *out[UREF], *in[UREF];
+};
+
+static void uref_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
+                      uint64_t out_bytes)
+{
+    struct uref *r = ctx;
+    fill(out, out_bytes, r->dt, rank, iter, r->size + 1);
+    fill(in, in_bytes, r->dt, rank, iter, r->size);
+}
+
+static void uref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
+                         const void *out, uint64_t out_bytes)
+{
+    struct uref *r = ctx;
+    if (rank == r->rank && iter < UREF) {
+        memcpy(r->out[iter], out, out_bytes);
+        memcpy(r->in[iter], in, in_bytes);
+    }
+}
+
+struct ucase {
+    struct rank_ctx *c;
+    struct uref *ref;
+    uint64_t size, in_b, out_b;
+};
+
+/* Fill @p base's input and output with launch @p it's values (as uref_fill) and wait until they landed. */
+static int ufill(struct ucase *u, uint8_t *base, uint32_t it)
+{
+    uint8_t *din, *dout;
+    struct rank_ctx *c = u->c;
+    layout(c->plan, c->m->rank, u->in_b, u->out_b, base, &din, &dout);
+    fill(c->host, u->out_b, u->ref->dt, c->m->rank, it, u->size + 1);
+    int bad = cudaMemcpy(dout, c->host, u->out_b, cudaMemcpyHostToDevice) != cudaSuccess ||
+              cudaDeviceSynchronize() != cudaSuccess;
+    fill(c->host, u->in_b, u->ref->dt, c->m->rank, it, u->size);
+    bad |= cudaMemcpy(din, c->host, u->in_b, cudaMemcpyHostToDevice) != cudaSuccess ||
+           cudaDeviceSynchronize() != cudaSuccess;
+    if (bad)
+        RFAIL(c->m, "filling the buffers of launch %u failed", it);
+    return bad;
+}
+
+/* After a launch: wait, check errors, let every rank finish (peers write our buffers), compare. */
+static int ucheck(struct ucase *u, uint8_t *base, uint32_t it, const char *what)
+{
+    struct rank_ctx *c = u->c;
+    struct proc_mesh *m = c->m;
+    uint8_t *din, *dout;
+    layout(c->plan, m->rank, u->in_b, u->out_b, base, &din, &dout);
+    cudaError_t ce = cudaStreamSynchronize(c->st);
+    if (ce != cudaSuccess) {
+        RFAIL(m, "%s: cudaStreamSynchronize: %s", what, cudaGetErrorString(ce));
+        return 1;
+    }
+    mscx_status_t st = mscx_exec_async_error(c->ex);
+    if (st != MSCX_OK) {
+        report_error(m, c->ex, st, what);
+        return 1;
+    }
+    if (proc_mesh_barrier(m) != 0) {
+        RFAIL(m, "%s: barrier after the launch failed", what);
+        return 1;
+    }
+    for (int t = 0; t < 2; t++) {
+        uint64_t nb = t ? u->out_b : u->in_b;
+        const uint8_t *want = t ? u->ref->out[it] : u->ref->in[it];
+        if (cudaMemcpy(c->host, t ? dout : din, nb, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            RFAIL(m, "%s: cudaMemcpy back failed", what);
+            return 1;
+        }
+        if (memcmp(c->host, want, nb) != 0) {
+            uint64_t at = 0;
+            while (c->host[at] == want[at])
+                at++;
+            RFAIL(m, "%s: %s differs from the host executor at byte %llu of %llu", what, t ? "output" : "input",
+                  (unsigned long long)at, (unsigned long long)nb);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int ulaunch(struct ucase *u, uint8_t *base, uint32_t it, const char *what)
+{
+    struct rank_ctx *c = u->c;
+    uint8_t *din, *dout;
+    layout(c->plan, c->m->rank, u->in_b, u->out_b, base, &din, &dout);
+    if (ufill(u, base, it))
+        return 1;
+    if (proc_mesh_barrier(c->m) != 0) {
+        RFAIL(c->m, "%s: barrier failed", what);
+        return 1;
+    }
+    mscx_status_t st = mscx_exec_launch(c->ex, c->pid, din, dout, u->size, u->ref->dt, MSCX_REDOP_SUM,
+                                        MSCX_PKT_LL16, c->st);
+    if (st != MSCX_OK) {
+        RFAIL(c->m, "%s: launch: %s", what, mscx_status_str(st));
+        return 1;
+    }
+    return ucheck(u, base, it, what);
+}
+
+/* A launch every rank must refuse with MSCX_ERR_UNSUPPORTED (rank @p odd uses @p odd_base, the others @p base). */
+static int urefused(struct ucase *u, uint8_t *base, uint32_t odd, uint8_t *odd_base, int capture, const char *what)
+{
+    struct rank_ctx *c = u->c;
+    uint8_t *b = c->m->rank == odd ? odd_base : base, *din, *dout;
+    layout(c->plan, c->m->rank, u->in_b, u->out_b, b, &din, &dout);
+    if (proc_mesh_barrier(c->m) != 0)
+        return 1;
+    cudaGraph_t g = NULL;
+    if (capture && cudaStreamBeginCapture(c->st, cudaStreamCaptureModeGlobal) != cudaSuccess) {
+        RFAIL(c->m, "%s: cudaStreamBeginCapture failed", what);
+        return 1;
+    }
+    mscx_status_t st = mscx_exec_launch(c->ex, c->pid, din, dout, u->size, u->ref->dt, MSCX_REDOP_SUM,
+                                        MSCX_PKT_LL16, c->st);
+    if (capture) {
+        cudaError_t ce = cudaStreamEndCapture(c->st, &g);
+        if (ce != cudaSuccess) {
+            RFAIL(c->m, "%s: cudaStreamEndCapture: %s (a refused launch must leave the capture intact)", what,
+                  cudaGetErrorString(ce));
+            return 1;
+        }
+        size_t nodes = 0;
+        cudaGraphGetNodes(g, NULL, &nodes);
+        cudaGraphDestroy(g);
+        if (nodes != 0) {
+            RFAIL(c->m, "%s: the refused launch captured %zu nodes", what, nodes);
+            return 1;
+        }
+    }
+    if (st != MSCX_ERR_UNSUPPORTED) {
+        RFAIL(c->m, "%s: launch returned %s, expected MSCX_ERR_UNSUPPORTED on every rank", what,
+              mscx_status_str(st));
+        return 1;
+    }
+    if (cudaStreamSynchronize(c->st) != cudaSuccess || mscx_exec_async_error(c->ex) != MSCX_OK) {
+        RFAIL(c->m, "%s: an error after a refused launch", what);
+        return 1;
+    }
+    printf("rank %u: %s: refused with MSCX_ERR_UNSUPPORTED as expected\n", c->m->rank, what);
+    return 0;
+}
+
+/* The lowest rank whose input or output buffer a rank of another process reaches (one rank per process). */
+static uint32_t first_exporter(const struct mscx_plan *plan)
+{
+    uint32_t best = UINT32_MAX;
+    for (uint32_t r = 0; r < plan->nranks; r++)
+        for (uint32_t i = 0; i < plan->gpus[r].nrbuf; i++) {
+            const struct mscx_rbuf *rb = &plan->gpus[r].rbuf[i];
+            if (rb->type != MSCX_BUF_SCRATCH && rb->rank != r && rb->rank < best)
+                best = rb->rank;
+        }
+    return best;
+}
+
+static int rank_ureg(struct proc_mesh *m, const char *path)
+{
+    static const uint64_t sizes[] = {4096 + 16, 1024, 65536};
+    struct rank_ctx c;
+    if (rank_setup(&c, m, path, "20000", 0))
+        return 1;
+    struct uref ref;
+    memset(&ref, 0, sizeof(ref));
+    ref.dt = MSCX_DT_FP32;
+    ref.rank = m->rank;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && !ref.size; i++)
+        if (size_ok(c.plan, sizes[i], MSCX_DT_FP32, MSCX_REDOP_SUM))
+            ref.size = sizes[i];
+    struct ucase u = {&c, &ref, ref.size, 0, 0};
+    uint8_t *bufB = NULL, *bufC = NULL, *bufD = NULL, *bufM = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t gexec = NULL;
+    int bad = 0;
+    char err[512], what[160];
+    if (!ref.size) {
+        RFAIL(m, "the plan takes none of 4112, 1024, 65536 bytes fp32");
+        bad = 1;
+        goto out;
+    }
+    mscx_coll_sizes(mscx_plan_collective(c.plan), m->nranks, ref.size, &u.in_b, &u.out_b);
+    for (int it = 0; it < UREF; it++) {
+        ref.out[it] = calloc(1, u.out_b + 1);
+        ref.in[it] = calloc(1, u.in_b + 1);
+    }
+    struct mscx_hostexec_cfg cfg = {u.in_b, u.out_b, ref.dt, MSCX_REDOP_SUM, MSCX_PKT_LL16, UREF, 0, 0,
+                                    uref_fill, uref_collect, &ref};
+    if (mscx_hostexec_run(c.plan, &cfg, err, sizeof(err)) != MSCX_OK) {
+        RFAIL(m, "host executor: %s", err);
+        bad = 1;
+        goto out;
+    }
+    /*
+     * Launch buffers: A (c.dbuf) first used, reused; B new; B freed and C
+     * allocated (often at B's address: a new allocation the caches must not
+     * take for B); A again; C again.
+     */
+    for (uint32_t it = 0; it < UITERS && !bad; it++) {
+        uint8_t *base = c.dbuf;
+        const char *kind = "buffer A";
+        if (it == 2) {
+            if (cudaMalloc((void **)&bufB, BUF_BYTES) != cudaSuccess) {
+                RFAIL(m, "cudaMalloc B");
+                bad = 1;
+                break;
+            }
+            base = bufB;
+            kind = "new buffer B";
+        } else if (it == 3) {
+            uint8_t *oldB = bufB;
+            cudaFree(bufB);
+            bufB = NULL;
+            if (cudaMalloc((void **)&bufC, BUF_BYTES) != cudaSuccess) {
+                RFAIL(m, "cudaMalloc C");
+                bad = 1;
+                break;
+            }
+            base = bufC;
+            kind = bufC == oldB ? "buffer C, reallocated at B's freed address" : "buffer C, after freeing B";
+        } else if (it == 5) {
+            base = bufC;
+            kind = "buffer C again";
+        } else if (it > 0) {
+            kind = "buffer A again";
+        }
+        snprintf(what, sizeof(what), "%s launch %u (%s)", mscx_plan_name(c.plan), it, kind);
+        bad |= ulaunch(&u, base, it, what);
+        if (!bad)
+            printf("rank %u: %s: input and output equal to the host executor\n", m->rank, what);
+    }
+    /* a graph captured with registered buffers, replayed with new contents */
+    if (!bad) {
+        uint8_t *din, *dout;
+        layout(c.plan, m->rank, u.in_b, u.out_b, c.dbuf, &din, &dout);
+        if (proc_mesh_barrier(m) != 0 || cudaStreamBeginCapture(c.st, cudaStreamCaptureModeGlobal) != cudaSuccess) {
+            RFAIL(m, "capture: begin failed");
+            bad = 1;
+            goto out;
+        }
+        mscx_status_t st = mscx_exec_launch(c.ex, c.pid, din, dout, u.size, ref.dt, MSCX_REDOP_SUM,
+                                            MSCX_PKT_LL16, c.st);
+        cudaError_t ce = cudaStreamEndCapture(c.st, &graph);
+        if (st != MSCX_OK || ce != cudaSuccess ||
+            cudaGraphInstantiate(&gexec, graph, 0) != cudaSuccess) {
+            RFAIL(m, "capture: launch %s, end capture %s", mscx_status_str(st), cudaGetErrorString(ce));
+            bad = 1;
+            goto out;
+        }
+        for (uint32_t k = 0; k < UREPLAYS && !bad; k++) {
+            uint32_t it = UITERS + k;
+            snprintf(what, sizeof(what), "%s graph replay %u", mscx_plan_name(c.plan), k);
+            if (ufill(&u, c.dbuf, it) || proc_mesh_barrier(m) != 0 || cudaGraphLaunch(gexec, c.st) != cudaSuccess) {
+                RFAIL(m, "%s: fill, barrier or cudaGraphLaunch failed", what);
+                bad = 1;
+                break;
+            }
+            bad |= ucheck(&u, c.dbuf, it, what);
+            if (!bad)
+                printf("rank %u: %s: input and output equal to the host executor\n", m->rank, what);
+        }
+    }
+    /* refusals: the same on every rank, nothing enqueued, the exchange stays in step */
+    uint32_t e = first_exporter(c.plan);
+    if (!bad) {
+        if (cudaMallocManaged((void **)&bufM, BUF_BYTES, cudaMemAttachGlobal) != cudaSuccess) {
+            RFAIL(m, "cudaMallocManaged failed");
+            bad = 1;
+            goto out;
+        }
+        snprintf(what, sizeof(what), "%s: rank %u's buffers in managed memory", mscx_plan_name(c.plan), e);
+        bad |= urefused(&u, c.dbuf, e, bufM, 0, what);
+    }
+    if (!bad) {
+        if (cudaMalloc((void **)&bufD, BUF_BYTES) != cudaSuccess) {
+            RFAIL(m, "cudaMalloc D failed");
+            bad = 1;
+            goto out;
+        }
+        snprintf(what, sizeof(what), "%s: rank %u's new buffer first used under graph capture",
+                 mscx_plan_name(c.plan), e);
+        bad |= urefused(&u, c.dbuf, e, bufD, 1, what);
+    }
+    if (!bad) {
+        snprintf(what, sizeof(what), "%s launch after the refusals (buffer C)", mscx_plan_name(c.plan));
+        bad |= ulaunch(&u, bufC, UREF - 1, what);
+        if (!bad)
+            printf("rank %u: %s: input and output equal to the host executor\n", m->rank, what);
+    }
+    if (!bad && proc_mesh_barrier(m) != 0) {
+        RFAIL(m, "final barrier");
+        bad = 1;
+    }
+out:
+    if (gexec)
+        cudaGraphExecDestroy(gexec);
+    if (graph)
+        cudaGraphDestroy(graph);
+    rank_teardown(&c);
+    cudaFree(bufB);
+    cudaFree(bufC);
+    cudaFree(bufD);
+    cudaFree(bufM);
+    for (int it = 0; it < UREF; it++) {
+        free(ref.out[it]);
+        free(ref.in[it]);
+    }
+    return bad;
+}
+
 /* Exit status of a child that counts the GPUs (CUDA stays uninitialised in this process). */
 static int gpu_present(void)
 {
@@ -392,36 +801,20 @@ static int gpu_present(void)
     return p > 0 && proc_mesh_wait(&p, 1, 60, &code) == 0 && code == 0;
 }
 
-int main(int argc, char **argv)
+/* Fork one process per rank of @p path and run @p mode there. @return 0 passed, 1 failed. */
+static int run_procs(const char *mode, const char *path, uint32_t n, int vnodes)
 {
-    g_mode = argc > 1 ? argv[1] : "ipc";
-    const char *path;
-    uint32_t n;
-    int kill_mode = strcmp(g_mode, "kill") == 0;
-    if (strcmp(g_mode, "ipc") == 0) {
-        path = MSCX_SOURCE_ROOT "/plans/allreduce_n2_rpn2_oneshot_1K_64K.json";
-        n = 2;
-    } else if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "cudaport") == 0 || kill_mode) {
-        path = MSCX_SOURCE_ROOT "/plans/allreduce_n4_rpn2_hier2_1K_64K.json";
-        n = 4;
-    } else {
-        fprintf(stderr, "unknown mode %s (ipc, twonode, cudaport, kill)\n", g_mode);
-        return 2;
-    }
-    if (argc > 2)
-        path = argv[2];
-    if (!gpu_present()) {
-        printf("no GPU: skipped\n");
-        return 77;
-    }
-    printf("%s: %s, %u processes on GPU 0\n", g_mode, path, n);
+    int kill_mode = strcmp(mode, "kill") == 0;
+    printf("%s: %s, %u processes on GPU 0%s\n", mode, path, n, vnodes > 1 ? ", MSCX_VIRTUAL_NODES split" : "");
     fflush(stdout);
     struct proc_mesh m;
     pid_t pids[PROC_MESH_MAX];
     int r = proc_mesh_fork(&m, n, 120000, pids);
     if (r >= 0) {
         setvbuf(stdout, NULL, _IOLBF, 0);
-        int rc = kill_mode ? rank_kill(&m, path) : rank_run(&m, path, strcmp(g_mode, "twonode") == 0);
+        int rc = kill_mode                      ? rank_kill(&m, path)
+                 : strcmp(mode, "ureg") == 0    ? rank_ureg(&m, path)
+                                                : rank_run(&m, path, vnodes > 1 ? vnodes : 0);
         fflush(NULL);
         _exit(rc);
     }
@@ -440,6 +833,115 @@ int main(int argc, char **argv)
             bad = 1;
         }
     }
+    return bad;
+}
+
+/* The plan's rank count, and why it cannot run here (NULL: it can). */
+static const char *plan_ranks(const char *path, int op_test, uint32_t *n_p, uint32_t *rpn_p)
+{
+    static char why[640];
+    struct mscx_plan *plan;
+    char err[512];
+    if (mscx_plan_load(path, &plan, err, sizeof(err)) != MSCX_OK) {
+        snprintf(why, sizeof(why), "cannot load: %s", err);
+        return why;
+    }
+    const char *res = NULL;
+    *n_p = mscx_plan_nranks(plan);
+    *rpn_p = mscx_plan_ranks_per_node(plan);
+    if (*n_p < 1 || *n_p > PROC_MESH_MAX) {
+        snprintf(why, sizeof(why), "%u ranks (1..%d processes here)", *n_p, PROC_MESH_MAX);
+        res = why;
+    } else if (op_test && mscx_plan_collective(plan) == MSCX_COLL_TEST && pkt_unproduced(plan)) {
+        res = "reads packets no op sends (the host simulation seeds them; nothing does on the GPU)";
+    } else if (op_test && mscx_plan_collective(plan) == MSCX_COLL_TEST && raw_write_race(plan)) {
+        res = "a rank reads a user-buffer chunk that a peer writes unordered (order-dependent result)";
+    } else if (op_test && first_exporter(plan) == UINT32_MAX) {
+        res = "no rank reaches a peer's input or output buffer";
+    } else if (mscx_plan_executable(plan, err, sizeof(err)) != MSCX_OK) {
+        snprintf(why, sizeof(why), "%s", err);
+        res = why;
+    }
+    mscx_plan_destroy(plan);
+    return res;
+}
+
+int main(int argc, char **argv)
+{
+    g_mode = argc > 1 ? argv[1] : "ipc";
+    const char *path = NULL;
+    uint32_t n, rpn;
+    int vnodes = 0;
+    if (strcmp(g_mode, "ipc") == 0) {
+        path = MSCX_SOURCE_ROOT "/plans/allreduce_n2_rpn2_oneshot_1K_64K.json";
+    } else if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "cudaport") == 0 || strcmp(g_mode, "kill") == 0) {
+        path = MSCX_SOURCE_ROOT "/plans/allreduce_n4_rpn2_hier2_1K_64K.json";
+    } else if (strcmp(g_mode, "ureg") != 0) {
+        fprintf(stderr, "unknown mode %s (ipc, twonode, cudaport, kill, ureg)\n", g_mode);
+        return 2;
+    }
+    if (argc > 2)
+        path = argv[2];
+    if (!gpu_present()) {
+        printf("no GPU: skipped\n");
+        return 77;
+    }
+    if (strcmp(g_mode, "ureg") == 0 && !path) {
+        /*
+         * The DSL's op demonstrations that reach peers' user buffers through
+         * memory channels. (put_with_signal*_test write a peer's input through
+         * port channels: across processes the proxy reaches scratch only, and
+         * add_plan refuses them.)
+         */
+        static const char *const names[] = {"put_test",          "get_test",      "read_reduce_test",
+                                            "read_reduce_send_test", "reduce_send_test", "get_fuse_test",
+                                            "put_fuse_test"};
+        const char *ref = MSCX_SOURCE_ROOT "/../shared/reference";
+        if (access(ref, R_OK) != 0) /* device machines get a copy of the reference plans in .deps/ref */
+            ref = MSCX_SOURCE_ROOT "/.deps/ref";
+        int ran = 0, bad = 0;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+            char p[4096];
+            snprintf(p, sizeof(p), "%s/mscclpp-op-plans/%s.json", ref, names[i]);
+            const char *why = plan_ranks(p, 1, &n, &rpn);
+            if (why) {
+                printf("skip %s: %s\n", p, why);
+                continue;
+            }
+            int b = run_procs(g_mode, p, n, 0);
+            printf("%s %s\n", b ? "FAIL" : "ok  ", p);
+            bad |= b;
+            ran++;
+        }
+        if (ran < 3) {
+            fprintf(stderr, "FAIL: only %d of the op plans ran (reference plans missing? looked in %s)\n", ran, ref);
+            bad = 1;
+        }
+        printf("ureg: %d plans across processes, %s\n", ran, bad ? "FAILED" : "passed");
+        return bad;
+    }
+    const char *why = plan_ranks(path, strcmp(g_mode, "ureg") == 0, &n, &rpn);
+    if (why) {
+        fprintf(stderr, "FAIL: %s: %s\n", path, why);
+        return 1;
+    }
+    if (strcmp(g_mode, "kill") == 0 && n < 3) {
+        fprintf(stderr, "FAIL: kill mode needs at least 3 ranks (rank 2 dies), %s has %u\n", path, n);
+        return 1;
+    }
+    if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "kill") == 0) {
+        /* virtual nodes: MSCX_VIRTUAL_NODES when set, else the plan's ranks / its ranks per node */
+        const struct mscx_config *cfg;
+        if (mscx_config_get(&cfg) == MSCX_OK && cfg->virtual_nodes > 0)
+            vnodes = (int)cfg->virtual_nodes;
+        else if (rpn > 0 && rpn < n && n % rpn == 0)
+            vnodes = (int)(n / rpn);
+        else
+            vnodes = 1;
+        if (vnodes < 2)
+            printf("%s: %s is one node (%u ranks per node): no virtual node split\n", g_mode, path, rpn);
+    }
+    int bad = run_procs(g_mode, path, n, vnodes);
     printf("%s: %s\n", g_mode, bad ? "FAILED" : "passed");
     return bad;
 }
