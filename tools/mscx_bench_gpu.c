@@ -144,6 +144,8 @@ static double time_graph(struct bench *b, int per_graph, int replays)
 
 static uint64_t g_max_bytes = 4u << 20;
 
+static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const char *label);
+
 static void bench_n(const char *path, uint32_t n, int oneshot, const char *label)
 {
     char err[1024];
@@ -152,6 +154,12 @@ static void bench_n(const char *path, uint32_t n, int oneshot, const char *label
         fprintf(stderr, "%s: %s\n", path, err);
         return;
     }
+    bench_plan(plan, n, oneshot, label);
+}
+
+/* Run @p plan (then destroyed) against the hand-written kernel, a row per size. */
+static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const char *label)
+{
     struct bench b;
     memset(&b, 0, sizeof(b));
     b.n = n;
@@ -207,6 +215,38 @@ static const char k_empty[] =
     "\"min_message_size\":0,\"max_message_size\":18446744073709551615,\"gpus\":[{\"id\":0,\"input_chunks\":1,"
     "\"output_chunks\":1,\"scratch_chunks\":0,\"threadblocks\":[{\"id\":0,\"ops\":[{\"name\":\"nop\"}],"
     "\"channels\":[],\"remote_buffer_refs\":[]}],\"channels\":[],\"remote_buffers\":[],\"semaphores\":[]}]}";
+
+/*
+ * The launch probe: one rank, no peers, 7 blocks of 512 threads (the 8-rank
+ * one-shot plan's shape), each block copying its chunk of the input onto the
+ * output (in place) through the executor, against the hand-written one-shot
+ * kernel for one rank in the same shape. The difference is the executor's
+ * fixed cost per launch (arguments, program staging, prologue).
+ */
+static void bench_probe(void)
+{
+    char js[8192], err[1024];
+    int o = snprintf(js, sizeof(js),
+                     "{\"name\":\"probe_oneshot\",\"collective\":\"allreduce\",\"protocol\":\"LL\",\"inplace\":true,"
+                     "\"num_threads_per_block\":512,\"use_double_scratch_buffer\":false,\"buffer_alignment\":16,"
+                     "\"min_message_size\":0,\"max_message_size\":65536,\"gpus\":[{\"id\":0,\"input_chunks\":7,"
+                     "\"output_chunks\":7,\"scratch_chunks\":0,\"threadblocks\":[");
+    for (int b = 0; b < 7 && o < (int)sizeof(js); b++)
+        o += snprintf(js + o, sizeof(js) - (size_t)o,
+                      "%s{\"id\":%d,\"ops\":[{\"name\":\"copy\",\"src_buff\":[{\"type\":\"i\",\"index\":%d,"
+                      "\"size\":1}],\"dst_buff\":[{\"type\":\"o\",\"index\":%d,\"size\":1}]}],\"channels\":[],"
+                      "\"remote_buffer_refs\":[]}",
+                      b ? "," : "", b, b, b);
+    if (o < (int)sizeof(js))
+        o += snprintf(js + o, sizeof(js) - (size_t)o,
+                      "],\"channels\":[],\"remote_buffers\":[],\"semaphores\":[]}]}");
+    struct mscx_plan *plan;
+    if (o >= (int)sizeof(js) || mscx_plan_load_buffer(js, (size_t)o, "probe", &plan, err, sizeof(err)) != MSCX_OK) {
+        fprintf(stderr, "launch probe plan: %s\n", o >= (int)sizeof(js) ? "too long" : err);
+        return;
+    }
+    bench_plan(plan, 1, 1, "launch probe (1 rank, copy)");
+}
 
 static void bench_empty(void)
 {
@@ -264,6 +304,8 @@ int main(int argc, char **argv)
            "graph ratio |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     const char *only = getenv("MSCX_BENCH_RANKS"); /* e.g. "2": only that rank count */
+    if (!only || !*only || strcmp(only, "1") == 0)
+        bench_probe();
     for (uint32_t n = 2; n <= 8; n *= 2) {
         if (only && *only && strtoul(only, NULL, 10) != n)
             continue;

@@ -540,9 +540,14 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
             return 0;
         const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
         const char *p0 = P[o];
+        const bool l0 = k->lsrc0;
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
             uint64_t x = (uint64_t)u * pl;
-            uint4 acc = mscx_dvload<pl>(p0 + x);
+            uint4 acc;
+            if (!l0)
+                acc = mscx_dvload<pl>(p0 + x);
+            else if (mscx_dline_read<PKT>(s, p0 + 2u * x, &acc))
+                return 1;
             for (uint32_t j = 1; j < ns; j++) {
                 uint4 v;
                 if (mscx_dline_read<PKT>(s, P[o + j] + 2u * x, &v))

@@ -306,6 +306,48 @@ static int kp_op(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_
     }
 }
 
+static int kp_same(const struct mscx_kopnd *x, const struct mscx_kopnd *y)
+{
+    return x->base == y->base && x->off == y->off;
+}
+
+/*
+ * Entries [kb, ke) of one block: an UNPACK of lines A into flat X directly
+ * followed by a REDPKT whose flat source and first destination are that X,
+ * over the same units, becomes one REDPKT that starts from A's lines (the
+ * generated one-shot AllReduce unpacks rank 0's packets and then folds in
+ * the other ranks', so that every rank sums in rank order). Each thread
+ * keeps the units it had in both, so X gets the same values, with one pass
+ * fewer; the UNPACK's place stays as a SKIP that keeps its barrier.
+ */
+static uint32_t kp_fuse_unpack(struct mscx_kprog *kp, uint32_t kb, uint32_t ke)
+{
+    uint32_t fused = 0;
+    for (uint32_t i = kb; i + 1 < ke; i++) {
+        struct mscx_kop *u = &kp->kop[i], *r = &kp->kop[i + 1];
+        if (u->kind != MSCX_KOP_UNPACK || r->kind != MSCX_KOP_REDPKT || r->lsrc0 || r->ndst == 0 ||
+            u->units != r->units)
+            continue;
+        const struct mscx_kopnd *ua = &kp->opnd[u->opnd], *ux = &kp->opnd[u->opnd + 1];
+        struct mscx_kopnd *r0 = &kp->opnd[r->opnd];
+        if (!kp_same(ux, r0) || !kp_same(ux, &kp->opnd[r->opnd + r->nsrc]))
+            continue;
+        /* no other source or destination of the reduction may be X (it would see X before the unpack) */
+        int clash = 0;
+        for (uint32_t j = 1; j < (uint32_t)r->nsrc + r->ndst; j++)
+            if (j != r->nsrc && kp_same(ux, &kp->opnd[r->opnd + j]))
+                clash = 1;
+        if (clash)
+            continue;
+        *r0 = *ua;
+        r->lsrc0 = 1;
+        u->kind = MSCX_KOP_SKIP;
+        u->units = 0;
+        fused++;
+    }
+    return fused;
+}
+
 int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
                      const struct mscx_kp_rbuf *rbuf, const struct mscx_gpu_args *a, struct mscx_kprog *kp)
 {
@@ -361,6 +403,9 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
     }
     kp->kbegin[gpu->ntb] = (uint16_t)k.nkop;
     kp->pbegin[gpu->ntb] = (uint16_t)k.nopnd;
+    for (uint32_t b = 0; b < gpu->ntb; b++)
+        if (!(kp->interp_mask & (1u << b)))
+            kp_fuse_unpack(kp, kp->kbegin[b], kp->kbegin[b + 1]);
     return 1;
 }
 

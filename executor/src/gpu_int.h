@@ -149,7 +149,7 @@ enum mscx_kop_kind {
     MSCX_KOP_PACK,        /* src[0] raw/flat -> dst[0] lines */
     MSCX_KOP_UNPACK,      /* src[0] lines -> dst[0] flat */
     MSCX_KOP_FWD,         /* src[0] lines -> dst[0..ndst) lines */
-    MSCX_KOP_REDPKT,      /* src[0] flat (+) src[1..] lines -> dst[0] flat (if ndst), dst[1..] lines */
+    MSCX_KOP_REDPKT,      /* src[0] flat, or lines if lsrc0, (+) src[1..] lines -> dst[0] flat (if ndst), dst[1..] lines */
     MSCX_KOP_COPY,        /* src[0] flat -> dst[0] flat, 16-byte units */
     MSCX_KOP_REDUCE,      /* src[0..] flat folded -> dst[0..] flat, 16-byte units */
     MSCX_KOP_SKIP,        /* nothing to move (zero units); still a sync point when marked */
@@ -171,7 +171,7 @@ struct mscx_kop {
     uint8_t opcode; /* enum mscx_opcode of the op (trace, errors) */
     uint8_t nsrc, ndst;
     uint8_t sync;   /* __syncthreads() before */
-    uint8_t pad;
+    uint8_t lsrc0;  /* REDPKT: src[0] is lines (an unpack fused in), not flat */
     uint16_t op;    /* index of the op in its block */
     uint16_t opnd;  /* first operand in mscx_kprog.opnd: nsrc sources, then ndst destinations */
     uint16_t pad2;

@@ -117,7 +117,7 @@ static void check_opnd(const struct ctx *c, const struct mscx_kop *k, uint32_t j
 }
 
 /* Check every entry; @return entries that stayed in the interpreter. */
-static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p)
+static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32_t *nfused_p)
 {
     const struct mscx_gpu *gpu = &c->plan->gpus[c->rank];
     const struct mscx_kprog *kp = &c->kp;
@@ -148,7 +148,7 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p)
                     check_opnd(c, k, 1 + j, n * 2 * pl, "lines");
                 break;
             case MSCX_KOP_REDPKT:
-                check_opnd(c, k, 0, n * pl, "raw source");
+                check_opnd(c, k, 0, k->lsrc0 ? n * 2 * pl : n * pl, k->lsrc0 ? "fused source lines" : "raw source");
                 for (uint32_t j = 1; j < k->nsrc; j++)
                     check_opnd(c, k, j, n * 2 * pl, "source lines");
                 if (k->ndst > 0)
@@ -174,6 +174,7 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p)
             }
             ck_assert_uint_gt(n, 0);
             compiled++;
+            *nfused_p += k->kind == MSCX_KOP_REDPKT && k->lsrc0;
         }
     }
     *ncompiled_p += compiled;
@@ -267,7 +268,7 @@ START_TEST(test_compile_shipped_plans)
     qsort(names, nn, sizeof(*names), cmp_str);
     ck_assert_uint_gt(nn, 30);
     uint64_t launches = 0, compiled_launches = 0;
-    uint32_t entries = 0;
+    uint32_t entries = 0, fused_total = 0;
     for (size_t f = 0; f < nn; f++) {
         char path[4096], err[1024];
         struct mscx_plan *plan;
@@ -301,7 +302,13 @@ START_TEST(test_compile_shipped_plans)
                         if (!on)
                             continue;
                         compiled_launches++;
-                        uint32_t generic = check_program(c, &entries);
+                        uint32_t fused = 0;
+                        uint32_t generic = check_program(c, &entries, &fused);
+                        fused_total += fused;
+                        /* ranks after 0 of the one-shot AllReduce unpack rank 0's packets, then fold: one entry */
+                        if (oneshot && r > 0)
+                            ck_assert_msg(fused > 0, "%s rank %u, %llu bytes: the unpack was not fused", plan->name,
+                                          r, (unsigned long long)sizes[s]);
                         check_encoding(c);
                         /* the one-shot plans are what small messages run: at the range ends nothing may be left */
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
@@ -316,8 +323,9 @@ START_TEST(test_compile_shipped_plans)
         mscx_plan_destroy(plan);
         free(names[f]);
     }
-    printf("gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked\n", nn,
-           (unsigned long long)launches, (unsigned long long)compiled_launches, entries);
+    printf("gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked, "
+           "%u unpacks fused\n", nn, (unsigned long long)launches, (unsigned long long)compiled_launches, entries,
+           fused_total);
     ck_assert_uint_gt(compiled_launches, launches / 2);
 }
 END_TEST

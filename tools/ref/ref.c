@@ -36,8 +36,8 @@ int mscx_ref_supports(enum mscx_ref_algo algo, enum mscx_dtype dtype, enum mscx_
         why = "data type not one of float, half, bfloat16, int32, uint32";
     else if (op != MSCX_REDOP_SUM)
         why = "reduction is not sum";
-    else if (nranks < 2 || nranks > MSCX_REF_MAX_RANKS)
-        why = "rank count outside 2..16";
+    else if (nranks < 1 || nranks > MSCX_REF_MAX_RANKS || (algo == MSCX_REF_TWOPHASE && nranks < 2))
+        why = "rank count outside 1..16 (two-phase: 2..16)";
     else if (bytes == 0 || bytes % 8)
         why = "size is not a positive multiple of 8 bytes";
     if (why_p)

@@ -10,6 +10,8 @@
  *             (plans/allreduce_*_twophase_*.json, the DSL's allreduce_pkt)
  * Every rank reduces in rank order (rank 0's data first), so every rank gets
  * the same bits, as the generated plans do.
+ * One-shot also runs for one rank (a copy through the same kernel), which
+ * mscx-bench-gpu uses to time a launch with no peers.
  *
  * The flag scheme is the executor's: flags live in device memory and the
  * kernel advances them itself, so launches may be captured in CUDA graphs
