@@ -10,9 +10,9 @@
 
 typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 
-#define MSCX_KFN_COUNT 6
+#define MSCX_KFN_COUNT 12 /* per packet format: 6 full, 6 fast */
 
-/* exec_k_<format>_<i>.cu, generated from exec_k.cu.in */
+/* exec_k_<format>_<i>.cu, generated from exec_k.cu.in (i = 6 * fast + dtype, or + 5 for copy-only) */
 extern "C" {
 mscx_kfn mscx_gpu_kfn_ll16_0(void);
 mscx_kfn mscx_gpu_kfn_ll16_1(void);
@@ -20,25 +20,56 @@ mscx_kfn mscx_gpu_kfn_ll16_2(void);
 mscx_kfn mscx_gpu_kfn_ll16_3(void);
 mscx_kfn mscx_gpu_kfn_ll16_4(void);
 mscx_kfn mscx_gpu_kfn_ll16_5(void);
+mscx_kfn mscx_gpu_kfn_ll16_6(void);
+mscx_kfn mscx_gpu_kfn_ll16_7(void);
+mscx_kfn mscx_gpu_kfn_ll16_8(void);
+mscx_kfn mscx_gpu_kfn_ll16_9(void);
+mscx_kfn mscx_gpu_kfn_ll16_10(void);
+mscx_kfn mscx_gpu_kfn_ll16_11(void);
 mscx_kfn mscx_gpu_kfn_ll8_0(void);
 mscx_kfn mscx_gpu_kfn_ll8_1(void);
 mscx_kfn mscx_gpu_kfn_ll8_2(void);
 mscx_kfn mscx_gpu_kfn_ll8_3(void);
 mscx_kfn mscx_gpu_kfn_ll8_4(void);
 mscx_kfn mscx_gpu_kfn_ll8_5(void);
+mscx_kfn mscx_gpu_kfn_ll8_6(void);
+mscx_kfn mscx_gpu_kfn_ll8_7(void);
+mscx_kfn mscx_gpu_kfn_ll8_8(void);
+mscx_kfn mscx_gpu_kfn_ll8_9(void);
+mscx_kfn mscx_gpu_kfn_ll8_10(void);
+mscx_kfn mscx_gpu_kfn_ll8_11(void);
 }
 
-/* [0..4] reducing, by dtype (MSCX_DT_FP32..UINT32); [5] copy-only */
 static void mscx_gpu_kfns_ll16(mscx_kfn *t)
 {
-    t[0] = mscx_gpu_kfn_ll16_0(), t[1] = mscx_gpu_kfn_ll16_1(), t[2] = mscx_gpu_kfn_ll16_2();
-    t[3] = mscx_gpu_kfn_ll16_3(), t[4] = mscx_gpu_kfn_ll16_4(), t[5] = mscx_gpu_kfn_ll16_5();
+    t[0] = mscx_gpu_kfn_ll16_0();
+    t[1] = mscx_gpu_kfn_ll16_1();
+    t[2] = mscx_gpu_kfn_ll16_2();
+    t[3] = mscx_gpu_kfn_ll16_3();
+    t[4] = mscx_gpu_kfn_ll16_4();
+    t[5] = mscx_gpu_kfn_ll16_5();
+    t[6] = mscx_gpu_kfn_ll16_6();
+    t[7] = mscx_gpu_kfn_ll16_7();
+    t[8] = mscx_gpu_kfn_ll16_8();
+    t[9] = mscx_gpu_kfn_ll16_9();
+    t[10] = mscx_gpu_kfn_ll16_10();
+    t[11] = mscx_gpu_kfn_ll16_11();
 }
 
 static void mscx_gpu_kfns_ll8(mscx_kfn *t)
 {
-    t[0] = mscx_gpu_kfn_ll8_0(), t[1] = mscx_gpu_kfn_ll8_1(), t[2] = mscx_gpu_kfn_ll8_2();
-    t[3] = mscx_gpu_kfn_ll8_3(), t[4] = mscx_gpu_kfn_ll8_4(), t[5] = mscx_gpu_kfn_ll8_5();
+    t[0] = mscx_gpu_kfn_ll8_0();
+    t[1] = mscx_gpu_kfn_ll8_1();
+    t[2] = mscx_gpu_kfn_ll8_2();
+    t[3] = mscx_gpu_kfn_ll8_3();
+    t[4] = mscx_gpu_kfn_ll8_4();
+    t[5] = mscx_gpu_kfn_ll8_5();
+    t[6] = mscx_gpu_kfn_ll8_6();
+    t[7] = mscx_gpu_kfn_ll8_7();
+    t[8] = mscx_gpu_kfn_ll8_8();
+    t[9] = mscx_gpu_kfn_ll8_9();
+    t[10] = mscx_gpu_kfn_ll8_10();
+    t[11] = mscx_gpu_kfn_ll8_11();
 }
 
 static mscx_kfn mscx_pick(const struct mscx_gpu_args *a)
@@ -48,9 +79,10 @@ static mscx_kfn mscx_pick(const struct mscx_gpu_args *a)
         mscx_gpu_kfns_ll8(tab);
     else
         mscx_gpu_kfns_ll16(tab);
+    uint32_t base = a->fast ? 6u : 0u;
     if (!a->reduce)
-        return tab[5];
-    return a->dtype <= MSCX_DT_UINT32 ? tab[a->dtype] : tab[MSCX_DT_FP32];
+        return tab[base + 5];
+    return tab[base + (a->dtype <= MSCX_DT_UINT32 ? a->dtype : (uint32_t)MSCX_DT_FP32)];
 }
 
 extern "C" int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads,

@@ -487,7 +487,7 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
 /* ---- the compiled program (struct mscx_kblk records): offsets resolved by the host ---- */
 
 /* Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths. */
-template <uint32_t PKT, uint32_t DT, bool RED>
+template <uint32_t PKT, uint32_t DT, bool RED, bool FAST>
 __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                             const struct mscx_kop *k, uint32_t obase, char *const *P)
 {
@@ -584,9 +584,13 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
     }
     case MSCX_KOP_SKIP:
         return 0;
-    default: { /* GENERIC: the interpreter runs the op from the uploaded table */
-        struct mscx_dpipe none = {0, 0};
-        return mscx_dop_run<PKT, DT, RED>(s, &a->ops[obase + k->op], &none);
+    default: { /* GENERIC: the interpreter runs the op from the uploaded table (never in the fast kernel) */
+        if constexpr (FAST) {
+            return 0;
+        } else {
+            struct mscx_dpipe none = {0, 0};
+            return mscx_dop_run<PKT, DT, RED>(s, &a->ops[obase + k->op], &none);
+        }
     }
     }
 }
@@ -739,7 +743,7 @@ __device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const s
  * independent (@p w0, thread t's first word, was loaded at kernel entry
  * beside the block's flag), then one barrier.
  */
-template <uint32_t PKT, uint32_t DT, bool RED>
+template <uint32_t PKT, uint32_t DT, bool RED, bool FAST>
 __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                                   struct mscx_dtrace *tr, uint32_t blk, uint4 w0)
 {
@@ -766,16 +770,23 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
         if (tr->recs) {
             __syncthreads();
             uint64_t t0 = mscx_dtime();
-            mscx_kop_run<PKT, DT, RED>(s, a, k, obase, P);
+            mscx_kop_run<PKT, DT, RED, FAST>(s, a, k, obase, P);
             __syncthreads();
             mscx_dtrace_rec(tr, k->op, k->opcode, t0);
             continue;
         }
-        mscx_kop_run<PKT, DT, RED>(s, a, k, obase, P);
+        mscx_kop_run<PKT, DT, RED, FAST>(s, a, k, obase, P);
     }
 }
 
-template <uint32_t PKT, uint32_t DT, bool RED>
+/*
+ * The executor kernel. FAST: the instantiation for launches whose program is
+ * compiled whole (args.fast: every block compiled, no GENERIC entry, no
+ * proxy, nothing published). It holds only the compiled entries, not the
+ * interpreter, so it is a fraction of the code, registers and stack of the
+ * full kernel; launch and completion cost with them (gpu_exec.c picks it).
+ */
+template <uint32_t PKT, uint32_t DT, bool RED, bool FAST>
 __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
 {
     struct mscx_dstate s;
@@ -795,16 +806,20 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
     s.op_index = 0;
     s.opcode = 0;
     s.rop = args.op;
-    if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
-        mscx_dpublish(&args, &s);
-    if (compiled) {
-        mscx_run_compiled<PKT, DT, RED>(&s, &args, &tr, blockIdx.x, w0);
+    if constexpr (FAST) {
+        mscx_run_compiled<PKT, DT, RED, true>(&s, &args, &tr, blockIdx.x, w0);
     } else {
-        uint32_t b = __ldg(&args.tb_begin[blockIdx.x]), e = __ldg(&args.tb_begin[blockIdx.x + 1]);
-        mscx_run_interp<PKT, DT, RED>(&s, &args, &tr, b, e);
+        if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
+            mscx_dpublish(&args, &s);
+        if (compiled) {
+            mscx_run_compiled<PKT, DT, RED, false>(&s, &args, &tr, blockIdx.x, w0);
+        } else {
+            uint32_t b = __ldg(&args.tb_begin[blockIdx.x]), e = __ldg(&args.tb_begin[blockIdx.x + 1]);
+            mscx_run_interp<PKT, DT, RED>(&s, &args, &tr, b, e);
+        }
+        if (args.port)
+            mscx_dport_drain(&s);
     }
-    if (args.port)
-        mscx_dport_drain(&s);
     if (mscx_gpu_wrap_clear(s.flag) && args.scratch)
         mscx_dwrap_clear(&s);
     if (threadIdx.x == 0) {

@@ -77,6 +77,7 @@ struct gpu_plan {
         int dtype, pkt;
         size_t off;
         uint32_t stride, kmax_ops, kmax_opnd, interp_mask;
+        int whole;    /* every block compiled, no GENERIC entry */
         int uploaded; /* copied outside capture (a copy captured in a graph runs only with it) */
     } kp_ent[MSCX_GPU_KP_ENTRIES];
     int c_pkt;
@@ -850,7 +851,11 @@ static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t r
     }
     if (!gp->kp_tmp || !mscx_gpu_compile(plan, rank, gp->h_ops, gp->kp_rbuf, a, gp->kp_tmp))
         return -1;
-    struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, 0};
+    struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, 0, 0};
+    e.whole = e.interp_mask == 0;
+    for (uint32_t i = 0; i < gp->kp_tmp->kbegin[gp->ntb]; i++)
+        if (gp->kp_tmp->kop[i].kind == MSCX_KOP_GENERIC)
+            e.whole = 0;
     size_t bytes = 0;
     if (gp->kp_nent < MSCX_GPU_KP_ENTRIES)
         bytes = mscx_gpu_kp_encode(gp->kp_tmp, gp->ntb, gp->scratch, gp->scratch_half, gp->kp_pin + gp->kp_used,
@@ -992,6 +997,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     a->pkt = pkt;
     cudaStream_t s = (cudaStream_t)stream;
     a->kprog = NULL;
+    a->fast = 0;
     if (gp->c_kent >= 0 && (((uintptr_t)ap.in | (uintptr_t)ap.out) & 15u) == 0) {
         struct kp_ent *e = &gp->kp_ent[gp->c_kent];
         mscx_status_t ust = kp_upload(ex, gp, e, s);
@@ -1002,6 +1008,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         a->kmax_ops = e->kmax_ops;
         a->kmax_opnd = e->kmax_opnd;
         a->interp_mask = e->interp_mask;
+        a->fast = e->whole && !gp->port && !gp->publish && !gp->ureg;
     }
     if (ap.pre_bytes && cudaMemcpyAsync(ap.pre_dst, ap.pre_src, ap.pre_bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
         return gpu_check(cudaGetLastError(), "staging copy");

@@ -226,6 +226,8 @@ struct mscx_gpu_args {
     uint32_t kmax_ops;       /* entry slots of a record */
     uint32_t kmax_opnd;      /* operand slots of a record */
     uint32_t interp_mask;    /* blocks that run the interpreter even with a program */
+    uint32_t fast;           /* the program is the whole launch (no interpreter, proxy or publishing):
+                                the kernel without the interpreter runs it */
     void *uptr[MSCX_GPU_MAX_UPTR]; /* this launch's user buffers of peers in other processes, mapped here
                                       (gpu_ureg.c), by mscx_gpu_rbuf.uslot */
 };

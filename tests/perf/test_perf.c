@@ -430,7 +430,10 @@ START_TEST(test_ref_rules)
     ck_assert(!mscx_ref_supports(MSCX_REF_TWOPHASE, MSCX_DT_FP32, MSCX_REDOP_SUM, 8, 1028, &why));
     ck_assert_ptr_nonnull(strstr(why, "multiple of 8"));
     ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 8, 0, NULL));
-    ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 1, 1024, NULL));
+    ck_assert(mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 1, 1024, NULL)); /* launch probe */
+    ck_assert(!mscx_ref_supports(MSCX_REF_TWOPHASE, MSCX_DT_FP32, MSCX_REDOP_SUM, 1, 1024, &why));
+    ck_assert_ptr_nonnull(strstr(why, "two-phase"));
+    ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 0, 1024, NULL));
     ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 17, 1024, NULL));
     ck_assert(!mscx_ref_supports(MSCX_REF_NONE, MSCX_DT_FP32, MSCX_REDOP_SUM, 8, 1024, &why));
     ck_assert_ptr_nonnull(strstr(why, "no hand-written kernel"));
