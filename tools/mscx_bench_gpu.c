@@ -3,8 +3,9 @@
  * mscx-bench-gpu: in-process N-rank benchmarks of the GPU executor on one GPU.
  *   mscx-bench-gpu [algo-plan-dir [plans-dir [max-bytes]]]
  * algo-plan-dir holds the DSL's allreduce_pkt_n{2,4,8}.json; plans-dir this
- * project's plans/ (allreduce_n{N}_rpn{N}_oneshot_1K_64K.json, what the shim
- * routes for one node at 1 KB..64 KB).
+ * project's plans/ (every allreduce_n{N}_rpn{N}_{oneshot,twophase}_*.json:
+ * what the shim routes for one node, each at the sizes of its range).
+ * Before them, a launch probe: one rank, no peers (bench_probe).
  * Prints a markdown table: each plan-driven LL16 packet allreduce (fp32 sum)
  * against a hand-written kernel of the same algorithm (tools/ref/),
  * eager and under CUDA graphs, and the launch+completion time of an empty plan.
@@ -13,6 +14,7 @@
  * replayed REPS times, median replay / ITERS, so graph launch cost is
  * amortised. Eager: REPS batches of ITERS launches, median batch / ITERS.
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +148,25 @@ static uint64_t g_max_bytes = 4u << 20;
 
 static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const char *label);
 
+/* Plan file names in size order: by the number after the algorithm (1K < 4K < 16K < 64K). */
+static uint64_t name_size(const char *name)
+{
+    const char *p = strrchr(name, '_'); /* ..._<min>_<max>.json: the min is before the last '_' */
+    while (p && p > name && p[-1] != '_')
+        p--;
+    if (!p)
+        return 0;
+    char *end;
+    uint64_t v = strtoull(p, &end, 10);
+    return *end == 'K' ? v << 10 : *end == 'M' ? v << 20 : v;
+}
+
+static int cmp_name(const void *x, const void *y)
+{
+    uint64_t a = name_size(*(char *const *)x), b = name_size(*(char *const *)y);
+    return a < b ? -1 : a > b;
+}
+
 static void bench_n(const char *path, uint32_t n, int oneshot, const char *label)
 {
     char err[1024];
@@ -217,8 +238,8 @@ static const char k_empty[] =
     "\"channels\":[],\"remote_buffer_refs\":[]}],\"channels\":[],\"remote_buffers\":[],\"semaphores\":[]}]}";
 
 /*
- * The launch probe: one rank, no peers, 7 blocks of 512 threads (the 8-rank
- * one-shot plan's shape), each block copying its chunk of the input onto the
+ * The launch probe: one rank, no peers, 8 blocks of 512 threads (about the
+ * 8-rank one-shot plan's shape), each block copying its chunk of the input onto the
  * output (in place) through the executor, against the hand-written one-shot
  * kernel for one rank in the same shape. The difference is the executor's
  * fixed cost per launch (arguments, program staging, prologue).
@@ -229,9 +250,9 @@ static void bench_probe(void)
     int o = snprintf(js, sizeof(js),
                      "{\"name\":\"probe_oneshot\",\"collective\":\"allreduce\",\"protocol\":\"LL\",\"inplace\":true,"
                      "\"num_threads_per_block\":512,\"use_double_scratch_buffer\":false,\"buffer_alignment\":16,"
-                     "\"min_message_size\":0,\"max_message_size\":65536,\"gpus\":[{\"id\":0,\"input_chunks\":7,"
-                     "\"output_chunks\":7,\"scratch_chunks\":0,\"threadblocks\":[");
-    for (int b = 0; b < 7 && o < (int)sizeof(js); b++)
+                     "\"min_message_size\":0,\"max_message_size\":65536,\"gpus\":[{\"id\":0,\"input_chunks\":8,"
+                     "\"output_chunks\":8,\"scratch_chunks\":0,\"threadblocks\":[");
+    for (int b = 0; b < 8 && o < (int)sizeof(js); b++)
         o += snprintf(js + o, sizeof(js) - (size_t)o,
                       "%s{\"id\":%d,\"ops\":[{\"name\":\"copy\",\"src_buff\":[{\"type\":\"i\",\"index\":%d,"
                       "\"size\":1}],\"dst_buff\":[{\"type\":\"o\",\"index\":%d,\"size\":1}]}],\"channels\":[],"
@@ -246,6 +267,38 @@ static void bench_probe(void)
         return;
     }
     bench_plan(plan, 1, 1, "launch probe (1 rank, copy)");
+}
+
+/*
+ * Every generated one-node AllReduce plan of @p n ranks in @p pdir (one-shot
+ * and two-phase, whatever their ranges), in name order, each against the
+ * hand-written kernel of its algorithm.
+ */
+static void bench_gen(const char *pdir, uint32_t n)
+{
+    static const char *const algos[] = {"oneshot", "twophase"};
+    for (int a = 0; a < 2; a++) {
+        char pre[64], path[4096], label[128], *names[16];
+        int nn = 0;
+        snprintf(pre, sizeof(pre), "allreduce_n%u_rpn%u_%s_", n, n, algos[a]);
+        DIR *d = opendir(pdir);
+        struct dirent *de;
+        while (d && nn < 16 && (de = readdir(d)))
+            if (strncmp(de->d_name, pre, strlen(pre)) == 0)
+                names[nn++] = strdup(de->d_name);
+        if (d)
+            closedir(d);
+        qsort(names, (size_t)nn, sizeof(names[0]), cmp_name);
+        for (int i = 0; i < nn; i++) {
+            if (names[i]) {
+                snprintf(path, sizeof(path), "%s/%s", pdir, names[i]);
+                snprintf(label, sizeof(label), "gen %s %.*s", algos[a], (int)strcspn(names[i] + strlen(pre), "."),
+                         names[i] + strlen(pre));
+                bench_n(path, n, a == 0, label);
+            }
+            free(names[i]);
+        }
+    }
 }
 
 static void bench_empty(void)
@@ -310,9 +363,8 @@ int main(int argc, char **argv)
         if (only && *only && strtoul(only, NULL, 10) != n)
             continue;
         const char *which = getenv("MSCX_BENCH_PLANS"); /* "gen" or "dsl": only those */
-        snprintf(path, sizeof(path), "%s/allreduce_n%u_rpn%u_oneshot_1K_64K.json", pdir, n, n);
         if (!which || !*which || strcmp(which, "gen") == 0)
-            bench_n(path, n, 1, "gen oneshot");
+            bench_gen(pdir, n);
         snprintf(path, sizeof(path), "%s/allreduce_pkt_n%u.json", dir, n);
         if (!which || !*which || strcmp(which, "dsl") == 0)
             bench_n(path, n, 0, "dsl allreduce_pkt");

@@ -46,11 +46,19 @@ static const struct pg_entry pg_shipped[] = {
     {"allgather", "copy", 1, 1, K1, M1, 1, 512},
     {"reducescatter", "copy", 1, 1, K1, M1, 1, 512},
     /* one node */
-    {"allreduce", "oneshot", 2, 2, K1, 64 * K1, 2, 512},
-    {"allreduce", "twophase", 2, 2, 64 * K1 + 1, M1, 8, 1024},
-    {"allreduce", "oneshot", 4, 4, K1, 64 * K1, 1, 512},
-    {"allreduce", "twophase", 4, 4, 64 * K1 + 1, M1, 4, 1024},
-    {"allreduce", "oneshot", 8, 8, K1, 64 * K1, 1, 512},
+    /*
+     * AllReduce crossovers from mscx-bench-gpu on one H200 (in-process ranks,
+     * CUDA graphs; docs/perf/2026-11-29-1xH200/): two-phase with one block
+     * per peer is as fast as one-shot from 1 KB at 8 ranks and from 4 KB at
+     * 4, and faster above; at 64 KB and more it needs more blocks per peer.
+     */
+    {"allreduce", "oneshot", 2, 2, K1, 16 * K1, 2, 512},
+    {"allreduce", "twophase", 2, 2, 16 * K1 + 1, M1, 8, 1024},
+    {"allreduce", "oneshot", 4, 4, K1, 4 * K1, 1, 512},
+    {"allreduce", "twophase", 4, 4, 4 * K1 + 1, 16 * K1, 1, 512},
+    {"allreduce", "twophase", 4, 4, 16 * K1 + 1, M1, 4, 1024},
+    {"allreduce", "oneshot", 8, 8, K1, 4 * K1, 1, 512},
+    {"allreduce", "twophase", 8, 8, 4 * K1 + 1, 64 * K1, 1, 512},
     {"allreduce", "twophase", 8, 8, 64 * K1 + 1, M1, 2, 1024},
     {"allgather", "allpairs", 2, 2, K1, 64 * K1, 1, 512},
     {"allgather", "allpairs", 2, 2, 64 * K1 + 1, M1, 8, 1024},

@@ -4,7 +4,7 @@
  * each, a socketpair bootstrap between them (tests/common/proc_mesh.h), each
  * rank's results compared bit for bit with the host reference executor.
  * Modes (argv[1]):
- *   ipc      plans/allreduce_n2_rpn2_oneshot_1K_64K.json, 2 processes: memory
+ *   ipc      plans/allreduce_n2_rpn2_oneshot_1K_16K.json, 2 processes: memory
  *            channels through CUDA IPC across processes
  *   twonode  plans/allreduce_n4_rpn2_hier2_1K_64K.json, 4 processes,
  *            MSCX_VIRTUAL_NODES=2 (ranks 0,1 node 0; 2,3 node 1): memory
@@ -873,7 +873,7 @@ int main(int argc, char **argv)
     uint32_t n, rpn;
     int vnodes = 0;
     if (strcmp(g_mode, "ipc") == 0) {
-        path = MSCX_SOURCE_ROOT "/plans/allreduce_n2_rpn2_oneshot_1K_64K.json";
+        path = MSCX_SOURCE_ROOT "/plans/allreduce_n2_rpn2_oneshot_1K_16K.json";
     } else if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "cudaport") == 0 || strcmp(g_mode, "kill") == 0) {
         path = MSCX_SOURCE_ROOT "/plans/allreduce_n4_rpn2_hier2_1K_64K.json";
     } else if (strcmp(g_mode, "ureg") != 0) {
