@@ -456,7 +456,6 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
     c->ntb = gpu->ntb;
     c->nrbuf = gpu->nrbuf;
     c->nsem = gpu->nsem;
-    c->scratch_chunks = gpu->scratch_chunks;
     c->scratch = gp->scratch;
     c->scratch_bytes = gp->scratch_bytes;
     c->bflag = (uint32_t *)(d + gp->off_bflag);
@@ -478,7 +477,6 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
     for (uint32_t i = 0; i < gpu->nrbuf; i++) {
         uint32_t o = gpu->rbuf[i].rank;
         rb[i].type = gpu->rbuf[i].type;
-        rb[i].owner_scratch_chunks = plan->gpus[o].scratch_chunks;
         rb[i].geom = geom_class(gp, o);
         rb[i].half = plan->double_scratch ? gp->recs[o].scratch_bytes / 2u : 0;
         if (gp->recs[o].device != gp->recs[rank].device)
@@ -946,7 +944,6 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         a->scratch = gp->scratch;
         a->scratch_bytes = gp->scratch_bytes;
         a->scratch_half = gp->scratch_half;
-        a->scratch_chunks = plan->gpus[ex->bs.rank].scratch_chunks;
         a->publish = (uint32_t)gp->publish;
         a->sys_scope = (uint32_t)gp->sys_scope;
         a->in_bytes = g.in_bytes;

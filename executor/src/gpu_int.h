@@ -63,7 +63,6 @@ struct mscx_gpu_rbuf {
     struct mscx_gpu_pub *pub;      /* user pointers of the owner */
     uint32_t kind;                 /* enum mscx_gpu_rbuf_kind */
     uint32_t type;                 /* enum mscx_buf_type */
-    uint32_t owner_scratch_chunks;
     uint64_t half;                 /* the owner's scratch half (0: single buffered), fixed per context */
     uint32_t geom;                 /* index into mscx_gpu_args.geom: the owner's chunk geometry */
     uint32_t uslot;                /* MSCX_GPU_RBUF_MAPPED: index into mscx_gpu_args.uptr */
@@ -111,7 +110,6 @@ struct mscx_gpu_ctx {
     unsigned long long barrier[MSCX_MAX_BARRIERS];
     /* tables, fixed after the plan upload */
     uint32_t ntb, nrbuf, nsem, nchan[MSCX_CHAN_COUNT];
-    uint32_t scratch_chunks;
     const struct mscx_dev_op *ops;
     const uint32_t *tb_begin;   /* [ntb + 1] */
     const struct mscx_gpu_rbuf *rbuf;
@@ -204,7 +202,6 @@ struct mscx_gpu_args {
     uint64_t scratch_bytes;        /* = ctx->scratch_bytes */
     uint64_t scratch_half;         /* scratch_bytes / 2 when double buffered, else 0: the odd-flag launches use
                                       [0, half), the even ones [half, 2 * half), whatever their message size */
-    uint32_t scratch_chunks;       /* = ctx->scratch_chunks */
     uint32_t publish;              /* = ctx->publish */
     uint32_t sys_scope;            /* = ctx->sys_scope */
     uint32_t pad0;

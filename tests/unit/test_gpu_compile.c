@@ -200,6 +200,8 @@ static uint64_t old_kbase(const struct ctx *c, const struct mscx_kopnd *d, uint3
  * operand, resolved as the kernel does for an odd and an even flag, equal to
  * base + offset for that flag.
  */
+static size_t g_max_encoded; /* largest encoded program (bytes), for the summary */
+
 static void check_encoding(const struct ctx *c)
 {
     const struct mscx_gpu *gpu = &c->plan->gpus[c->rank];
@@ -214,6 +216,8 @@ static void check_encoding(const struct ctx *c)
                                          &stride, &km, &pm), 0); /* one byte short: refused */
     bytes = mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf, sizeof(buf), &stride,
                                &km, &pm);
+    if (bytes > g_max_encoded)
+        g_max_encoded = bytes;
     for (uint32_t b = 0; b < gpu->ntb; b++) {
         const char *rec = buf + (size_t)stride * b;
         const struct mscx_kblk_head *h = (const struct mscx_kblk_head *)rec;
@@ -324,8 +328,8 @@ START_TEST(test_compile_shipped_plans)
         free(names[f]);
     }
     printf("gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked, "
-           "%u unpacks fused\n", nn, (unsigned long long)launches, (unsigned long long)compiled_launches, entries,
-           fused_total);
+           "%u unpacks fused, largest encoded program %zu bytes\n", nn, (unsigned long long)launches,
+           (unsigned long long)compiled_launches, entries, fused_total, g_max_encoded);
     ck_assert_uint_gt(compiled_launches, launches / 2);
 }
 END_TEST
