@@ -21,7 +21,9 @@
 # PARTS (when no part is named), time limits in seconds MAIN_S (200),
 # TRACE_S (30), COMPARE_S (200), AB_S (120), SUITE_S (240), BENCH_S (150);
 # MAIN_RUNS (A/B pairs of the main job, 2), AB_RUNS (3), BENCH_MAX (largest
-# message of the bench, bytes, 1048576), BENCH_REF (the reference plans,
+# message of the bench, bytes, 1048576), BENCH_PLANS (the generated plans
+# benched, default plans; e.g. a folder of variants made with
+# BUILD/tools/mscx-plangen --blocks/--tbs-per-peer), BENCH_REF (the reference plans,
 # .deps/ref/mscclpp-algo-plans). Each part prints "PART rc=N Ts" (also in
 # OUT/steps.txt) and the lines of its log that matter; the script exits 1
 # when any part failed. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
@@ -133,7 +135,8 @@ fi
 
 if want bench; then
     begin
-    timeout "${BENCH_S:-150}" "$BUILD/tools/mscx-bench-gpu" "${BENCH_REF:-.deps/ref/mscclpp-algo-plans}" plans \
+    timeout "${BENCH_S:-150}" "$BUILD/tools/mscx-bench-gpu" "${BENCH_REF:-.deps/ref/mscclpp-algo-plans}" \
+        "${BENCH_PLANS:-plans}" \
         "${BENCH_MAX:-1048576}" >"$OUT/bench.txt" 2>&1
     end bench $?
     cat "$OUT/bench.txt"

@@ -393,6 +393,8 @@ START_TEST(test_plangen_nofuse_same)
         bool fuses; /* the algorithm has ops the pass folds */
     } algos[] = {
         {"--coll allreduce --algo oneshot --ranks 4 --tbs-per-peer 2 --min-size 1K --max-size 64K", 3 * 1024 + 6, true},
+        {"--coll allreduce --algo oneshot --ranks 8 --blocks 1 --min-size 1K --max-size 4K", 1024 + 6, true},
+        {"--coll allreduce --algo oneshot --ranks 8 --blocks 3 --min-size 1K --max-size 4K", 4096 - 2, true},
         {"--coll allreduce --algo twophase --ranks 8 --tbs-per-peer 2 --min-size 1K --max-size 1M", 40000 + 2, true},
         {"--coll allreduce --algo hier2 --ranks 8 --ranks-per-node 4 --tbs-per-peer 2 --max-size 2M", 24000 + 2, true},
         {"--coll allgather --algo allpairs --ranks 4 --tbs-per-peer 2", 4 * 1026, false},
@@ -475,6 +477,9 @@ START_TEST(test_plangen_cli)
         "--coll allreduce --algo oneshot --ranks 6 --ranks-per-node 4",
         "--coll allreduce --algo oneshot --ranks 4 --packet ll32",
         "--coll allreduce --algo oneshot --ranks 4 --min-size 2M --max-size 1M",
+        "--coll allreduce --algo twophase --ranks 4 --blocks 2",
+        "--coll allreduce --algo oneshot --ranks 4 --blocks 0",
+        "--coll allreduce --algo oneshot --ranks 4 --blocks 65",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(cmd, sizeof(cmd), "%s %s -o /dev/null 2>/dev/null", tool, bad[i]);

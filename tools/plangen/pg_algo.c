@@ -105,7 +105,7 @@ static int pg_copy(struct pg_plan *p)
 
 /*
  * All-pairs one-shot: input is one chunk; scratch slot j holds rank j's
- * packets. Each block b of G = T(N-1) takes slice b of the buffer and ppkts
+ * packets. Each block b of G = T(N-1) (or --blocks) takes slice b of the buffer and ppkts
  * it to slot g of every peer. Every rank then reduces in one order, rank 0's
  * data first and the others in rank order, so all ranks get the same bits:
  * rank g > 0 packs its own slice into its own slot g (cpkt), unpacks rank
@@ -113,9 +113,9 @@ static int pg_copy(struct pg_plan *p)
  * slots 1..N-1; rank 0 reduces its own input with slots 1..N-1. All ops of
  * a block use the same slice, so no block overwrites input another reads.
  */
-static int pg_ar_oneshot(struct pg_plan *p, uint32_t N, uint32_t T)
+static int pg_ar_oneshot(struct pg_plan *p, uint32_t N, uint32_t T, uint32_t B)
 {
-    uint32_t G = T * (N - 1);
+    uint32_t G = B ? B : T * (N - 1);
     pg_plan_chunks(p, 1, 1, N);
     for (uint32_t g = 0; g < N; g++) {
         pg_connect_node(p, g, N);
@@ -452,6 +452,10 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
 
     if (N == 0 || P == 0 || N % P || T == 0)
         return pg_fail("ranks must be a positive multiple of ranks per node, tbs-per-peer positive", par);
+    if (par->blocks && strcmp(a, "oneshot") != 0)
+        return pg_fail("--blocks is for the oneshot algorithm (the others slice per peer: --tbs-per-peer)", par);
+    if (par->blocks > 64)
+        return pg_fail("--blocks above 64", par);
     if (copy != (N == 1))
         return pg_fail("the copy algorithm is for one rank, and one rank needs it", par);
     if (!copy && hier != (N > P))
@@ -478,7 +482,7 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
     if (copy)
         rc = pg_copy(p);
     else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "oneshot") == 0 && !hier)
-        rc = pg_ar_oneshot(p, N, T);
+        rc = pg_ar_oneshot(p, N, T, par->blocks);
     else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "twophase") == 0)
         rc = pg_ar_twophase(p, N, T);
     else if (par->coll == MSCX_COLL_ALLREDUCE && hier)
