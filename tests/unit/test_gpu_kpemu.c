@@ -1,0 +1,960 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The GPU launch compiler's programs, run on the host: for every shipped
+ * plan and every (size, dtype, operator, packet format) at which every rank's
+ * program compiles whole (no GENERIC entry, no interpreter block: what the
+ * fast kernel runs), emulate the encoded block records (exactly what the
+ * kernel stages, see mscx_run_compiled and mscx_kop_run in
+ * kernels/exec_ops.cuh) for two consecutive launches (flags 1 and 2, so both
+ * scratch halves) and compare every rank's output and input bit for bit with
+ * the host reference executor.
+ *
+ * The emulation: every (rank, block) is a cooperative task with a program
+ * counter over its block's entries. An entry runs whole, and only once every
+ * packet line it reads carries the launch's flag (LL16: both flag words of
+ * the 16-byte line, LL8: the one of the 8-byte line; mscx_dline_read);
+ * otherwise the task yields. Tasks are visited round robin until all are done;
+ * a sweep without progress is a deadlock and fails with what each task
+ * waits for. A rank starts its second launch as soon as its own blocks have
+ * finished the first (as a GPU stream would), so ranks run one launch apart
+ * and the double-buffered halves matter. Every operand access is checked
+ * against its buffer (user buffers, the launch's half of a scratch) and its
+ * alignment before it is made. Memory is laid out as gpu_exec.c does for an
+ * in-process group: scratch sized by scratch_need() at the plan's largest
+ * message, fixed halves, peer scratch pointers as kp_rbuf.
+ */
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "test_common.h"
+#include "mscx/hostexec.h"
+#include "mscx/plan.h"
+#include "gpu_int.h"
+#include "op_sem.h"
+#include "plan_int.h"
+
+#define MAXR 16
+#define LAUNCHES 2
+#define MAX_SIZE (1u << 20)
+
+/* ---- test data ---- */
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 31;
+    x *= 0x9e3779b97f4a7c15ull;
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    return x ^ (x >> 32);
+}
+
+/*
+ * Finite values with spread exponents (so that a sum in another order
+ * rounds differently), deterministic in (seed, byte); bytes past the last
+ * whole element get noise.
+ */
+static void fill(uint8_t *p, uint64_t n, enum mscx_dtype dt, uint64_t seed)
+{
+    uint32_t es = mscx_dtype_size(dt);
+    for (uint64_t i = 0; i + es <= n; i += es) {
+        uint64_t r = mix(seed * 0x100000001b3ull + i);
+        if (dt == MSCX_DT_FP16) {
+            uint16_t h = (uint16_t)((r & 0x83ffu) | (((r >> 16) % 11 + 10) << 10)); /* 2^-5 .. 2^5 */
+            memcpy(p + i, &h, 2);
+        } else {
+            uint32_t u = (uint32_t)((r & 0x807fffffu) | (((r >> 32) % 24 + 115) << 23)); /* 2^-12 .. 2^11 */
+            memcpy(p + i, &u, 4);
+        }
+    }
+    for (uint64_t i = n / es * es; i < n; i++)
+        p[i] = (uint8_t)mix(seed + i);
+}
+
+static uint64_t seed_of(uint32_t rank, uint32_t launch, int out)
+{
+    return (uint64_t)rank * 7u + launch * 131u + (out ? 1u : 2u);
+}
+
+/* ---- one rank's memory and program ---- */
+
+struct rank_st {
+    uint8_t *alloc, *in, *out;    /* user buffers, aliased as the plan's placement says */
+    char *scratch;                /* both halves */
+    uint64_t scratch_bytes, half; /* gpu_exec.c: scratch_need() rounded, fixed halves (0: single buffered) */
+    struct mscx_dev_op *img;      /* op image with the sync marks */
+    struct mscx_kp_rbuf *rb;      /* [nrbuf] */
+    uint32_t ngeom, geom_rank[MSCX_GPU_MAX_GEOM];
+    struct mscx_gpu_args a;
+    struct mscx_kprog kp;
+    char *rec;
+    uint32_t stride, kmax, pmax;
+    /* emulation */
+    uint32_t launch, flag, left; /* launch running (LAUNCHES: done), its flag, blocks not finished */
+    uint32_t pc[MSCX_KP_MAX_BLOCKS];
+    uint8_t *res_out[LAUNCHES], *res_in[LAUNCHES];
+};
+
+struct emu {
+    const struct mscx_plan *plan;
+    uint32_t n;
+    int reduces; /* some rank reduces: the kernel with reductions (else only the copy-only one, op unused) */
+    struct rank_st r[MAXR];
+    uint64_t msg, in_bytes, out_bytes;
+    enum mscx_dtype dt;
+    enum mscx_redop op;
+    enum mscx_pkt_format pkt;
+    char what[256]; /* plan, size, dtype, operator, format: for messages */
+    uint64_t entries_run, units_run, skewed;
+};
+
+static const char *kind_name(uint32_t k)
+{
+    static const char *const names[] = {"generic", "pack", "unpack", "fwd",
+                                        "redpkt",  "copy", "reduce", "skip"};
+    return k < sizeof(names) / sizeof(names[0]) ? names[k] : "?";
+}
+
+/* Zeroed, 256-byte aligned like cudaMalloc's (operands are checked exactly, not by the allocation's size). */
+static void *alloc256(uint64_t bytes)
+{
+    void *p = aligned_alloc(256, (bytes + 255u) & ~(uint64_t)255u);
+    ck_assert_ptr_nonnull(p);
+    memset(p, 0, bytes);
+    return p;
+}
+
+/* Scratch bytes for every dtype at @p max_msg: gpu_exec.c's scratch_need(). */
+static uint64_t scratch_need(const struct mscx_plan *plan, uint32_t rank, uint64_t max_msg)
+{
+    uint64_t need = 0, in, out;
+    mscx_coll_sizes(plan->coll, plan->nranks, max_msg, &in, &out);
+    for (int dt = 0; dt < MSCX_DT_COUNT; dt++) {
+        struct mscx_geom g;
+        char err[256];
+        uint32_t es = mscx_dtype_size((enum mscx_dtype)dt);
+        if (mscx_plan_geom(plan, rank, in / es * es, out / es * es, (enum mscx_dtype)dt, &g, err,
+                           sizeof(err)) == MSCX_OK &&
+            g.scratch_bytes > need)
+            need = g.scratch_bytes;
+    }
+    return need;
+}
+
+static int same_geom(const struct mscx_gpu *g, const struct mscx_gpu *h)
+{
+    return h->input_chunks == g->input_chunks && h->output_chunks == g->output_chunks &&
+           h->scratch_chunks == g->scratch_chunks;
+}
+
+/*
+ * Per plan: scratch, op images and remote buffers as gpu_exec.c sets them up
+ * (setup_geoms, mscx_exec_add_plan, gpu_plan_finalize for an in-process
+ * group: every peer's scratch reachable). @return 0, or -1 when gpu_exec.c
+ * would refuse the plan (too many geometries).
+ */
+static int emu_plan_init(struct emu *e, const struct mscx_plan *plan, uint64_t max_msg)
+{
+    memset(e, 0, sizeof(*e));
+    e->plan = plan;
+    e->n = plan->nranks;
+    ck_assert_uint_le(e->n, MAXR);
+    for (uint32_t q = 0; q < e->n; q++)
+        for (uint32_t i = 0; i < plan->gpus[q].nops; i++)
+            e->reduces |= mscx_opcode_reduces(plan->gpus[q].ops[i].opcode);
+    for (uint32_t q = 0; q < e->n; q++) {
+        struct rank_st *R = &e->r[q];
+        R->scratch_bytes = scratch_need(plan, q, max_msg);
+        if (plan->double_scratch && R->scratch_bytes) {
+            R->scratch_bytes = (R->scratch_bytes + 255u) & ~(uint64_t)255u;
+            R->half = R->scratch_bytes / 2u;
+        }
+        R->scratch = R->scratch_bytes ? alloc256(R->scratch_bytes) : NULL;
+    }
+    for (uint32_t q = 0; q < e->n; q++) {
+        struct rank_st *R = &e->r[q];
+        const struct mscx_gpu *gpu = &plan->gpus[q];
+        R->img = malloc((gpu->nops ? gpu->nops : 1) * sizeof(*R->img));
+        R->rb = calloc(gpu->nrbuf ? gpu->nrbuf : 1, sizeof(*R->rb));
+        ck_assert(R->img && R->rb);
+        memcpy(R->img, gpu->ops, (size_t)gpu->nops * sizeof(*R->img));
+        mscx_gpu_mark_syncs(plan, q, R->img);
+        R->ngeom = 1;
+        R->geom_rank[0] = q;
+        for (uint32_t i = 0; i < gpu->nrbuf; i++) {
+            uint32_t o = gpu->rbuf[i].rank, c;
+            for (c = 0; c < R->ngeom && !same_geom(&plan->gpus[R->geom_rank[c]], &plan->gpus[o]); c++)
+                ;
+            if (c == R->ngeom) {
+                if (R->ngeom == MSCX_GPU_MAX_GEOM)
+                    return -1;
+                R->geom_rank[R->ngeom++] = o;
+            }
+            R->rb[i].ptr = gpu->rbuf[i].type == MSCX_BUF_SCRATCH ? e->r[o].scratch : NULL;
+            R->rb[i].geom = c;
+            R->rb[i].half = plan->double_scratch ? e->r[o].scratch_bytes / 2u : 0;
+        }
+    }
+    return 0;
+}
+
+static void emu_plan_fini(struct emu *e)
+{
+    for (uint32_t q = 0; q < e->n; q++) {
+        struct rank_st *R = &e->r[q];
+        free(R->scratch);
+        free(R->img);
+        free(R->rb);
+        free(R->rec);
+        free(R->alloc);
+        for (int l = 0; l < LAUNCHES; l++) {
+            free(R->res_out[l]);
+            free(R->res_in[l]);
+        }
+    }
+    memset(e, 0, sizeof(*e));
+}
+
+/*
+ * Compile and encode every rank's program for the current (msg, dt, pkt) as
+ * mscx_exec_launch does. @return 1 when every rank's program is whole (what
+ * the fast kernel runs), 0 otherwise (*why_p says what is left).
+ */
+static int emu_compile(struct emu *e, const char **why_p)
+{
+    const struct mscx_plan *plan = e->plan;
+    char err[256];
+    for (uint32_t q = 0; q < e->n; q++) {
+        struct rank_st *R = &e->r[q];
+        const struct mscx_gpu *gpu = &plan->gpus[q];
+        struct mscx_geom g;
+        if (mscx_plan_geom(plan, q, e->in_bytes, e->out_bytes, e->dt, &g, err, sizeof(err)) != MSCX_OK) {
+            *why_p = "size not valid";
+            return 0;
+        }
+        ck_assert_msg(g.scratch_bytes <= R->scratch_bytes,
+                      "%s: rank %u needs %llu scratch bytes, %llu allocated", e->what, q,
+                      (unsigned long long)g.scratch_bytes, (unsigned long long)R->scratch_bytes);
+        struct mscx_gpu_args *a = &R->a;
+        memset(a, 0, sizeof(*a));
+        a->scratch = R->scratch;
+        a->scratch_bytes = R->scratch_bytes;
+        a->scratch_half = R->half;
+        a->in_bytes = g.in_bytes;
+        a->out_bytes = g.out_bytes;
+        for (uint32_t c = 0; c < R->ngeom; c++) {
+            struct mscx_geom h = g;
+            if (c > 0 && mscx_plan_geom(plan, R->geom_rank[c], e->in_bytes, e->out_bytes, e->dt, &h, err,
+                                        sizeof(err)) != MSCX_OK) {
+                *why_p = "size not valid";
+                return 0;
+            }
+            a->geom[c].slot = h.slot;
+            a->geom[c].in_chunk = h.in_chunk;
+            a->geom[c].out_chunk = h.out_chunk;
+        }
+        for (uint32_t i = 0; i < gpu->nops; i++) /* gpu_exec.c's setup_geoms: per rank */
+            if (mscx_opcode_reduces(gpu->ops[i].opcode))
+                a->reduce = 1;
+        a->pkt = e->pkt;
+        a->dtype = e->dt;
+        a->op = e->op;
+        if (gpu->ntb == 0)
+            continue;
+        if (!mscx_gpu_compile(plan, q, R->img, R->rb, a, &R->kp)) {
+            *why_p = "program does not fit";
+            return 0;
+        }
+        if (R->kp.interp_mask) {
+            *why_p = "interpreter blocks";
+            return 0;
+        }
+        for (uint32_t i = 0; i < R->kp.kbegin[gpu->ntb]; i++)
+            if (R->kp.kop[i].kind == MSCX_KOP_GENERIC) {
+                *why_p = "GENERIC entries";
+                return 0;
+            }
+        size_t cap = 16u * (1u + MSCX_KP_MAX_OPS + MSCX_KP_MAX_OPND) * (size_t)gpu->ntb;
+        free(R->rec);
+        R->rec = malloc(cap);
+        ck_assert_ptr_nonnull(R->rec);
+        size_t bytes = mscx_gpu_kp_encode(&R->kp, gpu->ntb, R->scratch, R->half, R->rec, cap, &R->stride,
+                                          &R->kmax, &R->pmax);
+        ck_assert_msg(bytes == (size_t)R->stride * gpu->ntb, "%s: rank %u: encoding failed", e->what, q);
+    }
+    return 1;
+}
+
+/* User buffers of every rank, placed as the plan's in-place rule says (the call matches the plan: no
+ * staging). */
+static int emu_buffers(struct emu *e)
+{
+    for (uint32_t q = 0; q < e->n; q++) {
+        struct rank_st *R = &e->r[q];
+        uint64_t in_b = e->in_bytes, out_b = e->out_bytes;
+        free(R->alloc);
+        R->alloc = alloc256(in_b + out_b + 16);
+        if (!e->plan->inplace) {
+            R->in = R->alloc;
+            R->out = R->alloc + ((in_b + 15u) & ~(uint64_t)15u);
+        } else if (e->plan->coll == MSCX_COLL_ALLGATHER) {
+            R->out = R->alloc;
+            R->in = R->out + q * in_b;
+        } else if (e->plan->coll == MSCX_COLL_REDUCESCATTER) {
+            R->in = R->alloc;
+            R->out = R->in + q * out_b;
+        } else {
+            R->in = R->out = R->alloc;
+        }
+        /* mscx_exec_launch runs the program only on 16-byte aligned user pointers */
+        if (((uintptr_t)R->in | (uintptr_t)R->out) & 15u)
+            return 0;
+        for (int l = 0; l < LAUNCHES; l++) {
+            free(R->res_out[l]);
+            free(R->res_in[l]);
+            R->res_out[l] = malloc(out_b + 1);
+            R->res_in[l] = malloc(in_b + 1);
+            ck_assert(R->res_out[l] && R->res_in[l]);
+        }
+    }
+    return 1;
+}
+
+/* ---- the entries, as mscx_kop_run runs them ---- */
+
+static uint32_t ld32(const char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static void st32(char *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
+
+/* mscx_dvload / mscx_dvstore: @p nb (4, 8 or 16) payload bytes as words. */
+static void vload(const char *p, uint32_t nb, uint32_t w[4])
+{
+    w[0] = w[1] = w[2] = w[3] = 0;
+    memcpy(w, p, nb);
+}
+
+static void vstore(char *p, uint32_t nb, const uint32_t w[4])
+{
+    memcpy(p, w, nb);
+}
+
+/* mscx_dline_read's flag test: LL16 {d0, flag, d1, flag}, LL8 {d0, flag}. */
+static int line_ready(const char *line, enum mscx_pkt_format pkt, uint32_t flag)
+{
+    if (pkt == MSCX_PKT_LL8)
+        return ld32(line + 4) == flag;
+    return ld32(line + 4) == flag && ld32(line + 12) == flag;
+}
+
+static void line_read(const char *line, enum mscx_pkt_format pkt, uint32_t w[4])
+{
+    w[0] = ld32(line);
+    w[1] = pkt == MSCX_PKT_LL8 ? 0 : ld32(line + 8);
+    w[2] = w[3] = 0;
+}
+
+static void line_store(char *line, enum mscx_pkt_format pkt, const uint32_t w[4], uint32_t flag)
+{
+    st32(line, w[0]);
+    st32(line + 4, flag);
+    if (pkt != MSCX_PKT_LL8) {
+        st32(line + 8, w[1]);
+        st32(line + 12, flag);
+    }
+}
+
+/* mscx_dreduce<DT, nw>: the first @p nw words, acc op v. */
+static void vreduce(const struct emu *e, uint32_t acc[4], const uint32_t v[4], uint32_t nw)
+{
+    for (uint32_t i = 0; i < nw; i++)
+        acc[i] = mscx_reduce_word(e->dt, e->op, acc[i], v[i]);
+}
+
+/* Where the kernel's operand pointer lands (mscx_kstage). */
+struct opnd {
+    char *p;
+    uint64_t tag;
+};
+
+static struct opnd opnd_at(const struct rank_st *R, uint32_t b, uint32_t j, uint32_t parity)
+{
+    const struct mscx_kptr *po =
+        (const struct mscx_kptr *)(R->rec + (size_t)R->stride * b + 16u * (1u + R->kmax));
+    uint64_t v0 = po[j].v[0], tag = v0 >> MSCX_KPTR_TAG_SHIFT;
+    struct opnd o = {NULL, tag};
+    if (tag == 0)
+        o.p = (char *)(uintptr_t)(parity ? po[j].v[1] : v0);
+    else
+        o.p = (char *)(tag == 1 ? R->in : R->out) + (v0 & MSCX_KPTR_OFF_MASK);
+    return o;
+}
+
+struct loc {
+    uint32_t rank, block, entry;
+    const struct mscx_kop *k;
+};
+
+static void emu_fail(const struct emu *e, const struct loc *L, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    ck_abort_msg("%s: rank %u launch %u block %u entry %u (op %u %s, %s, %u units): %s", e->what, L->rank,
+                 e->r[L->rank].launch + 1, L->block, L->entry, L->k->op,
+                 mscx_opcode_name((enum mscx_opcode)L->k->opcode), kind_name(L->k->kind), L->k->units, msg);
+}
+
+/* Operand @p j covers @p bytes: inside its buffer (a scratch: the launch's half), and aligned. */
+static void check_access(const struct emu *e, const struct loc *L, uint32_t j, const struct opnd *o,
+                         uint64_t bytes, uint32_t align, const char *what)
+{
+    const struct rank_st *R = &e->r[L->rank];
+    uintptr_t p = (uintptr_t)o->p;
+    if (p & (align - 1u))
+        emu_fail(e, L, "operand %u (%s) at %#llx not %u-byte aligned", j, what, (unsigned long long)p, align);
+    if (o->tag != 0) {
+        const uint8_t *base = o->tag == 1 ? R->in : R->out;
+        uint64_t have = o->tag == 1 ? e->in_bytes : e->out_bytes, off = (uint64_t)(p - (uintptr_t)base);
+        if (o->tag > 2 || off + bytes > have)
+            emu_fail(e, L, "operand %u (%s) %s [%llu, +%llu) past %llu bytes", j, what,
+                     o->tag == 1 ? "input" : "output", (unsigned long long)off, (unsigned long long)bytes,
+                     (unsigned long long)have);
+        return;
+    }
+    for (uint32_t q = 0; q < e->n; q++) {
+        const struct rank_st *S = &e->r[q];
+        uintptr_t s = (uintptr_t)S->scratch;
+        if (!S->scratch || p < s || p >= s + S->scratch_bytes)
+            continue;
+        /* the launch's half of that scratch (mscx_scratch_offset): a peer may be in the other launch */
+        uint64_t lo = mscx_scratch_offset(R->flag, S->half), len = S->half ? S->half : S->scratch_bytes;
+        uint64_t off = (uint64_t)(p - s);
+        if (off < lo || off + bytes > lo + len)
+            emu_fail(
+                e, L,
+                "operand %u (%s) scratch of rank %u [%llu, +%llu) outside the half [%llu, +%llu) of flag %u",
+                j, what, q, (unsigned long long)off, (unsigned long long)bytes, (unsigned long long)lo,
+                (unsigned long long)len, R->flag);
+        return;
+    }
+    emu_fail(e, L, "operand %u (%s) at %#llx is in no buffer", j, what, (unsigned long long)p);
+}
+
+/* The operands of entry @p L->k, each checked for the bytes it touches; @p is_line: packet lines. */
+static void entry_operands(const struct emu *e, const struct loc *L, struct opnd *P, uint8_t *is_line)
+{
+    const struct rank_st *R = &e->r[L->rank];
+    const struct mscx_kop *k = L->k;
+    const uint64_t pl = mscx_pkt_payload(e->pkt), ll = mscx_pkt_line(e->pkt), n = k->units;
+    const struct mscx_kblk_head *h = (const struct mscx_kblk_head *)(R->rec + (size_t)R->stride * L->block);
+    uint32_t no = (uint32_t)k->nsrc + k->ndst;
+    if (k->kind == MSCX_KOP_SKIP)
+        return; /* a fused unpack keeps its operands, unused */
+    if (k->opnd + no > h->np)
+        emu_fail(e, L, "operands [%u, +%u) past the block's %u", k->opnd, no, h->np);
+    for (uint32_t j = 0; j < no; j++) {
+        P[j] = opnd_at(R, L->block, k->opnd + j, R->flag & 1u);
+        int line = 0, raw16 = 0;
+        switch (k->kind) {
+        case MSCX_KOP_PACK:
+            line = j == 1;
+            break;
+        case MSCX_KOP_UNPACK:
+            line = j == 0;
+            break;
+        case MSCX_KOP_FWD:
+            line = 1;
+            break;
+        case MSCX_KOP_REDPKT:
+            line = j == 0 ? k->lsrc0 : j != k->nsrc;
+            break;
+        default: /* COPY, REDUCE */
+            raw16 = 1;
+            break;
+        }
+        is_line[j] = (uint8_t)line;
+        if (raw16)
+            check_access(e, L, j, &P[j], n * 16u, 16u, "flat");
+        else if (line)
+            check_access(e, L, j, &P[j], n * ll, (uint32_t)ll, "lines");
+        else
+            check_access(e, L, j, &P[j], n * pl, (uint32_t)pl, "payload");
+    }
+}
+
+/* @return 1 when every line the entry reads carries the flag, else 0 (the first missing one in @p wait). */
+static int entry_ready(const struct emu *e, const struct loc *L, const struct opnd *P, const uint8_t *is_line,
+                       char *wait, size_t wlen)
+{
+    const struct mscx_kop *k = L->k;
+    const uint64_t ll = mscx_pkt_line(e->pkt);
+    uint32_t nread = k->kind == MSCX_KOP_PACK ? 0 : k->kind == MSCX_KOP_REDPKT ? k->nsrc : 1;
+    if (k->kind == MSCX_KOP_COPY || k->kind == MSCX_KOP_REDUCE || k->kind == MSCX_KOP_SKIP)
+        nread = 0;
+    for (uint32_t j = 0; j < nread; j++) {
+        if (!is_line[j])
+            continue;
+        for (uint64_t u = 0; u < k->units; u++) {
+            const char *line = P[j].p + u * ll;
+            if (!line_ready(line, e->pkt, e->r[L->rank].flag)) {
+                snprintf(wait, wlen, "operand %u unit %llu: line flags %#x/%#x", j, (unsigned long long)u,
+                         ld32(line + 4), e->pkt == MSCX_PKT_LL8 ? ld32(line + 4) : ld32(line + 12));
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static void entry_run(struct emu *e, const struct loc *L, const struct opnd *P)
+{
+    const struct mscx_kop *k = L->k;
+    const enum mscx_pkt_format pkt = e->pkt;
+    const uint32_t pl = mscx_pkt_payload(pkt), ll = mscx_pkt_line(pkt), nw = pl / 4u;
+    const uint32_t flag = e->r[L->rank].flag, ns = k->nsrc, nd = k->ndst;
+    uint32_t w[4], v[4];
+    switch (k->kind) {
+    case MSCX_KOP_PACK:
+        for (uint64_t u = 0; u < k->units; u++) {
+            vload(P[0].p + u * pl, pl, w);
+            line_store(P[1].p + u * ll, pkt, w, flag);
+        }
+        break;
+    case MSCX_KOP_UNPACK:
+        for (uint64_t u = 0; u < k->units; u++) {
+            line_read(P[0].p + u * ll, pkt, w);
+            vstore(P[1].p + u * pl, pl, w);
+        }
+        break;
+    case MSCX_KOP_FWD:
+        for (uint64_t u = 0; u < k->units; u++) {
+            line_read(P[0].p + u * ll, pkt, w);
+            for (uint32_t j = 0; j < nd; j++)
+                line_store(P[1 + j].p + u * ll, pkt, w, flag);
+        }
+        break;
+    case MSCX_KOP_REDPKT:
+        if (!e->r[L->rank].a.reduce)
+            emu_fail(e, L, "a reduction in a launch of the copy-only kernel");
+        for (uint64_t u = 0; u < k->units; u++) {
+            if (k->lsrc0)
+                line_read(P[0].p + u * ll, pkt, w);
+            else
+                vload(P[0].p + u * pl, pl, w);
+            for (uint32_t j = 1; j < ns; j++) {
+                line_read(P[j].p + u * ll, pkt, v);
+                vreduce(e, w, v, nw);
+            }
+            if (nd > 0)
+                vstore(P[ns].p + u * pl, pl, w);
+            for (uint32_t j = 1; j < nd; j++)
+                line_store(P[ns + j].p + u * ll, pkt, w, flag);
+        }
+        break;
+    case MSCX_KOP_COPY:
+        if (P[0].p != P[1].p && P[0].p < P[1].p + k->units * 16u && P[1].p < P[0].p + k->units * 16u)
+            emu_fail(e, L, "source and destination overlap (threads would race)");
+        memcpy(P[1].p, P[0].p, k->units * 16u);
+        break;
+    case MSCX_KOP_REDUCE:
+        if (!e->r[L->rank].a.reduce)
+            emu_fail(e, L, "a reduction in a launch of the copy-only kernel");
+        for (uint64_t u = 0; u < k->units; u++) {
+            vload(P[0].p + u * 16u, 16u, w);
+            for (uint32_t j = 1; j < ns; j++) {
+                vload(P[j].p + u * 16u, 16u, v);
+                vreduce(e, w, v, 4u);
+            }
+            for (uint32_t j = 0; j < nd; j++)
+                vstore(P[ns + j].p + u * 16u, 16u, w);
+        }
+        break;
+    case MSCX_KOP_SKIP:
+        break;
+    default:
+        emu_fail(e, L, "entry kind %u is not emulated (the program was taken as whole)", k->kind);
+    }
+    e->entries_run++;
+    e->units_run += k->units;
+}
+
+/* ---- the schedule ---- */
+
+static void launch_begin(struct emu *e, uint32_t q)
+{
+    struct rank_st *R = &e->r[q];
+    /* fill as the host executor's callback does: output first, then input (in place: the input wins) */
+    fill(R->out, e->out_bytes, e->dt, seed_of(q, R->launch, 1));
+    fill(R->in, e->in_bytes, e->dt, seed_of(q, R->launch, 0));
+    R->flag = mscx_flag_next(R->launch == 0 ? 0u : R->flag);
+    R->left = e->plan->gpus[q].ntb;
+    memset(R->pc, 0, sizeof(R->pc));
+}
+
+static void launch_end(struct emu *e, uint32_t q)
+{
+    struct rank_st *R = &e->r[q];
+    memcpy(R->res_out[R->launch], R->out, e->out_bytes);
+    memcpy(R->res_in[R->launch], R->in, e->in_bytes);
+    if (++R->launch < LAUNCHES) {
+        for (uint32_t p = 0; p < e->n; p++)
+            if (e->r[p].launch < R->launch) { /* a peer is still in the launch this rank just finished */
+                e->skewed++;
+                break;
+            }
+        launch_begin(e, q);
+    }
+}
+
+/*
+ * One visit of task (q, b): run its next entry if what it reads is there.
+ * @return 1 when it made progress.
+ */
+static int task_step(struct emu *e, uint32_t q, uint32_t b, char *wait, size_t wlen)
+{
+    struct rank_st *R = &e->r[q];
+    const struct mscx_kblk_head *h = (const struct mscx_kblk_head *)(R->rec + (size_t)R->stride * b);
+    if (R->launch >= LAUNCHES || R->pc[b] > h->nk)
+        return 0;
+    if (R->pc[b] == h->nk) { /* finished this launch */
+        R->pc[b]++;
+        if (--R->left == 0)
+            launch_end(e, q);
+        return 1;
+    }
+    const struct mscx_kop *kop = (const struct mscx_kop *)(R->rec + (size_t)R->stride * b + 16u);
+    struct loc L = {q, b, R->pc[b], &kop[R->pc[b]]};
+    struct opnd P[2 * MSCX_MAX_OPERANDS];
+    uint8_t is_line[2 * MSCX_MAX_OPERANDS];
+    if ((uint32_t)L.k->nsrc + L.k->ndst > 2 * MSCX_MAX_OPERANDS)
+        emu_fail(e, &L, "%u operands", L.k->nsrc + L.k->ndst);
+    entry_operands(e, &L, P, is_line);
+    if (!entry_ready(e, &L, P, is_line, wait, wlen))
+        return 0;
+    entry_run(e, &L, P);
+    R->pc[b]++;
+    return 1;
+}
+
+/* Run both launches of every rank; rotate the visiting order each sweep so that ranks drift apart. */
+static void emu_run(struct emu *e, uint32_t seed)
+{
+    uint32_t ntask = 0, tq[MAXR * MSCX_KP_MAX_BLOCKS], tb[MAXR * MSCX_KP_MAX_BLOCKS];
+    for (uint32_t q = 0; q < e->n; q++) {
+        struct rank_st *R = &e->r[q];
+        if (R->scratch)
+            memset(R->scratch, 0, R->scratch_bytes);
+        R->launch = 0;
+        launch_begin(e, q);
+        for (uint32_t b = 0; b < e->plan->gpus[q].ntb; b++) {
+            tq[ntask] = q;
+            tb[ntask++] = b;
+        }
+        if (e->plan->gpus[q].ntb == 0) /* nothing runs: the launches only see their buffers */
+            for (int l = 0; l < LAUNCHES; l++)
+                launch_end(e, q);
+    }
+    char wait[160];
+    for (uint64_t sweep = 0;; sweep++) {
+        int progress = 0, busy = 0;
+        /* a stride coprime to ntask: every task once per sweep, in an order that changes */
+        uint32_t stride = 1;
+        if (ntask > 1)
+            for (stride = (uint32_t)(mix(seed + sweep) % ntask) | 1u; stride > 1; stride -= 2) {
+                uint32_t x = ntask, y = stride;
+                while (y) {
+                    uint32_t t = x % y;
+                    x = y;
+                    y = t;
+                }
+                if (x == 1)
+                    break;
+            }
+        for (uint32_t i = 0; i < ntask; i++) {
+            uint32_t t = (uint32_t)((sweep + (uint64_t)i * stride) % ntask);
+            progress |= task_step(e, tq[t], tb[t], wait, sizeof(wait));
+        }
+        for (uint32_t q = 0; q < e->n; q++)
+            busy |= e->r[q].launch < LAUNCHES;
+        if (!busy)
+            return;
+        if (progress)
+            continue;
+        /* deadlock: say what every blocked task waits for */
+        char msg[1024];
+        size_t m = 0;
+        for (uint32_t t = 0; t < ntask && m < sizeof(msg) - 200; t++) {
+            const struct rank_st *R = &e->r[tq[t]];
+            const struct mscx_kblk_head *h =
+                (const struct mscx_kblk_head *)(R->rec + (size_t)R->stride * tb[t]);
+            if (R->launch >= LAUNCHES || R->pc[tb[t]] >= h->nk)
+                continue;
+            task_step(e, tq[t], tb[t], wait, sizeof(wait));
+            const struct mscx_kop *k =
+                (const struct mscx_kop *)(R->rec + (size_t)R->stride * tb[t] + 16u) + R->pc[tb[t]];
+            m += (size_t)snprintf(msg + m, sizeof(msg) - m,
+                                  "\n  rank %u launch %u block %u entry %u (op %u %s, %s): %s", tq[t],
+                                  R->launch + 1, tb[t], R->pc[tb[t]], k->op,
+                                  mscx_opcode_name((enum mscx_opcode)k->opcode), kind_name(k->kind), wait);
+        }
+        ck_abort_msg("%s: deadlock: no task can run after %llu sweeps:%s", e->what, (unsigned long long)sweep,
+                     msg);
+    }
+}
+
+/* ---- the host reference ---- */
+
+struct ref {
+    const struct emu *e;
+    uint8_t *out[LAUNCHES][MAXR], *in[LAUNCHES][MAXR];
+};
+
+static void ref_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
+                     uint64_t out_bytes)
+{
+    const struct ref *c = ctx;
+    fill(out, out_bytes, c->e->dt, seed_of(rank, iter, 1));
+    fill(in, in_bytes, c->e->dt, seed_of(rank, iter, 0));
+}
+
+static void ref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
+                        const void *out, uint64_t out_bytes)
+{
+    struct ref *c = ctx;
+    if (iter < LAUNCHES && rank < MAXR) {
+        memcpy(c->out[iter][rank], out, out_bytes);
+        memcpy(c->in[iter][rank], in, in_bytes);
+    }
+}
+
+static void compare(const struct emu *e, const struct ref *c)
+{
+    for (uint32_t l = 0; l < LAUNCHES; l++)
+        for (uint32_t q = 0; q < e->n; q++) {
+            const struct rank_st *R = &e->r[q];
+            for (int which = 0; which < 2; which++) {
+                const uint8_t *got = which ? R->res_in[l] : R->res_out[l],
+                              *want = which ? c->in[l][q] : c->out[l][q];
+                uint64_t nb = which ? e->in_bytes : e->out_bytes, at = 0;
+                if (memcmp(got, want, nb) == 0)
+                    continue;
+                while (got[at] == want[at])
+                    at++;
+                uint32_t g4 = 0, w4 = 0;
+                memcpy(&g4, got + (at & ~(uint64_t)3), at + 4 <= nb ? 4 : 0);
+                memcpy(&w4, want + (at & ~(uint64_t)3), at + 4 <= nb ? 4 : 0);
+                ck_abort_msg(
+                    "%s: rank %u launch %u: %s differs from the host executor's at byte %llu of %llu "
+                    "(word %#010x, host %#010x)",
+                    e->what, q, l + 1, which ? "input" : "output", (unsigned long long)at,
+                    (unsigned long long)nb, g4, w4);
+            }
+        }
+}
+
+/* ---- the test ---- */
+
+static int cmp_str(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+struct stats {
+    uint64_t cases, emulated, ranks, launches, entries, units, not_whole, skewed;
+};
+
+/*
+ * One (size, dtype, op, pkt) of a plan. @return 1 when emulated and
+ * compared, 0 when some rank's program is not whole at this shape.
+ */
+static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_redop op,
+                    enum mscx_pkt_format pkt, struct stats *st, const char **why_p)
+{
+    char err[512];
+    e->msg = msg;
+    e->dt = dt;
+    e->op = op;
+    e->pkt = pkt;
+    mscx_coll_sizes(e->plan->coll, e->n, msg, &e->in_bytes, &e->out_bytes);
+    snprintf(e->what, sizeof(e->what), "plan %s, %llu bytes %s %s %s", e->plan->name, (unsigned long long)msg,
+             mscx_dtype_name(dt), e->reduces ? mscx_redop_name(op) : "copy",
+             pkt == MSCX_PKT_LL8 ? "ll8" : "ll16");
+    st->cases++;
+    if (!emu_compile(e, why_p))
+        return 0;
+    if (!emu_buffers(e)) {
+        *why_p = "user buffers not 16-byte aligned";
+        return 0;
+    }
+    struct ref c = {e, {{0}}, {{0}}};
+    for (uint32_t l = 0; l < LAUNCHES; l++)
+        for (uint32_t q = 0; q < e->n; q++) {
+            c.out[l][q] = malloc(e->out_bytes + 1);
+            c.in[l][q] = malloc(e->in_bytes + 1);
+            ck_assert(c.out[l][q] && c.in[l][q]);
+        }
+    struct mscx_hostexec_cfg cfg = {e->in_bytes, e->out_bytes, dt,          op, pkt, LAUNCHES, 0,
+                                    0,           ref_fill,     ref_collect, &c};
+    mscx_status_t rs = mscx_hostexec_run(e->plan, &cfg, err, sizeof(err));
+    ck_assert_msg(rs == MSCX_OK, "%s: host executor: %s", e->what, err);
+    uint64_t ent0 = e->entries_run, un0 = e->units_run, sk0 = e->skewed;
+    emu_run(e, (uint32_t)(msg * 31u + dt * 7u + op * 3u + pkt));
+    compare(e, &c);
+    for (uint32_t l = 0; l < LAUNCHES; l++)
+        for (uint32_t q = 0; q < e->n; q++) {
+            free(c.out[l][q]);
+            free(c.in[l][q]);
+        }
+    st->emulated++;
+    st->ranks += e->n;
+    st->launches += (uint64_t)e->n * LAUNCHES;
+    st->entries += e->entries_run - ent0;
+    st->units += e->units_run - un0;
+    st->skewed += e->skewed - sk0;
+    return 1;
+}
+
+/* One-node AllReduce one-shot or two-phase of 2, 4 or 8 ranks: its bit in the coverage mask, or -1. */
+static int fast_allreduce_bit(const struct mscx_plan *plan)
+{
+    int kind = strstr(plan->name, "oneshot") ? 0 : strstr(plan->name, "twophase") ? 1 : -1;
+    int lg = plan->nranks == 2 ? 0 : plan->nranks == 4 ? 1 : plan->nranks == 8 ? 2 : -1;
+    if (plan->coll != MSCX_COLL_ALLREDUCE || plan->ranks_per_node != plan->nranks || kind < 0 || lg < 0)
+        return -1;
+    return lg * 2 + kind;
+}
+
+START_TEST(test_kp_emulate_shipped_plans)
+{
+    DIR *d = opendir(mscx_test_src("plans"));
+    ck_assert_msg(d, "cannot open plans/");
+    char *names[256];
+    size_t nn = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && nn < 256) {
+        size_t l = strlen(de->d_name);
+        if (l > 5 && strcmp(de->d_name + l - 5, ".json") == 0)
+            names[nn++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, nn, sizeof(*names), cmp_str);
+    ck_assert_uint_gt(nn, 30);
+    struct stats st = {0};
+    uint32_t nqual = 0, fast_mask = 0;
+    struct emu *e = calloc(1, sizeof(*e));
+    ck_assert_ptr_nonnull(e);
+    for (size_t f = 0; f < nn; f++) {
+        char path[4096], err[1024];
+        struct mscx_plan *plan;
+        snprintf(path, sizeof(path), "%s/%s", mscx_test_src("plans"), names[f]);
+        ck_assert_msg(mscx_plan_load(path, &plan, err, sizeof(err)) == MSCX_OK, "%s: %s", path, err);
+        uint64_t mn, mx;
+        mscx_plan_size_range(plan, &mn, &mx);
+        if (mx > MAX_SIZE)
+            mx = MAX_SIZE;
+        if (plan->nranks > MAXR || mscx_plan_executable(plan, err, sizeof(err)) != MSCX_OK ||
+            emu_plan_init(e, plan, mx) != 0) {
+            printf("  %-40s not run by the GPU executor here\n", plan->name);
+            emu_plan_fini(e);
+            goto next;
+        }
+        /*
+         * Sizes: the range ends (the low end rounded up to 16 bytes, and to
+         * 16 bytes per rank, where the per-rank chunks have no clipped tail),
+         * an odd multiple of 16 bytes per rank inside, and one inside that
+         * is not a multiple of 16 bytes (its clipped tail leaves ops to the
+         * interpreter: reported, not emulated).
+         */
+        const uint64_t g = 16u * plan->nranks, mid = (mn + mx) / 2u;
+        const uint64_t sizes[] = {(mn + 15u) / 16u * 16u, (mn + g - 1u) / g * g, (mid / g | 1u) * g,
+                                  mid / 16u * 16u + 4u, mx / 16u * 16u};
+        int bit = fast_allreduce_bit(plan);
+        uint64_t whole = 0;
+        const char *why = NULL;
+        char line[512] = "";
+        size_t ll = 0;
+        for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+            int dup = 0;
+            for (size_t t = 0; t < s; t++)
+                dup |= sizes[t] == sizes[s];
+            if (dup || sizes[s] < mn || sizes[s] > mx)
+                continue;
+            uint32_t tried = 0, ok = 0;
+            const char *why_s = NULL;
+            for (int dti = 0; dti < 2; dti++)
+                for (int opi = 0; opi < (e->reduces ? 2 : 1); opi++)
+                    for (int pk = 0; pk < 2; pk++) {
+                        enum mscx_dtype dt = dti ? MSCX_DT_FP16 : MSCX_DT_FP32;
+                        struct mscx_geom geo;
+                        uint64_t in_b, out_b;
+                        mscx_coll_sizes(plan->coll, plan->nranks, sizes[s], &in_b, &out_b);
+                        if (mscx_plan_geom(plan, 0, in_b, out_b, dt, &geo, err, sizeof(err)) != MSCX_OK)
+                            continue;
+                        tried++;
+                        const char *w = NULL;
+                        if (run_case(e, sizes[s], dt, opi ? MSCX_REDOP_MAX : MSCX_REDOP_SUM,
+                                     pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16, &st, &w)) {
+                            ok++;
+                        } else {
+                            st.not_whole++;
+                            why = why_s = w;
+                        }
+                    }
+            whole += ok;
+            if (tried && ll < sizeof(line))
+                ll += (size_t)snprintf(line + ll, sizeof(line) - ll, " %llu:%u/%u",
+                                       (unsigned long long)sizes[s], ok, tried);
+            /* the fast kernel's plans: where every chunk is a multiple of 16 bytes, nothing is left */
+            if (bit >= 0 && sizes[s] % g == 0)
+                ck_assert_msg(tried > 0 && ok == tried,
+                              "plan %s, %llu bytes: %u of %u shapes not compiled whole (last: %s)",
+                              plan->name, (unsigned long long)sizes[s], tried - ok, tried,
+                              why_s ? why_s : "-");
+        }
+        if (whole) {
+            nqual++;
+            if (bit >= 0)
+                fast_mask |= 1u << bit;
+        }
+        printf("  %-40s %s%s%s%s\n", plan->name, whole ? "emulated, size:whole/shapes" : "not whole anywhere",
+               line, why ? "; not whole: " : "", why ? why : "");
+        emu_plan_fini(e);
+    next:
+        mscx_plan_destroy(plan);
+        free(names[f]);
+    }
+    free(e);
+    printf(
+        "gpu program emulation: %u of %zu plans have whole programs; %llu shapes emulated (%llu not whole: "
+        "interpreter), %llu rank programs, %llu launches (%llu started while a peer was a launch behind), "
+        "%llu entries, %llu units: outputs and inputs bit-identical to the host executor's\n",
+        nqual, nn, (unsigned long long)st.emulated, (unsigned long long)st.not_whole,
+        (unsigned long long)st.ranks, (unsigned long long)st.launches, (unsigned long long)st.skewed,
+        (unsigned long long)st.entries, (unsigned long long)st.units);
+    /* the one-node AllReduce one-shot and two-phase plans of 2, 4 and 8 ranks are all among them */
+    ck_assert_msg(fast_mask == 0x3fu, "one-node AllReduce one-shot/two-phase coverage %#x, want 0x3f",
+                  fast_mask);
+    ck_assert_uint_gt(st.skewed, 0);
+}
+END_TEST
+
+Suite *mscx_test_suite(void)
+{
+    Suite *s = suite_create("gpu-kpemu");
+    TCase *tc = mscx_tcase("emulate");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_kp_emulate_shipped_plans);
+    suite_add_tcase(s, tc);
+    return s;
+}
