@@ -30,5 +30,12 @@ const char *mscx_test_src(const char *rel);
 const char *mscx_test_ref(const char *rel);
 /** Read a whole file into a malloc'd NUL-terminated buffer (NULL on error). */
 char *mscx_test_read_file(const char *path, size_t *len_p);
+/**
+ * The names of the *.json files in @p dir, sorted (strcmp), in *@p names_p
+ * (free with mscx_test_free_names). Fails the test when @p dir cannot be read.
+ * @return how many
+ */
+size_t mscx_test_json_names(const char *dir, char ***names_p);
+void mscx_test_free_names(char **names, size_t n);
 
 #endif

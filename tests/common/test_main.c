@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,45 @@ char *mscx_test_read_file(const char *path, size_t *len_p)
             *len_p = (size_t)n;
     }
     return buf;
+}
+
+static int cmp_name(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+size_t mscx_test_json_names(const char *dir, char ***names_p)
+{
+    DIR *d = opendir(dir);
+    ck_assert_msg(d, "cannot open %s", dir);
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        if (l <= 5 || strcmp(e->d_name + l - 5, ".json") != 0)
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            names = realloc(names, cap * sizeof(*names));
+            ck_assert_ptr_nonnull(names);
+        }
+        names[n] = strdup(e->d_name);
+        ck_assert_ptr_nonnull(names[n]);
+        n++;
+    }
+    closedir(d);
+    if (n)
+        qsort(names, n, sizeof(*names), cmp_name);
+    *names_p = names;
+    return n;
+}
+
+void mscx_test_free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
 }
 
 int main(void)

@@ -251,25 +251,10 @@ static void check_encoding(const struct ctx *c)
     }
 }
 
-static int cmp_str(const void *x, const void *y)
-{
-    return strcmp(*(char *const *)x, *(char *const *)y);
-}
-
 START_TEST(test_compile_shipped_plans)
 {
-    DIR *d = opendir(mscx_test_src("plans"));
-    ck_assert_msg(d, "cannot open plans/");
-    char *names[256];
-    size_t nn = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && nn < 256) {
-        size_t l = strlen(e->d_name);
-        if (l > 5 && strcmp(e->d_name + l - 5, ".json") == 0)
-            names[nn++] = strdup(e->d_name);
-    }
-    closedir(d);
-    qsort(names, nn, sizeof(*names), cmp_str);
+    char **names;
+    size_t nn = mscx_test_json_names(mscx_test_src("plans"), &names);
     ck_assert_uint_gt(nn, 30);
     uint64_t launches = 0, compiled_launches = 0;
     uint32_t entries = 0, fused_total = 0;
@@ -325,8 +310,8 @@ START_TEST(test_compile_shipped_plans)
             free(img);
         }
         mscx_plan_destroy(plan);
-        free(names[f]);
     }
+    mscx_test_free_names(names, nn);
     printf("gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked, "
            "%u unpacks fused, largest encoded program %zu bytes\n", nn, (unsigned long long)launches,
            (unsigned long long)compiled_launches, entries, fused_total, g_max_encoded);

@@ -765,11 +765,6 @@ static void compare(const struct emu *e, const struct ref *c)
 
 /* ---- the test ---- */
 
-static int cmp_str(const void *x, const void *y)
-{
-    return strcmp(*(char *const *)x, *(char *const *)y);
-}
-
 struct stats {
     uint64_t cases, emulated, ranks, launches, entries, units, not_whole, skewed;
 };
@@ -837,18 +832,8 @@ static int fast_allreduce_bit(const struct mscx_plan *plan)
 
 START_TEST(test_kp_emulate_shipped_plans)
 {
-    DIR *d = opendir(mscx_test_src("plans"));
-    ck_assert_msg(d, "cannot open plans/");
-    char *names[256];
-    size_t nn = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && nn < 256) {
-        size_t l = strlen(de->d_name);
-        if (l > 5 && strcmp(de->d_name + l - 5, ".json") == 0)
-            names[nn++] = strdup(de->d_name);
-    }
-    closedir(d);
-    qsort(names, nn, sizeof(*names), cmp_str);
+    char **names;
+    size_t nn = mscx_test_json_names(mscx_test_src("plans"), &names);
     ck_assert_uint_gt(nn, 30);
     struct stats st = {0};
     uint32_t nqual = 0, fast_mask = 0;
@@ -932,8 +917,8 @@ START_TEST(test_kp_emulate_shipped_plans)
         emu_plan_fini(e);
     next:
         mscx_plan_destroy(plan);
-        free(names[f]);
     }
+    mscx_test_free_names(names, nn);
     free(e);
     printf(
         "gpu program emulation: %u of %zu plans have whole programs; %llu shapes emulated (%llu not whole: "
