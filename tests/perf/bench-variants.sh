@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# On the GPU machine, after a build (tests/perf/device-run.sh build): the
+# one-shot AllReduce with 1, 2 and 4 blocks per rank (mscx-plangen --blocks)
+# beside the shipped one-node AllReduce plans, in one mscx-bench-gpu run
+# (each against the hand-written kernel in the same shape, and the DSL's
+# allreduce_pkt). Results under OUT (default out): variants/ and bench.txt.
+#   tests/perf/bench-variants.sh [MAX_BYTES]     (default 16384)
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${BUILD:-bd}
+OUT=${OUT:-out}
+V=$OUT/variants
+mkdir -p "$V"
+for n in 2 4 8; do
+    for b in 1 2 4; do
+        name=allreduce_n${n}_rpn${n}_oneshot_b${b}_1K_16K
+        "$BUILD/tools/mscx-plangen" --coll allreduce --algo oneshot --ranks "$n" --blocks "$b" --min-size 1K \
+            --max-size 16K --name "$name" -o "$V/$name.json" --quiet || exit 1
+    done
+    cp plans/allreduce_n${n}_rpn${n}_*.json "$V/" || exit 1
+done
+BENCH_PLANS=$V BENCH_MAX=${1:-16384} exec tests/perf/device-run.sh bench
