@@ -291,33 +291,12 @@ static void ctx_layout(struct gpu_plan *gp, const struct mscx_gpu *gpu)
     gp->ctx_bytes = o;
 }
 
-/* Scratch bytes for every supported dtype at @p max_msg_bytes. */
-static mscx_status_t scratch_need(const struct mscx_plan *plan, uint32_t rank, uint64_t max_msg, uint64_t *bytes_p)
-{
-    uint64_t need = 0, in, out;
-    mscx_coll_sizes(plan->coll, plan->nranks, max_msg, &in, &out);
-    for (int dt = 0; dt < MSCX_DT_COUNT; dt++) {
-        struct mscx_geom g;
-        char err[256];
-        uint32_t es = mscx_dtype_size((enum mscx_dtype)dt);
-        uint64_t i2 = in / es * es, o2 = out / es * es;
-        if (mscx_plan_geom(plan, rank, i2, o2, (enum mscx_dtype)dt, &g, err, sizeof(err)) != MSCX_OK)
-            continue;
-        if (g.scratch_bytes > need)
-            need = g.scratch_bytes;
-    }
-    *bytes_p = need;
-    return MSCX_OK;
-}
-
 /* Geometry class of rank @p o's chunk counts (registered by setup_geoms). */
 static uint32_t geom_class(const struct gpu_plan *gp, uint32_t o)
 {
     const struct mscx_gpu *g = &gp->plan->gpus[o];
     for (uint32_t c = 0; c < gp->ngeom; c++) {
-        const struct mscx_gpu *h = &gp->plan->gpus[gp->geom_rank[c]];
-        if (h->input_chunks == g->input_chunks && h->output_chunks == g->output_chunks &&
-            h->scratch_chunks == g->scratch_chunks)
+        if (mscx_gpu_same_chunks(&gp->plan->gpus[gp->geom_rank[c]], g))
             return c;
     }
     return 0; /* not reached: setup_geoms registered every owner */
@@ -337,12 +316,9 @@ static mscx_status_t setup_geoms(struct gpu_plan *gp, uint32_t rank)
     for (uint32_t i = 0; i < gpu->nrbuf; i++) {
         uint32_t o = gpu->rbuf[i].rank, c;
         const struct mscx_gpu *g = &plan->gpus[o];
-        for (c = 0; c < gp->ngeom; c++) {
-            const struct mscx_gpu *h = &plan->gpus[gp->geom_rank[c]];
-            if (h->input_chunks == g->input_chunks && h->output_chunks == g->output_chunks &&
-                h->scratch_chunks == g->scratch_chunks)
+        for (c = 0; c < gp->ngeom; c++)
+            if (mscx_gpu_same_chunks(&plan->gpus[gp->geom_rank[c]], g))
                 break;
-        }
         if (c < gp->ngeom)
             continue;
         if (gp->ngeom == MSCX_GPU_MAX_GEOM) {
@@ -641,18 +617,8 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     ctx_layout(gp, gpu);
     GPU_CHECK_GOTO(cudaMalloc((void **)&gp->d_ctx, gp->ctx_bytes), st, fail);
     GPU_CHECK_GOTO(cudaMemset(gp->d_ctx, 0, gp->ctx_bytes), st, fail);
-    scratch_need(plan, rank, max_msg_bytes, &gp->scratch_bytes);
-    if (plan->double_scratch && gp->scratch_bytes) {
-        /*
-         * Fixed halves: a launch with an odd flag uses [0, half), an even one
-         * [half, 2 * half), whatever its message size, so a peer one launch
-         * ahead never writes where this launch still reads, even when the two
-         * launches have different sizes (halves that moved with the size
-         * would overlap).
-         */
-        gp->scratch_bytes = (gp->scratch_bytes + 255u) & ~(uint64_t)255u;
-        gp->scratch_half = gp->scratch_bytes / 2u;
-    }
+    /* fixed halves for double-buffered plans (see mscx_plan_scratch_size) */
+    mscx_plan_scratch_size(plan, rank, max_msg_bytes, &gp->scratch_bytes, &gp->scratch_half);
     if (gp->scratch_bytes) {
         GPU_CHECK_GOTO(cudaMalloc((void **)&gp->scratch, gp->scratch_bytes), st, fail);
         GPU_CHECK_GOTO(cudaMemset(gp->scratch, 0, gp->scratch_bytes), st, fail);

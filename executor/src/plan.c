@@ -429,6 +429,28 @@ static uint64_t round_up(uint64_t x, uint64_t a)
     return (x + a - 1) / a * a;
 }
 
+void mscx_plan_scratch_size(const struct mscx_plan *plan, uint32_t rank, uint64_t max_msg, uint64_t *bytes_p,
+                            uint64_t *half_p)
+{
+    uint64_t need = 0, in, out;
+    mscx_coll_sizes(plan->coll, plan->nranks, max_msg, &in, &out);
+    for (int dt = 0; dt < MSCX_DT_COUNT; dt++) {
+        struct mscx_geom g;
+        char err[256];
+        uint32_t es = mscx_dtype_size((enum mscx_dtype)dt);
+        if (mscx_plan_geom(plan, rank, in / es * es, out / es * es, (enum mscx_dtype)dt, &g, err, sizeof(err)) ==
+                MSCX_OK &&
+            g.scratch_bytes > need)
+            need = g.scratch_bytes;
+    }
+    *half_p = 0;
+    if (plan->double_scratch && need) {
+        need = (need + 255u) & ~(uint64_t)255u;
+        *half_p = need / 2u;
+    }
+    *bytes_p = need;
+}
+
 mscx_status_t mscx_plan_geom(const struct mscx_plan *plan, uint32_t rank, uint64_t in_bytes, uint64_t out_bytes,
                              enum mscx_dtype dtype, struct mscx_geom *geom_p, char *err, size_t errlen)
 {

@@ -143,6 +143,24 @@ static inline bool mscx_opcode_is_multicast(unsigned op)
     return op == MSCX_OP_MULTI_LOAD_REDUCE_STORE || op == MSCX_OP_MULTI_STORE || op == MSCX_OP_MULTI_STORE_PKT;
 }
 
+/* Two ranks' chunk counts are equal: their operands resolve with the same geometry. */
+static inline bool mscx_gpu_same_chunks(const struct mscx_gpu *g, const struct mscx_gpu *h)
+{
+    return g->input_chunks == h->input_chunks && g->output_chunks == h->output_chunks &&
+           g->scratch_chunks == h->scratch_chunks;
+}
+
+/*
+ * The scratch that rank @p rank of @p plan allocates for messages up to
+ * @p max_msg (the most any dtype needs), and, for double-buffered plans, its
+ * fixed half: the size is then rounded up to 256 bytes and split in two, the
+ * odd-flag launches using [0, half), the even ones [half, 2 * half),
+ * whatever their message size (so a peer one launch ahead never writes
+ * where this launch reads). @p half_p gets 0 for single-buffered plans.
+ */
+void mscx_plan_scratch_size(const struct mscx_plan *plan, uint32_t rank, uint64_t max_msg, uint64_t *bytes_p,
+                            uint64_t *half_p);
+
 static inline bool mscx_opcode_reduces(unsigned op)
 {
     switch (op) {

@@ -68,12 +68,9 @@ static int setup(struct ctx *c, uint64_t msg, enum mscx_dtype dt, enum mscx_pkt_
         if (mscx_plan_geom(plan, o, in, out, dt, &h, err, sizeof(err)) != MSCX_OK)
             return -1;
         uint32_t cls = ngeom;
-        for (uint32_t k = 0; k < ngeom; k++) {
-            const struct mscx_gpu *p = &plan->gpus[owner_of[k]], *q = &plan->gpus[o];
-            if (p->input_chunks == q->input_chunks && p->output_chunks == q->output_chunks &&
-                p->scratch_chunks == q->scratch_chunks)
+        for (uint32_t k = 0; k < ngeom; k++)
+            if (mscx_gpu_same_chunks(&plan->gpus[owner_of[k]], &plan->gpus[o]))
                 cls = k;
-        }
         if (cls == ngeom) {
             ck_assert_uint_lt(ngeom, MSCX_GPU_MAX_GEOM);
             owner_of[ngeom] = o;

@@ -20,8 +20,8 @@
  * and the double-buffered halves matter. Every operand access is checked
  * against its buffer (user buffers, the launch's half of a scratch) and its
  * alignment before it is made. Memory is laid out as gpu_exec.c does for an
- * in-process group: scratch sized by scratch_need() at the plan's largest
- * message, fixed halves, peer scratch pointers as kp_rbuf.
+ * in-process group: scratch sized by mscx_plan_scratch_size() at the plan's
+ * largest message, fixed halves, peer scratch pointers as kp_rbuf.
  */
 #include <dirent.h>
 #include <stdarg.h>
@@ -82,7 +82,7 @@ static uint64_t seed_of(uint32_t rank, uint32_t launch, int out)
 struct rank_st {
     uint8_t *alloc, *in, *out;    /* user buffers, aliased as the plan's placement says */
     char *scratch;                /* both halves */
-    uint64_t scratch_bytes, half; /* gpu_exec.c: scratch_need() rounded, fixed halves (0: single buffered) */
+    uint64_t scratch_bytes, half; /* mscx_plan_scratch_size(): what gpu_exec.c allocates, fixed halves (0: single) */
     struct mscx_dev_op *img;      /* op image with the sync marks */
     struct mscx_kp_rbuf *rb;      /* [nrbuf] */
     uint32_t ngeom, geom_rank[MSCX_GPU_MAX_GEOM];
@@ -125,29 +125,6 @@ static void *alloc256(uint64_t bytes)
     return p;
 }
 
-/* Scratch bytes for every dtype at @p max_msg: gpu_exec.c's scratch_need(). */
-static uint64_t scratch_need(const struct mscx_plan *plan, uint32_t rank, uint64_t max_msg)
-{
-    uint64_t need = 0, in, out;
-    mscx_coll_sizes(plan->coll, plan->nranks, max_msg, &in, &out);
-    for (int dt = 0; dt < MSCX_DT_COUNT; dt++) {
-        struct mscx_geom g;
-        char err[256];
-        uint32_t es = mscx_dtype_size((enum mscx_dtype)dt);
-        if (mscx_plan_geom(plan, rank, in / es * es, out / es * es, (enum mscx_dtype)dt, &g, err,
-                           sizeof(err)) == MSCX_OK &&
-            g.scratch_bytes > need)
-            need = g.scratch_bytes;
-    }
-    return need;
-}
-
-static int same_geom(const struct mscx_gpu *g, const struct mscx_gpu *h)
-{
-    return h->input_chunks == g->input_chunks && h->output_chunks == g->output_chunks &&
-           h->scratch_chunks == g->scratch_chunks;
-}
-
 /*
  * Per plan: scratch, op images and remote buffers as gpu_exec.c sets them up
  * (setup_geoms, mscx_exec_add_plan, gpu_plan_finalize for an in-process
@@ -165,11 +142,7 @@ static int emu_plan_init(struct emu *e, const struct mscx_plan *plan, uint64_t m
             e->reduces |= mscx_opcode_reduces(plan->gpus[q].ops[i].opcode);
     for (uint32_t q = 0; q < e->n; q++) {
         struct rank_st *R = &e->r[q];
-        R->scratch_bytes = scratch_need(plan, q, max_msg);
-        if (plan->double_scratch && R->scratch_bytes) {
-            R->scratch_bytes = (R->scratch_bytes + 255u) & ~(uint64_t)255u;
-            R->half = R->scratch_bytes / 2u;
-        }
+        mscx_plan_scratch_size(plan, q, max_msg, &R->scratch_bytes, &R->half);
         R->scratch = R->scratch_bytes ? alloc256(R->scratch_bytes) : NULL;
     }
     for (uint32_t q = 0; q < e->n; q++) {
@@ -184,7 +157,7 @@ static int emu_plan_init(struct emu *e, const struct mscx_plan *plan, uint64_t m
         R->geom_rank[0] = q;
         for (uint32_t i = 0; i < gpu->nrbuf; i++) {
             uint32_t o = gpu->rbuf[i].rank, c;
-            for (c = 0; c < R->ngeom && !same_geom(&plan->gpus[R->geom_rank[c]], &plan->gpus[o]); c++)
+            for (c = 0; c < R->ngeom && !mscx_gpu_same_chunks(&plan->gpus[R->geom_rank[c]], &plan->gpus[o]); c++)
                 ;
             if (c == R->ngeom) {
                 if (R->ngeom == MSCX_GPU_MAX_GEOM)
