@@ -409,6 +409,149 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
     return 1;
 }
 
+/* ---- out-of-place calls on an in-place AllReduce plan (mscx_gpu_kp_split) ---- */
+
+struct kp_span {
+    uint64_t lo, hi;
+    uint32_t blk, ent; /* the block and the entry (index in kp->kop) that writes it */
+};
+
+/*
+ * Operand j of entry k: 1 when it is flat data (a user buffer may hold it),
+ * 0 when it is packet lines; *ext_p its extent in bytes.
+ */
+static int kp_opnd_flat(const struct mscx_kop *k, uint32_t j, uint32_t pl, uint64_t *ext_p)
+{
+    uint64_t flat = (uint64_t)k->units * pl, lines = 2u * flat;
+    int flat_op;
+    switch (k->kind) {
+    case MSCX_KOP_PACK:
+        flat_op = j == 0;
+        break;
+    case MSCX_KOP_UNPACK:
+        flat_op = j == 1;
+        break;
+    case MSCX_KOP_REDPKT:
+        flat_op = (j == 0 && !k->lsrc0) || j == k->nsrc;
+        break;
+    case MSCX_KOP_COPY:
+    case MSCX_KOP_REDUCE:
+        *ext_p = (uint64_t)k->units * 16u;
+        return 1;
+    default: /* FWD */
+        flat_op = 0;
+        break;
+    }
+    *ext_p = flat_op ? flat : lines;
+    return flat_op;
+}
+
+static int kp_user(uint32_t base)
+{
+    return base == MSCX_KB_IN || base == MSCX_KB_OUT;
+}
+
+/* [lo, hi) lies wholly inside the union of the spans of block @p blk written by entries before @p ent. */
+static int kp_covered(const struct kp_span *w, uint32_t nw, uint32_t blk, uint32_t ent, uint64_t lo, uint64_t hi)
+{
+    uint64_t at = lo;
+    for (int moved = 1; at < hi && moved;) {
+        moved = 0;
+        for (uint32_t i = 0; i < nw; i++)
+            if (w[i].blk == blk && w[i].ent < ent && w[i].lo <= at && at < w[i].hi) {
+                at = w[i].hi;
+                moved = 1;
+            }
+    }
+    return at >= hi;
+}
+
+int mscx_gpu_kp_split(struct mscx_kprog *kp, uint32_t ntb, uint32_t pl, uint64_t out_bytes)
+{
+    static __thread struct kp_span w[MSCX_KP_MAX_OPND];
+    static __thread uint8_t nbase[MSCX_KP_MAX_OPND];
+    uint32_t nw = 0;
+    if (ntb == 0 || ntb > MSCX_KP_MAX_BLOCKS || kp->interp_mask)
+        return 0;
+    /* every write to the buffer, and nothing but flat data in it */
+    for (uint32_t b = 0; b < ntb; b++)
+        for (uint32_t e = kp->kbegin[b]; e < kp->kbegin[b + 1]; e++) {
+            const struct mscx_kop *k = &kp->kop[e];
+            if (k->kind == MSCX_KOP_GENERIC)
+                return 0;
+            if (k->kind == MSCX_KOP_SKIP) /* moves nothing (an unpack fused away keeps its operands) */
+                continue;
+            for (uint32_t j = 0; j < (uint32_t)k->nsrc + k->ndst; j++) {
+                const struct mscx_kopnd *d = &kp->opnd[k->opnd + j];
+                uint64_t ext;
+                if (!kp_user(d->base))
+                    continue;
+                if (!kp_opnd_flat(k, j, pl, &ext))
+                    return 0; /* packets in a user buffer */
+                if (j >= k->nsrc) {
+                    if (nw == MSCX_KP_MAX_OPND)
+                        return 0;
+                    w[nw++] = (struct kp_span){d->off, d->off + ext, b, e};
+                }
+            }
+        }
+    /* the reads: from the input where nothing wrote before, from the output where this block did */
+    for (uint32_t b = 0; b < ntb; b++)
+        for (uint32_t e = kp->kbegin[b]; e < kp->kbegin[b + 1]; e++) {
+            const struct mscx_kop *k = &kp->kop[e];
+            if (k->kind == MSCX_KOP_SKIP)
+                continue;
+            for (uint32_t j = 0; j < (uint32_t)k->nsrc + k->ndst; j++) {
+                const struct mscx_kopnd *d = &kp->opnd[k->opnd + j];
+                uint64_t ext, lo = d->off, hi;
+                if (!kp_user(d->base))
+                    continue;
+                if (j >= k->nsrc) {
+                    nbase[k->opnd + j] = MSCX_KB_OUT;
+                    continue;
+                }
+                kp_opnd_flat(k, j, pl, &ext);
+                hi = lo + ext;
+                int before = 0;
+                for (uint32_t i = 0; i < nw; i++) {
+                    if (w[i].hi <= lo || hi <= w[i].lo)
+                        continue;
+                    if (w[i].blk != b)
+                        return 0; /* another block writes these bytes: the order is not known here */
+                    before |= w[i].ent < e;
+                }
+                if (!before)
+                    nbase[k->opnd + j] = MSCX_KB_IN;
+                else if (kp_covered(w, nw, b, e, lo, hi))
+                    nbase[k->opnd + j] = MSCX_KB_OUT;
+                else
+                    return 0; /* partly written before */
+            }
+        }
+    /* the result must be whole: bytes no entry writes would keep the output's old contents */
+    uint64_t at = 0;
+    for (int moved = 1; at < out_bytes && moved;) {
+        moved = 0;
+        for (uint32_t i = 0; i < nw; i++)
+            if (w[i].lo <= at && at < w[i].hi) {
+                at = w[i].hi;
+                moved = 1;
+            }
+    }
+    if (at < out_bytes)
+        return 0;
+    for (uint32_t b = 0; b < ntb; b++)
+        for (uint32_t e = kp->kbegin[b]; e < kp->kbegin[b + 1]; e++) {
+            const struct mscx_kop *k = &kp->kop[e];
+            if (k->kind == MSCX_KOP_SKIP)
+                continue;
+            for (uint32_t j = 0; j < (uint32_t)k->nsrc + k->ndst; j++)
+                if (kp_user(kp->opnd[k->opnd + j].base))
+                    kp->opnd[k->opnd + j].base = nbase[k->opnd + j];
+        }
+    return 1;
+}
+
 static uint64_t kp_ptr_at(const struct mscx_kprog *kp, const struct mscx_kopnd *d, char *scratch, uint64_t half,
                           uint32_t parity)
 {

@@ -77,11 +77,14 @@ struct gpu_plan {
         int dtype, pkt;
         size_t off;
         uint32_t stride, kmax_ops, kmax_opnd, interp_mask;
+        int split;    /* for out-of-place calls on an in-place AllReduce plan (mscx_gpu_kp_split) */
+        int usable;   /* 0: a split program that cannot be had at this shape (remembered, not retried) */
         int whole;    /* every block compiled, no GENERIC entry */
         int uploaded; /* copied outside capture (a copy captured in a graph runs only with it) */
     } kp_ent[MSCX_GPU_KP_ENTRIES];
     int c_pkt;
     int c_kent;                     /* the cached launch's program: kp_ent index, -1: none */
+    int c_kent_split;               /* its split form for out-of-place calls: index, -1: none, -2: not looked up */
     struct mscx_trace_rec *d_trace; /* MSCX_TRACE: [ntb][MSCX_TRACE_CAP] device records */
     uint32_t *d_trace_n;            /* [ntb] ring positions */
     struct gpu_port *port;  /* port channels through the CPU proxy (NULL: none) */
@@ -648,6 +651,7 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
         GPU_CHECK_GOTO(cudaHostAlloc((void **)&gp->kp_pin, gp->kp_cap, cudaHostAllocDefault), st, fail);
     }
     gp->c_kent = -1;
+    gp->c_kent_split = -2;
     GPU_CHECK_GOTO(cudaDeviceSynchronize(), st, fail);
     struct gpu_rec mine;
     memset(&mine, 0, sizeof(mine));
@@ -806,20 +810,29 @@ static mscx_status_t alias_adapt(const struct gpu_plan *gp, uint32_t rank, const
  * when the program does not compile or the arena is full (interpreter).
  */
 static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t rank, uint64_t msg, int dtype, int pkt,
-                   const struct mscx_gpu_args *a)
+                   int split, const struct mscx_gpu_args *a)
 {
     for (uint32_t i = 0; i < gp->kp_nent; i++) {
         const struct kp_ent *e = &gp->kp_ent[i];
-        if (e->msg == msg && e->dtype == dtype && e->pkt == pkt)
-            return (int)i;
+        if (e->msg == msg && e->dtype == dtype && e->pkt == pkt && e->split == split)
+            return e->usable ? (int)i : -1;
     }
     if (!gp->kp_tmp || !mscx_gpu_compile(plan, rank, gp->h_ops, gp->kp_rbuf, a, gp->kp_tmp))
         return -1;
-    struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, 0, 0};
+    struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, split, 1, 0, 0};
     e.whole = e.interp_mask == 0;
     for (uint32_t i = 0; i < gp->kp_tmp->kbegin[gp->ntb]; i++)
         if (gp->kp_tmp->kop[i].kind == MSCX_KOP_GENERIC)
             e.whole = 0;
+    if (split && !(e.whole && mscx_gpu_kp_split(gp->kp_tmp, gp->ntb, pkt == MSCX_PKT_LL8 ? 4u : 8u, a->out_bytes))) {
+        /* remembered, so that calls of this shape do not compile again; no arena bytes */
+        if (gp->kp_nent >= MSCX_GPU_KP_ENTRIES)
+            return -1;
+        e.usable = 0;
+        e.off = 0;
+        gp->kp_ent[gp->kp_nent++] = e;
+        return -1;
+    }
     size_t bytes = 0;
     if (gp->kp_nent < MSCX_GPU_KP_ENTRIES)
         bytes = mscx_gpu_kp_encode(gp->kp_tmp, gp->ntb, gp->scratch, gp->scratch_half, gp->kp_pin + gp->kp_used,
@@ -936,17 +949,35 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
             a->trace_n = gp->d_trace_n;
         }
         a->pkt = pkt;
-        gp->c_kent = cfg->exec_compile ? kp_find(gp, plan, ex->bs.rank, msg_bytes, (int)dtype, (int)pkt, a) : -1;
+        gp->c_kent = cfg->exec_compile ? kp_find(gp, plan, ex->bs.rank, msg_bytes, (int)dtype, (int)pkt, 0, a) : -1;
+        gp->c_kent_split = -2;
         gp->c_msg = msg_bytes;
         gp->c_dtype = (int)dtype;
         gp->c_pkt = (int)pkt;
     }
-    struct alias_plan ap;
-    mscx_status_t ast = alias_adapt(gp, ex->bs.rank, sendbuf, recvbuf, &ap);
-    if (ast != MSCX_OK)
-        return ast;
     /* the arguments are passed by value: cudaLaunchKernel copies them, so the cached ones are updated in place */
     struct mscx_gpu_args *a = &gp->c_args;
+    struct alias_plan ap = {sendbuf, recvbuf, NULL, NULL, NULL, NULL, 0, 0};
+    /*
+     * An out-of-place call on an in-place AllReduce plan: its compiled program
+     * rewritten to read the send buffer and write the receive buffer, where
+     * that is exact (mscx_gpu_kp_split), instead of a staging copy.
+     */
+    int kent = gp->c_kent;
+    if (gp->plan->inplace && gp->plan->coll == MSCX_COLL_ALLREDUCE && sendbuf != recvbuf && kent >= 0 &&
+        gp->kp_ent[kent].whole && !gp->port && !gp->publish && !gp->ureg &&
+        (((uintptr_t)sendbuf | (uintptr_t)recvbuf) & 15u) == 0) {
+        if (gp->c_kent_split == -2)
+            gp->c_kent_split =
+                kp_find(gp, gp->plan, ex->bs.rank, msg_bytes, (int)dtype, (int)pkt, 1, a);
+        kent = gp->c_kent_split;
+    }
+    if (kent < 0 || kent == gp->c_kent) {
+        kent = gp->c_kent;
+        mscx_status_t ast = alias_adapt(gp, ex->bs.rank, sendbuf, recvbuf, &ap);
+        if (ast != MSCX_OK)
+            return ast;
+    }
     if (gp->ureg) {
         /* peers in other processes reach this rank's buffers, or this rank theirs: agree on this launch's */
         mscx_status_t ust = mscx_gpu_ureg_launch(gp->ureg, ap.in, a->in_bytes, ap.out, a->out_bytes, stream, a->uptr);
@@ -961,8 +992,8 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     cudaStream_t s = (cudaStream_t)stream;
     a->kprog = NULL;
     a->fast = 0;
-    if (gp->c_kent >= 0 && (((uintptr_t)ap.in | (uintptr_t)ap.out) & 15u) == 0) {
-        struct kp_ent *e = &gp->kp_ent[gp->c_kent];
+    if (kent >= 0 && (((uintptr_t)ap.in | (uintptr_t)ap.out) & 15u) == 0) {
+        struct kp_ent *e = &gp->kp_ent[kent];
         mscx_status_t ust = kp_upload(ex, gp, e, s);
         if (ust != MSCX_OK)
             return ust;

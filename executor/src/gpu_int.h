@@ -272,6 +272,23 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
                      const struct mscx_kp_rbuf *rbuf, const struct mscx_gpu_args *a, struct mscx_kprog *kp);
 
 /**
+ * Rewrite @p kp, a program compiled whole for an in-place AllReduce plan
+ * (input and output one buffer, operands tagged MSCX_KB_IN or MSCX_KB_OUT
+ * on the same bytes), so that it runs an out-of-place call directly: every
+ * write goes to the output buffer; a read goes to the input buffer when no
+ * entry before it has written those bytes, and to the output buffer when an
+ * earlier entry of the same block wrote all of them. No staging copy is
+ * needed then, and the input is never written.
+ * @param pl packet payload bytes per line (8 for LL16, 4 for LL8)
+ * @param out_bytes the call's buffer size: the writes must cover [0, out_bytes)
+ * @return 1 when rewritten; 0 when the program cannot run split (@p kp is
+ *         then unchanged): a read of bytes that another block writes, a read
+ *         partly written before, packets in the user buffer, a GENERIC entry,
+ *         or bytes of the buffer that no entry writes
+ */
+int mscx_gpu_kp_split(struct mscx_kprog *kp, uint32_t ntb, uint32_t pl, uint64_t out_bytes);
+
+/**
  * Encode @p kp (of @p ntb blocks) as the kernel's block records into @p dst
  * (at most @p cap bytes), resolving scratch operands for both halves: own
  * scratch at @p scratch with halves of @p scratch_half.

@@ -106,20 +106,23 @@ static void ref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in,
     }
 }
 
-/* Device buffers of one rank laid out as the collective's in-place rule says. */
+/*
+ * Device buffers of one rank laid out as the plan's placement says, or the
+ * other one with @p flip (the executor then runs the call split or staged).
+ */
 struct rank_bufs {
     uint8_t *alloc, *in, *out;
     uint64_t alloc_bytes;
 };
 
-static void bufs_make(const struct mscx_plan *plan, uint32_t rank, uint64_t in_b, uint64_t out_b,
+static void bufs_make(const struct mscx_plan *plan, uint32_t rank, uint64_t in_b, uint64_t out_b, int flip,
                       struct rank_bufs *b)
 {
     uint64_t need = in_b + out_b + 64;
     CK(cudaMalloc((void **)&b->alloc, need));
     CK(cudaMemset(b->alloc, 0, need));
     b->alloc_bytes = need;
-    if (!mscx_plan_inplace(plan)) {
+    if (!mscx_plan_inplace(plan) != !flip) {
         b->in = b->alloc;
         b->out = b->alloc + ((in_b + 15) & ~15ull);
         return;
@@ -164,9 +167,15 @@ static void group_free(struct group *g)
     }
 }
 
-/* One (plan, size, dtype, op, pkt) case: host reference vs GPU. @return 0 ok, 1 mismatch, 2 skipped */
+/*
+ * One (plan, size, dtype, op, pkt) case: host reference vs GPU, the call's
+ * buffers placed as the plan expects or, with @p flip, the other way (an
+ * in-place plan called out of place: the input must keep its bytes; an
+ * out-of-place plan called in place: only the output is compared).
+ * @return 0 ok, 1 mismatch, 2 skipped
+ */
 static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_t *pid, uint64_t msg,
-                    enum mscx_dtype dt, enum mscx_redop op, enum mscx_pkt_format pkt)
+                    enum mscx_dtype dt, enum mscx_redop op, enum mscx_pkt_format pkt, int flip)
 {
     uint32_t n = mscx_plan_nranks(plan);
     uint64_t in_b, out_b;
@@ -195,8 +204,8 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
     }
     struct rank_bufs b[MAXR];
     for (uint32_t r = 0; r < n; r++)
-        bufs_make(plan, r, in_b, out_b, &b[r]);
-    uint8_t *hin = malloc(in_b + 1), *hout = malloc(out_b + 1);
+        bufs_make(plan, r, in_b, out_b, flip, &b[r]);
+    uint8_t *hin = malloc(in_b + 1), *hout = malloc(out_b + 1), *want_in = malloc(in_b + 1);
     for (int it = 0; it < ITERS && res == 0; it++) {
         for (uint32_t r = 0; r < n; r++) {
             fill_pattern(hout, out_b, dt, (uint64_t)r * 7 + it * 131 + 1);
@@ -225,22 +234,28 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
             CK(cudaMemcpy(hin, b[r].in, in_b, cudaMemcpyDeviceToHost));
             const char *which = NULL;
             uint64_t at = 0;
+            const uint8_t *wi = rc.in[it][r];
+            if (flip && mscx_plan_inplace(plan)) { /* out of place: the send buffer as it was filled */
+                fill_pattern(want_in, in_b, dt, (uint64_t)r * 7 + it * 131 + 2);
+                wi = want_in;
+            }
             if (memcmp(hout, rc.out[it][r], out_b) != 0) {
                 which = "output";
                 while (hout[at] == rc.out[it][r][at])
                     at++;
-            } else if (memcmp(hin, rc.in[it][r], in_b) != 0) {
+            } else if (!(flip && !mscx_plan_inplace(plan)) && memcmp(hin, wi, in_b) != 0) {
                 which = "input";
-                while (hin[at] == rc.in[it][r][at])
+                while (hin[at] == wi[at])
                     at++;
             }
             if (which) {
-                FAIL("%s: %llu B %s/%s/%s iter %d rank %u: %s differs at byte %llu", mscx_plan_name(plan),
+                FAIL("%s: %llu B %s/%s/%s%s iter %d rank %u: %s differs at byte %llu", mscx_plan_name(plan),
                      (unsigned long long)msg, mscx_dtype_name(dt), mscx_redop_name(op),
-                     pkt == MSCX_PKT_LL8 ? "ll8" : "ll16", it, r, which, (unsigned long long)at);
+                     pkt == MSCX_PKT_LL8 ? "ll8" : "ll16", flip ? " (placement flipped)" : "", it, r, which,
+                     (unsigned long long)at);
                 if (in_b <= 64 && out_b <= 64) { /* small: show both executors' bytes */
                     const uint8_t *gb = which[0] == 'o' ? hout : hin;
-                    const uint8_t *hb = which[0] == 'o' ? rc.out[it][r] : rc.in[it][r];
+                    const uint8_t *hb = which[0] == 'o' ? rc.out[it][r] : wi;
                     uint64_t nb = which[0] == 'o' ? out_b : in_b;
                     fprintf(stderr, "  gpu :");
                     for (uint64_t q = 0; q < nb; q++)
@@ -256,6 +271,7 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
     }
     free(hin);
     free(hout);
+    free(want_in);
     for (uint32_t r = 0; r < n; r++)
         cudaFree(b[r].alloc);
 out:
@@ -278,7 +294,7 @@ static const struct {
 };
 #define NCOMBO (sizeof(k_combo) / sizeof(k_combo[0]))
 
-static int g_cases, g_skipped, g_plans;
+static int g_cases, g_skipped, g_plans, g_flipped;
 
 static void test_plan(const char *path)
 {
@@ -339,12 +355,18 @@ static void test_plan(const char *path)
                 enum mscx_redop op = k_combo[(si * 2 + (size_t)k + (size_t)pk) % NCOMBO].op;
                 if (!mscx_plan_supports(plan, dt, op))
                     continue;
-                int r = run_case(plan, &g, pid, msg, dt, op, pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16);
+                int r = run_case(plan, &g, pid, msg, dt, op, pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16, 0);
                 if (r == 2)
                     g_skipped++;
                 else
                     g_cases++;
                 bad += r == 1;
+                /* the other placement too, once per size and format (split or staged by the executor) */
+                if (k == 0 && r == 0 && mscx_plan_collective(plan) != MSCX_COLL_TEST) {
+                    r = run_case(plan, &g, pid, msg, dt, op, pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16, 1);
+                    g_flipped += r != 2;
+                    bad += r == 1;
+                }
             }
         }
     }
@@ -604,8 +626,8 @@ int main(int argc, char **argv)
             test_dir(d);
             test_dir(MSCX_SOURCE_ROOT "/plans");
         }
-        printf("plans: %d plans, %d cases compared, %d skipped, %d failures\n", g_plans, g_cases, g_skipped,
-               g_fail);
+        printf("plans: %d plans, %d cases compared (%d more with the placement flipped), %d skipped, %d failures\n",
+               g_plans, g_cases, g_flipped, g_skipped, g_fail);
     } else if (strcmp(mode, "stress") == 0) {
         test_stress(0);
     } else if (strcmp(mode, "graph") == 0) {

@@ -317,11 +317,102 @@ START_TEST(test_compile_shipped_plans)
 }
 END_TEST
 
+/* ---- mscx_gpu_kp_split on hand-made programs ---- */
+
+/* Append entry (kind, units, block's next) with operands (base, off) pairs: nsrc sources then ndst. */
+static void kp_add(struct mscx_kprog *kp, uint32_t *nk, uint32_t *np, uint8_t kind, uint32_t units, uint8_t nsrc,
+                   uint8_t ndst, const uint32_t *bo)
+{
+    struct mscx_kop *k = &kp->kop[(*nk)++];
+    memset(k, 0, sizeof(*k));
+    k->kind = kind;
+    k->units = units;
+    k->nsrc = nsrc;
+    k->ndst = ndst;
+    k->opnd = (uint16_t)*np;
+    for (uint32_t j = 0; j < (uint32_t)nsrc + ndst; j++) {
+        kp->opnd[*np].base = bo[2 * j];
+        kp->opnd[*np].off = bo[2 * j + 1];
+        (*np)++;
+    }
+}
+
+/*
+ * Two blocks over a 512-byte in-place buffer (LL16: 8 payload bytes per
+ * line). Block b: PACK its half into scratch lines (reads bytes nothing
+ * wrote yet: the input), UNPACK a peer's lines over its half, then REDUCE
+ * the half named as input and as output into itself (both written by the
+ * UNPACK before: the output).
+ * @p variant breaks one rule: 1 block 1 reads block 0's half, 2 the reduce
+ * reads a range partly written before, 3 a range nothing writes, 4 packets
+ * in the user buffer.
+ */
+static void kp_hand(struct mscx_kprog *kp, int variant)
+{
+    uint32_t nk = 0, np = 0;
+    memset(kp, 0, sizeof(*kp));
+    for (uint32_t b = 0; b < 2; b++) {
+        uint32_t h = 256u * b;
+        kp->kbegin[b] = (uint16_t)nk;
+        kp->pbegin[b] = (uint16_t)np;
+        uint32_t pack[] = {MSCX_KB_IN, h, MSCX_KB_SCRATCH, 2u * h};
+        kp_add(kp, &nk, &np, MSCX_KOP_PACK, 32, 1, 1, pack);
+        uint32_t unpack[] = {MSCX_KB_RBUF, 2u * h, variant == 4 && b ? MSCX_KB_IN : MSCX_KB_SCRATCH, 4096};
+        if (variant == 4 && b)
+            kp_add(kp, &nk, &np, MSCX_KOP_FWD, 16, 1, 1, unpack);
+        unpack[2] = MSCX_KB_OUT;
+        unpack[3] = h;
+        kp_add(kp, &nk, &np, MSCX_KOP_UNPACK, variant == 3 && b ? 24 : 32, 1, 1, unpack);
+        uint32_t rd = variant == 1 && b ? 0 : variant == 2 && b ? h - 16 : h;
+        uint32_t red[] = {MSCX_KB_IN, h, MSCX_KB_OUT, rd, MSCX_KB_OUT, h};
+        kp_add(kp, &nk, &np, MSCX_KOP_REDUCE, variant == 3 && b ? 12 : 16, 2, 1, red);
+    }
+    kp->kbegin[2] = (uint16_t)nk;
+    kp->pbegin[2] = (uint16_t)np;
+}
+
+START_TEST(test_split_rules)
+{
+    static struct mscx_kprog kp, orig;
+    kp_hand(&kp, 0);
+    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 1);
+    for (uint32_t b = 0; b < 2; b++) {
+        const struct mscx_kop *k = &kp.kop[kp.kbegin[b]];
+        /* PACK reads the input (nothing wrote it); UNPACK writes the output */
+        ck_assert_uint_eq(kp.opnd[k[0].opnd].base, MSCX_KB_IN);
+        ck_assert_uint_eq(kp.opnd[k[1].opnd + 1].base, MSCX_KB_OUT);
+        /* REDUCE: both sources name bytes the UNPACK wrote before (in place, IN and OUT are one buffer) */
+        ck_assert_uint_eq(kp.opnd[k[2].opnd].base, MSCX_KB_OUT);
+        ck_assert_uint_eq(kp.opnd[k[2].opnd + 1].base, MSCX_KB_OUT);
+        ck_assert_uint_eq(kp.opnd[k[2].opnd + 2].base, MSCX_KB_OUT);
+    }
+    /* a buffer larger than what is written: refused */
+    kp_hand(&kp, 0);
+    orig = kp;
+    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 528), 0);
+    ck_assert_int_eq(memcmp(&kp, &orig, sizeof(kp)), 0);
+    for (int v = 1; v <= 4; v++) {
+        kp_hand(&kp, v);
+        orig = kp;
+        ck_assert_msg(mscx_gpu_kp_split(&kp, 2, 8, 512) == 0, "variant %d split", v);
+        ck_assert_msg(memcmp(&kp, &orig, sizeof(kp)) == 0, "variant %d: refused but changed", v);
+    }
+    /* a GENERIC entry or an interpreter block: refused */
+    kp_hand(&kp, 0);
+    kp.kop[1].kind = MSCX_KOP_GENERIC;
+    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 0);
+    kp_hand(&kp, 0);
+    kp.interp_mask = 2;
+    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 0);
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("gpu-compile");
     TCase *tc = mscx_tcase("compile");
     tcase_add_test(tc, test_compile_shipped_plans);
+    tcase_add_test(tc, test_split_rules);
     suite_add_tcase(s, tc);
     return s;
 }

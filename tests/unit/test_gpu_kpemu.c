@@ -105,6 +105,8 @@ struct emu {
     enum mscx_dtype dt;
     enum mscx_redop op;
     enum mscx_pkt_format pkt;
+    int nosplit; /* shapes of this plan whose programs did not split */
+    int split; /* an out-of-place call on an in-place AllReduce plan: split programs, separate buffers */
     char what[256]; /* plan, size, dtype, operator, format: for messages */
     uint64_t entries_run, units_run, skewed;
 };
@@ -259,6 +261,31 @@ static int emu_compile(struct emu *e, const char **why_p)
     return 1;
 }
 
+/*
+ * The programs emu_compile made, rewritten for an out-of-place call
+ * (mscx_gpu_kp_split, as mscx_exec_launch does) and encoded again.
+ * @return 1 when every rank's program splits
+ */
+static int emu_split(struct emu *e)
+{
+    static struct mscx_kprog kp2;
+    for (uint32_t q = 0; q < e->n; q++) {
+        struct rank_st *R = &e->r[q];
+        const uint32_t ntb = e->plan->gpus[q].ntb;
+        if (ntb == 0)
+            continue;
+        kp2 = R->kp;
+        if (!mscx_gpu_kp_split(&kp2, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u, R->a.out_bytes))
+            return 0;
+        ck_assert_msg(memcmp(&kp2, &R->kp, sizeof(kp2)) != 0, "%s: rank %u: split changed nothing", e->what, q);
+        size_t cap = 16u * (1u + MSCX_KP_MAX_OPS + MSCX_KP_MAX_OPND) * (size_t)ntb;
+        size_t bytes =
+            mscx_gpu_kp_encode(&kp2, ntb, R->scratch, R->half, R->rec, cap, &R->stride, &R->kmax, &R->pmax);
+        ck_assert_msg(bytes == (size_t)R->stride * ntb, "%s: rank %u: encoding failed", e->what, q);
+    }
+    return 1;
+}
+
 /* User buffers of every rank, placed as the plan's in-place rule says (the call matches the plan: no
  * staging). */
 static int emu_buffers(struct emu *e)
@@ -268,7 +295,7 @@ static int emu_buffers(struct emu *e)
         uint64_t in_b = e->in_bytes, out_b = e->out_bytes;
         free(R->alloc);
         R->alloc = alloc256(in_b + out_b + 16);
-        if (!e->plan->inplace) {
+        if (!e->plan->inplace || e->split) {
             R->in = R->alloc;
             R->out = R->alloc + ((in_b + 15u) & ~(uint64_t)15u);
         } else if (e->plan->coll == MSCX_COLL_ALLGATHER) {
@@ -720,17 +747,28 @@ static void compare(const struct emu *e, const struct ref *c)
                 const uint8_t *got = which ? R->res_in[l] : R->res_out[l],
                               *want = which ? c->in[l][q] : c->out[l][q];
                 uint64_t nb = which ? e->in_bytes : e->out_bytes, at = 0;
-                if (memcmp(got, want, nb) == 0)
+                uint8_t *orig = NULL;
+                if (which && e->split) { /* the send buffer of an out-of-place call keeps its bytes */
+                    orig = malloc(nb + 1);
+                    ck_assert_ptr_nonnull(orig);
+                    fill(orig, nb, e->dt, seed_of(q, l, 0));
+                    want = orig;
+                }
+                int same = memcmp(got, want, nb) == 0;
+                if (same) {
+                    free(orig);
                     continue;
+                }
                 while (got[at] == want[at])
                     at++;
                 uint32_t g4 = 0, w4 = 0;
                 memcpy(&g4, got + (at & ~(uint64_t)3), at + 4 <= nb ? 4 : 0);
                 memcpy(&w4, want + (at & ~(uint64_t)3), at + 4 <= nb ? 4 : 0);
                 ck_abort_msg(
-                    "%s: rank %u launch %u: %s differs from the host executor's at byte %llu of %llu "
+                    "%s%s: rank %u launch %u: %s differs from the host executor's at byte %llu of %llu "
                     "(word %#010x, host %#010x)",
-                    e->what, q, l + 1, which ? "input" : "output", (unsigned long long)at,
+                    e->what, e->split ? " (out-of-place, split program)" : "", q, l + 1,
+                    which ? "input" : "output", (unsigned long long)at,
                     (unsigned long long)nb, g4, w4);
             }
         }
@@ -739,7 +777,7 @@ static void compare(const struct emu *e, const struct ref *c)
 /* ---- the test ---- */
 
 struct stats {
-    uint64_t cases, emulated, ranks, launches, entries, units, not_whole, skewed;
+    uint64_t cases, emulated, ranks, launches, entries, units, not_whole, skewed, split, nosplit;
 };
 
 /*
@@ -779,6 +817,20 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
     uint64_t ent0 = e->entries_run, un0 = e->units_run, sk0 = e->skewed;
     emu_run(e, (uint32_t)(msg * 31u + dt * 7u + op * 3u + pkt));
     compare(e, &c);
+    /* the same call out of place, as mscx_exec_launch runs it on an in-place AllReduce plan: split programs */
+    if (e->plan->inplace && e->plan->coll == MSCX_COLL_ALLREDUCE) {
+        e->split = 1;
+        if (emu_split(e)) {
+            ck_assert(emu_buffers(e));
+            emu_run(e, (uint32_t)(msg * 17u + dt * 5u + op * 11u + pkt + 1u));
+            compare(e, &c);
+            st->split++;
+        } else {
+            st->nosplit++;
+            e->nosplit++;
+        }
+        e->split = 0;
+    }
     for (uint32_t l = 0; l < LAUNCHES; l++)
         for (uint32_t q = 0; q < e->n; q++) {
             free(c.out[l][q]);
@@ -839,6 +891,7 @@ START_TEST(test_kp_emulate_shipped_plans)
                                   mid / 16u * 16u + 4u, mx / 16u * 16u};
         int bit = fast_allreduce_bit(plan);
         uint64_t whole = 0;
+        e->nosplit = 0;
         const char *why = NULL;
         char line[512] = "";
         size_t ll = 0;
@@ -874,11 +927,14 @@ START_TEST(test_kp_emulate_shipped_plans)
                 ll += (size_t)snprintf(line + ll, sizeof(line) - ll, " %llu:%u/%u",
                                        (unsigned long long)sizes[s], ok, tried);
             /* the fast kernel's plans: where every chunk is a multiple of 16 bytes, nothing is left */
-            if (bit >= 0 && sizes[s] % g == 0)
+            if (bit >= 0 && sizes[s] % g == 0) {
+                ck_assert_msg(e->nosplit == 0, "plan %s, %llu bytes: the program does not split for "
+                              "out-of-place calls", plan->name, (unsigned long long)sizes[s]);
                 ck_assert_msg(tried > 0 && ok == tried,
                               "plan %s, %llu bytes: %u of %u shapes not compiled whole (last: %s)",
                               plan->name, (unsigned long long)sizes[s], tried - ok, tried,
                               why_s ? why_s : "-");
+            }
         }
         if (whole) {
             nqual++;
@@ -896,14 +952,17 @@ START_TEST(test_kp_emulate_shipped_plans)
     printf(
         "gpu program emulation: %u of %zu plans have whole programs; %llu shapes emulated (%llu not whole: "
         "interpreter), %llu rank programs, %llu launches (%llu started while a peer was a launch behind), "
-        "%llu entries, %llu units: outputs and inputs bit-identical to the host executor's\n",
+        "%llu entries, %llu units: outputs and inputs bit-identical to the host executor's; out-of-place calls "
+        "on in-place AllReduce plans: %llu shapes split and emulated, %llu not split (staging)\n",
         nqual, nn, (unsigned long long)st.emulated, (unsigned long long)st.not_whole,
         (unsigned long long)st.ranks, (unsigned long long)st.launches, (unsigned long long)st.skewed,
-        (unsigned long long)st.entries, (unsigned long long)st.units);
+        (unsigned long long)st.entries, (unsigned long long)st.units, (unsigned long long)st.split,
+        (unsigned long long)st.nosplit);
     /* the one-node AllReduce one-shot and two-phase plans of 2, 4 and 8 ranks are all among them */
     ck_assert_msg(fast_mask == 0x3fu, "one-node AllReduce one-shot/two-phase coverage %#x, want 0x3f",
                   fast_mask);
     ck_assert_uint_gt(st.skewed, 0);
+    ck_assert_uint_gt(st.split, 0);
 }
 END_TEST
 
