@@ -122,7 +122,7 @@ static void bufs_make(const struct mscx_plan *plan, uint32_t rank, uint64_t in_b
     CK(cudaMalloc((void **)&b->alloc, need));
     CK(cudaMemset(b->alloc, 0, need));
     b->alloc_bytes = need;
-    if (!mscx_plan_inplace(plan) != !flip) {
+    if (!mscx_plan_inplace(plan) == !flip) { /* the call is out of place */
         b->in = b->alloc;
         b->out = b->alloc + ((in_b + 15) & ~15ull);
         return;
