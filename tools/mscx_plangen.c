@@ -51,23 +51,29 @@ static const struct pg_entry pg_shipped[] = {
      * CUDA graphs; docs/perf/2026-11-29-1xH200/): two-phase with one block
      * per peer is as fast as one-shot from 1 KB at 8 ranks and from 4 KB at
      * 4, and faster above; at 64 KB and more it needs more blocks per peer.
+     * Upper ends for 2 ranks from the 2 x H200 sweep (tools/multigpu/sweep.sh,
+     * one process per GPU, docs/perf/2026-11-29-2xH200/): stock NCCL is
+     * faster from 512 KB (AllReduce, AllGather) and 512 KB (ReduceScatter,
+     * graph: 0.98x); the one-block AllGather/ReduceScatter plans are slower
+     * than NCCL at 64 KB, the multi-block ones faster from there. 4 and 8
+     * ranks keep the 1 MB start of the issue until a sweep on 4 or 8 GPUs.
      */
     {"allreduce", "oneshot", 2, 2, K1, 16 * K1, 2, 512},
-    {"allreduce", "twophase", 2, 2, 16 * K1 + 1, M1, 8, 1024},
+    {"allreduce", "twophase", 2, 2, 16 * K1 + 1, 256 * K1, 8, 1024},
     {"allreduce", "oneshot", 4, 4, K1, 4 * K1, 1, 512},
     {"allreduce", "twophase", 4, 4, 4 * K1 + 1, 16 * K1, 1, 512},
     {"allreduce", "twophase", 4, 4, 16 * K1 + 1, M1, 4, 1024},
     {"allreduce", "oneshot", 8, 8, K1, 4 * K1, 1, 512},
     {"allreduce", "twophase", 8, 8, 4 * K1 + 1, 64 * K1, 1, 512},
     {"allreduce", "twophase", 8, 8, 64 * K1 + 1, M1, 2, 1024},
-    {"allgather", "allpairs", 2, 2, K1, 64 * K1, 1, 512},
-    {"allgather", "allpairs", 2, 2, 64 * K1 + 1, M1, 8, 1024},
+    {"allgather", "allpairs", 2, 2, K1, 32 * K1, 1, 512},
+    {"allgather", "allpairs", 2, 2, 32 * K1 + 1, 512 * K1, 8, 1024},
     {"allgather", "allpairs", 4, 4, K1, 64 * K1, 1, 512},
     {"allgather", "allpairs", 4, 4, 64 * K1 + 1, M1, 4, 1024},
     {"allgather", "allpairs", 8, 8, K1, 64 * K1, 1, 512},
     {"allgather", "allpairs", 8, 8, 64 * K1 + 1, M1, 2, 1024},
-    {"reducescatter", "allpairs", 2, 2, K1, 64 * K1, 1, 512},
-    {"reducescatter", "allpairs", 2, 2, 64 * K1 + 1, M1, 8, 1024},
+    {"reducescatter", "allpairs", 2, 2, K1, 32 * K1, 1, 512},
+    {"reducescatter", "allpairs", 2, 2, 32 * K1 + 1, 256 * K1, 8, 1024},
     {"reducescatter", "allpairs", 4, 4, K1, 64 * K1, 1, 512},
     {"reducescatter", "allpairs", 4, 4, 64 * K1 + 1, M1, 4, 1024},
     {"reducescatter", "allpairs", 8, 8, K1, 64 * K1, 1, 512},

@@ -597,6 +597,15 @@ static void test_hang(void)
 
 int main(int argc, char **argv)
 {
+    /*
+     * Up to 16 ranks share the GPU, one stream each. With the default 8
+     * hardware queues, streams r and r + 8 share one: a staging copy queued
+     * after rank r's kernel (an in-place call on an out-of-place
+     * ReduceScatter plan) then holds rank r + 8's kernel back until rank r's
+     * finishes, which waits for rank r + 8: a hang the timeout ends. One
+     * queue per stream (set before CUDA starts; the caller's value wins).
+     */
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("no GPU: skipped\n");
