@@ -28,7 +28,10 @@
  * the plan's rank count (twonode: MSCX_VIRTUAL_NODES when set, else the
  * plan's ranks / its ranks per node).
  * The GPU time-slices the processes, so sizes stay small and latencies are
- * dominated by the time slices. The parent has a hard deadline and kills
+ * dominated by the time slices. MSCX_TEST_SPREAD_GPUS=1 puts process r on
+ * GPU r % (GPU count) instead of GPU 0: with one process per GPU the
+ * latency lines are real (a 2-rank two-node plan on 2 GPUs: TCP between
+ * the virtual nodes). The parent has a hard deadline and kills
  * every rank past it. Exits 77 without a GPU (probed in a child: CUDA must
  * not be initialised before fork).
  */
@@ -53,6 +56,7 @@
 #define LAT_ITERS 20
 
 static const char *g_mode;
+static int g_spread; /* MSCX_TEST_SPREAD_GPUS=1: process r on GPU r % count */
 
 #define RFAIL(m, ...)                                                                                        \
     do {                                                                                                     \
@@ -296,8 +300,9 @@ static int latency(struct rank_ctx *c, uint64_t size)
     if (m->rank == 0)
         printf("%s latency: %llu bytes fp32 sum ll16: %.1f us per launch (slowest rank, %d back-to-back "
                "launches, "
-               "%u processes time-sliced on one GPU)\n",
-               g_mode, (unsigned long long)size, worst, LAT_ITERS, m->nranks);
+               "%u processes%s)\n",
+               g_mode, (unsigned long long)size, worst, LAT_ITERS, m->nranks,
+               g_spread ? ", spread over the GPUs" : " time-sliced on one GPU");
     return 0;
 }
 
@@ -313,8 +318,11 @@ static int rank_setup(struct rank_ctx *c, struct proc_mesh *m, const char *path,
         RFAIL(m, "config override");
         return 1;
     }
-    if (cudaSetDevice(0) != cudaSuccess) {
-        RFAIL(m, "cudaSetDevice(0)");
+    int dev = 0, ndev = 0;
+    if (g_spread && cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0)
+        dev = (int)(m->rank % (uint32_t)ndev);
+    if (cudaSetDevice(dev) != cudaSuccess) {
+        RFAIL(m, "cudaSetDevice(%d)", dev);
         return 1;
     }
     if (mscx_plan_load(path, &c->plan, err, sizeof(err)) != MSCX_OK) {
@@ -805,7 +813,8 @@ static int gpu_present(void)
 static int run_procs(const char *mode, const char *path, uint32_t n, int vnodes)
 {
     int kill_mode = strcmp(mode, "kill") == 0;
-    printf("%s: %s, %u processes on GPU 0%s\n", mode, path, n, vnodes > 1 ? ", MSCX_VIRTUAL_NODES split" : "");
+    printf("%s: %s, %u processes on %s%s\n", mode, path, n, g_spread ? "GPUs rank % count" : "GPU 0",
+           vnodes > 1 ? ", MSCX_VIRTUAL_NODES split" : "");
     fflush(stdout);
     struct proc_mesh m;
     pid_t pids[PROC_MESH_MAX];
@@ -869,6 +878,8 @@ static const char *plan_ranks(const char *path, int op_test, uint32_t *n_p, uint
 int main(int argc, char **argv)
 {
     g_mode = argc > 1 ? argv[1] : "ipc";
+    const char *sp = getenv("MSCX_TEST_SPREAD_GPUS");
+    g_spread = sp && strcmp(sp, "1") == 0;
     const char *path = NULL;
     uint32_t n, rpn;
     int vnodes = 0;
