@@ -138,6 +138,49 @@ START_TEST(test_allreduce_dtypes)
 END_TEST
 
 /* The check is not blind: a plan that unpacks into the wrong chunk fails with the first mismatch. */
+/* A 2-rank allgather with 2 chunks per rank section (as the DSL writes for instances = 2): each rank
+ * copies its input into its section and puts it into the peer's (after a signal/wait handshake, so that
+ * a peer one launch ahead cannot write this launch's output). With 3 fp32 per rank, chunks of 2
+ * elements over the whole output would straddle the sections (rank 1's first element landed in rank 0's
+ * last chunk and its data went past the end): that size is refused now; sizes the chunks divide pass. */
+static const char ag_sect_rank[] =
+    "{\"id\": %d, \"input_chunks\": 2, \"output_chunks\": 4, \"scratch_chunks\": 0, \"threadblocks\": [{\"id\": 0, "
+    "\"ops\": [{\"name\": \"signal\", \"channel_ids\": [0], \"channel_type\": \"memory\"}, {\"name\": \"wait\", "
+    "\"channel_ids\": [0], \"channel_type\": \"memory\"}, {\"name\": \"copy\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 2}], \"dst_buff\": "
+    "[{\"type\": \"o\", \"index\": %d, \"size\": 2}]}, {\"name\": \"put\", \"src_buff\": [{\"type\": \"i\", "
+    "\"index\": 0, \"size\": 2}], \"dst_buff\": [{\"buffer_id\": 0, \"index\": %d, \"size\": 2}], "
+    "\"channel_type\": \"memory\"}, {\"name\": \"signal\", \"channel_ids\": [0], \"channel_type\": \"memory\"}, "
+    "{\"name\": \"wait\", \"channel_ids\": [0], \"channel_type\": \"memory\"}], \"channels\": [{\"channel_type\": "
+    "\"memory\", \"channel_ids\": [0]}], \"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", "
+    "\"remote_buffer_ids\": [0]}]}], \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [%d]}], "
+    "\"remote_buffers\": [{\"rank\": %d, \"type\": \"o\", \"access_channel_types\": [\"memory\"]}], \"semaphores\": []}";
+
+START_TEST(test_allgather_sections)
+{
+    char j[4096], r0[1792], r1[1792], err[MSCX_PLAN_ERR_LEN];
+    snprintf(r0, sizeof(r0), ag_sect_rank, 0, 0, 0, 1, 1);
+    snprintf(r1, sizeof(r1), ag_sect_rank, 1, 2, 2, 0, 0);
+    snprintf(j, sizeof(j),
+             "{\"name\": \"ag_sect\", \"collective\": \"allgather\", \"protocol\": \"Simple\", \"inplace\": false, "
+             "\"gpus\": [%s, %s], \"num_threads_per_block\": 1024, \"use_double_scratch_buffer\": false, "
+             "\"buffer_alignment\": 16, \"min_message_size\": 0, \"max_message_size\": 1048576}",
+             r0, r1);
+    struct mscx_plan *plan = NULL;
+    ck_assert_msg(mscx_plan_load_buffer(j, strlen(j), "ag_sect.json", &plan, err, sizeof(err)) == MSCX_OK, "%s",
+                  err);
+    ck_assert_uint_eq(mscx_plan_elem_multiple(plan), 4);
+    struct mscx_sim_case c = {24, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2, 3, 0}; /* 3 fp32 per rank */
+    struct mscx_sim_result res;
+    memset(&res, 0, sizeof(res));
+    ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(res.msg, "does not split into its 4 chunks evenly") != NULL, "%s", res.msg);
+    check_case(plan, "ag_sect", 24, MSCX_DT_FP16, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2); /* 6 fp16 per rank */
+    check_case(plan, "ag_sect", 32, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2);
+    check_case(plan, "ag_sect", 4096 + 64, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL8, 3);
+    mscx_plan_destroy(plan);
+}
+END_TEST
+
 START_TEST(test_detects_wrong_plan)
 {
     struct mscx_plan *plan = load_ref("mscclpp-algo-plans", "allreduce_pkt_n2");
@@ -164,6 +207,7 @@ Suite *mscx_test_suite(void)
     tcase_add_loop_test(tc, test_op_plans, 0, (int)N_OP_PLANS);
     tcase_add_test(tc, test_switch_refused);
     tcase_add_test(tc, test_detects_wrong_plan);
+    tcase_add_test(tc, test_allgather_sections);
     tcase_add_loop_test(tc, test_allreduce_sizes, 0, 3);
     tcase_add_loop_test(tc, test_allreduce_dtypes, 0, 3);
     suite_add_tcase(s, tc);
