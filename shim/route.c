@@ -95,7 +95,8 @@ int shim_route_pick(const struct shim_route_query *q, const struct shim_route_pl
         const struct shim_route_plan *p = &plans[i];
         if (p->coll != q->coll || p->nranks != q->nranks || p->ranks_per_node != q->ranks_per_node)
             continue;
-        if (q->msg_bytes == 0 || q->msg_bytes < p->min_bytes || q->msg_bytes > p->max_bytes) {
+        if (q->msg_bytes == 0 || q->msg_bytes < p->min_bytes || q->msg_bytes > p->max_bytes ||
+            (p->elem_multiple > 1 && (q->msg_bytes / mscx_dtype_size(dt)) % p->elem_multiple)) {
             if (best == SHIM_WHY_NO_PLAN)
                 best = SHIM_WHY_SIZE;
             continue;

@@ -70,6 +70,7 @@ struct shim_route_plan {
     uint32_t nranks;
     uint32_t ranks_per_node;
     uint64_t min_bytes, max_bytes;                  /* inclusive */
+    uint64_t elem_multiple;                         /* mscx_plan_elem_multiple(); 0 or 1: any count */
     uint8_t supports[MSCX_DT_COUNT][MSCX_REDOP_COUNT]; /* mscx_plan_supports() */
 };
 

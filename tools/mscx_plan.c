@@ -318,10 +318,22 @@ struct sim_opts {
     uint32_t iters, seed;
 };
 
+static uint64_t lcm_u64(uint64_t a, uint64_t b)
+{
+    uint64_t x = a, y = b;
+    while (y) {
+        uint64_t t = x % y;
+        x = y;
+        y = t;
+    }
+    return a / x * b;
+}
+
 /* The plan's minimum, maximum capped at 1 MiB, and an odd number of elements in between. */
 static size_t default_sizes(const struct mscx_plan *plan, uint64_t *sizes)
 {
-    uint64_t lo, hi, unit = 8ull * mscx_plan_nranks(plan); /* whole elements of any dtype on every rank */
+    /* whole elements of any dtype on every rank, in a count the plan's chunks accept */
+    uint64_t lo, hi, unit = 8ull * lcm_u64(mscx_plan_nranks(plan), mscx_plan_elem_multiple(plan));
     size_t n = 0;
     mscx_plan_size_range(plan, &lo, &hi);
     if (hi > (1u << 20))

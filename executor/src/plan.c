@@ -182,6 +182,37 @@ void mscx_plan_size_range(const struct mscx_plan *plan, uint64_t *min_p, uint64_
         *max_p = plan->max_size;
 }
 
+/* Chunk count of rank @p g's buffer that holds one section per rank, 0 when there is none. */
+static uint32_t sectioned_chunks(const struct mscx_plan *plan, const struct mscx_gpu *g)
+{
+    if (plan->coll == MSCX_COLL_ALLGATHER)
+        return g->output_chunks;
+    if (plan->coll == MSCX_COLL_REDUCESCATTER)
+        return g->input_chunks;
+    return 0;
+}
+
+static uint64_t gcd_u64(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+uint64_t mscx_plan_elem_multiple(const struct mscx_plan *plan)
+{
+    uint64_t m = 1;
+    for (uint32_t r = 0; r < plan->nranks; r++) {
+        uint64_t k = sectioned_chunks(plan, &plan->gpus[r]);
+        if (k > 1)
+            m = m / gcd_u64(m, k) * k;
+    }
+    return m;
+}
+
 /* Does any op of the plan reduce? */
 static bool plan_reduces(const struct mscx_plan *plan)
 {
@@ -475,6 +506,19 @@ mscx_status_t mscx_plan_geom(const struct mscx_plan *plan, uint32_t rank, uint64
         return MSCX_ERR_INVALID_ARG;
     }
     const struct mscx_gpu *gpu = &plan->gpus[rank];
+    /* Chunks split unevenly over a buffer of rank sections would put a section's data in another
+     * rank's chunks (and break the in-place aliasing): such sizes are refused, as MSCCL++ does. */
+    uint32_t sect = sectioned_chunks(plan, gpu);
+    uint64_t sect_bytes = plan->coll == MSCX_COLL_ALLGATHER ? out_bytes : in_bytes;
+    if (sect > 1 && (sect_bytes / esize) % sect) {
+        put_err(err, errlen,
+                "caller bug: plan %s rank %u: the %s's %" PRIu64 "-byte %s (%" PRIu64 " %s elements) does not "
+                "split into its %u chunks evenly, so the chunks would not line up with the ranks' sections",
+                plan->name, rank, mscx_coll_name(plan->coll), sect_bytes,
+                plan->coll == MSCX_COLL_ALLGATHER ? "output" : "input", sect_bytes / esize, mscx_dtype_name(dtype),
+                sect);
+        return MSCX_ERR_INVALID_ARG;
+    }
     memset(&g, 0, sizeof(g));
     g.in_bytes = in_bytes;
     g.out_bytes = out_bytes;

@@ -5,6 +5,7 @@
  * struct mscx_dev_op names rank-level channels and remote buffers; pipeline
  * bodies are flattened right after their pipeline op.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,8 +131,18 @@ static int parse_operand(struct pctx *c, const struct mscx_gpu *g, const struct 
     return 0;
 }
 
+/* A slice [first, first + count) of a JSON array; the whole array when count is SIZE_MAX. */
+static size_t slice_len(const json_t *a, size_t first, size_t count)
+{
+    size_t n = json_array_size(a);
+    if (count == SIZE_MAX)
+        return n;
+    return first >= n ? 0 : (n - first < count ? n - first : count);
+}
+
 static int parse_operands(struct pctx *c, const struct mscx_gpu *g, const struct mscx_tb *tb, const json_t *opj,
-                          const char *key, uint8_t ct, struct mscx_dev_operand *v, uint8_t *n_p)
+                          const char *key, uint8_t ct, size_t first, size_t count, struct mscx_dev_operand *v,
+                          uint8_t *n_p)
 {
     bool aerr;
     const json_t *a = mscx_pj_array(c, opj, key, false, &aerr);
@@ -141,20 +152,62 @@ static int parse_operands(struct pctx *c, const struct mscx_gpu *g, const struct
     *n_p = 0;
     if (a == NULL)
         return 0;
-    if (json_array_size(a) > MSCX_MAX_OPERANDS) {
+    size_t n = slice_len(a, first, count);
+    if (count == SIZE_MAX)
+        first = 0;
+    if (n > MSCX_MAX_OPERANDS) {
         snprintf(what, sizeof(what), "at most %d operands", MSCX_MAX_OPERANDS);
         return fail(c, key, a, what);
     }
     push_key(c, key);
-    for (size_t i = 0; i < json_array_size(a); i++) {
-        push_idx(c, i);
-        if (parse_operand(c, g, tb, ct, json_array_get(a, i), &v[i]))
+    for (size_t i = 0; i < n; i++) {
+        push_idx(c, first + i);
+        if (parse_operand(c, g, tb, ct, json_array_get(a, first + i), &v[i]))
             return -1;
         pop(c);
     }
     pop(c);
-    *n_p = (uint8_t)json_array_size(a);
+    *n_p = (uint8_t)n;
     return 0;
+}
+
+/*
+ * The DSL's fusion pass concatenates puts (and gets) without a bound: a rank
+ * that sends 2 chunks to each of 7 peers gets one ppkt of 14 pairs, past the
+ * 10 operands (8 channels) an op holds here and in MSCCL++ (whose parser does
+ * not check, so its arrays overflow). Such an op is a list of independent
+ * pairs src[i] -> dst[i] (on channel_ids[i] for port ops), so it is loaded as
+ * consecutive ops of at most that many pairs each.
+ * @return the number of pairs per piece when @p opj must be split, else 0
+ */
+static size_t split_width(const json_t *opj)
+{
+    static const char *const pairwise[] = {"put", "ppkt", "rppkt", "get", "pws", "pwsf"};
+    const char *name = json_string_value(json_object_get(opj, "name"));
+    const json_t *src = json_object_get(opj, "src_buff"), *dst = json_object_get(opj, "dst_buff");
+    const json_t *ids = json_object_get(opj, "channel_ids");
+    bool known = false;
+    if (name == NULL || !json_is_array(src) || !json_is_array(dst) || json_array_size(src) != json_array_size(dst))
+        return 0;
+    for (size_t k = 0; k < sizeof(pairwise) / sizeof(pairwise[0]); k++)
+        known = known || strcmp(name, pairwise[k]) == 0;
+    if (!known)
+        return 0;
+    size_t n = json_array_size(src), width = MSCX_MAX_OPERANDS;
+    if (ids != NULL) {
+        if (!json_is_array(ids) || (json_array_size(ids) != 0 && json_array_size(ids) != n))
+            return 0; /* not the pairwise form: parse_op reports what is wrong */
+        if (json_array_size(ids) != 0)
+            width = MSCX_MAX_CHAN_PER_OP;
+    }
+    return n > width ? width : 0;
+}
+
+/* Ops that @p opj loads as (1, or the pieces of a split pairwise op). */
+static size_t op_pieces(const json_t *opj)
+{
+    size_t w = split_width(opj);
+    return w ? (json_array_size(json_object_get(opj, "src_buff")) + w - 1) / w : 1;
 }
 
 /* The DSL's glre form: {buffer_type, buffer_offset, size, dst_chunk{rank, type, index, size}}. */
@@ -183,8 +236,9 @@ static int parse_glre_form(struct pctx *c, const struct mscx_gpu *g, const struc
     return 0;
 }
 
+/* Parse @p opj into @p op; for a split pairwise op, only pairs [first, first + count) (count SIZE_MAX: all). */
 static int parse_op(struct pctx *c, const struct mscx_gpu *g, const struct mscx_tb *tb, const json_t *opj,
-                    struct mscx_dev_op *op)
+                    size_t first, size_t count, struct mscx_dev_op *op)
 {
     const json_t *v;
     bool aerr;
@@ -204,7 +258,8 @@ static int parse_op(struct pctx *c, const struct mscx_gpu *g, const struct mscx_
         return -1;
     if (ids && json_array_size(ids)) {
         uint8_t ct = op->chan_type;
-        if (json_array_size(ids) > MSCX_MAX_CHAN_PER_OP) {
+        size_t n = slice_len(ids, first, count), k0 = count == SIZE_MAX ? 0 : first;
+        if (n > MSCX_MAX_CHAN_PER_OP) {
             snprintf(what, sizeof(what), "at most %d channels per op", MSCX_MAX_CHAN_PER_OP);
             return fail(c, "channel_ids", ids, what);
         }
@@ -212,25 +267,25 @@ static int parse_op(struct pctx *c, const struct mscx_gpu *g, const struct mscx_
             return fail(c, "channel_type", json_object_get(opj, "channel_type"),
                         "memory, port or switch for an op with channel_ids");
         push_key(c, "channel_ids");
-        for (size_t k = 0; k < json_array_size(ids); k++) {
+        for (size_t k = 0; k < n; k++) {
             uint32_t id;
-            push_idx(c, k);
-            if (mscx_pj_u32_v(c, json_array_get(ids, k), UINT32_MAX, &id))
+            push_idx(c, k0 + k);
+            if (mscx_pj_u32_v(c, json_array_get(ids, k0 + k), UINT32_MAX, &id))
                 return -1;
             if (id >= tb->nchan[ct]) {
                 snprintf(what, sizeof(what), "a channel index below %u (the thread block's %s table)", tb->nchan[ct],
                          ctype_names[ct]);
-                return fail(c, NULL, json_array_get(ids, k), what);
+                return fail(c, NULL, json_array_get(ids, k0 + k), what);
             }
             op->chan[k] = tb->chan[ct][id];
             pop(c);
         }
         pop(c);
-        op->nchan = (uint8_t)json_array_size(ids);
+        op->nchan = (uint8_t)n;
     }
 
-    if (parse_operands(c, g, tb, opj, "src_buff", op->chan_type, op->src, &op->nsrc) ||
-        parse_operands(c, g, tb, opj, "dst_buff", op->chan_type, op->dst, &op->ndst))
+    if (parse_operands(c, g, tb, opj, "src_buff", op->chan_type, first, count, op->src, &op->nsrc) ||
+        parse_operands(c, g, tb, opj, "dst_buff", op->chan_type, first, count, op->dst, &op->ndst))
         return -1;
     if (op->nsrc == 0 && op->ndst == 0 && parse_glre_form(c, g, tb, opj, op))
         return -1;
@@ -314,19 +369,41 @@ static size_t count_ops(const json_t *tbj)
     size_t n;
     if (!json_is_array(ops))
         return 0;
-    n = json_array_size(ops);
+    n = 0;
     for (size_t i = 0; i < json_array_size(ops); i++) {
         const json_t *body = json_object_get(json_array_get(ops, i), "ops");
+        n += op_pieces(json_array_get(ops, i));
         if (json_is_array(body))
-            n += json_array_size(body);
+            for (size_t k = 0; k < json_array_size(body); k++)
+                n += op_pieces(json_array_get(body, k));
     }
     return n;
+}
+
+/* Load @p opj as one op, or as the pieces of a split pairwise op (split_width), at g->ops[g->nops]. */
+static int parse_pieces(struct pctx *c, struct mscx_gpu *g, struct mscx_tb *tb, const json_t *opj)
+{
+    char what[96];
+    size_t w = split_width(opj), n = w ? json_array_size(json_object_get(opj, "src_buff")) : 1;
+    for (size_t first = 0; first < n; first += w ? w : 1) {
+        if (g->nops - tb->op_begin >= MSCX_MAX_OPS_PER_TB) {
+            snprintf(what, sizeof(what), "at most %d ops per thread block, pipeline bodies included",
+                     MSCX_MAX_OPS_PER_TB);
+            return fail(c, NULL, opj, what);
+        }
+        if (parse_op(c, g, tb, opj, first, w ? w : SIZE_MAX, &g->ops[g->nops]))
+            return -1;
+        g->nops++;
+    }
+    if (w)
+        MSCX_INFO(MSCX_SUB_PLAN, "plan: a %s of %zu pairs is loaded as %zu ops of at most %zu pairs",
+                  json_string_value(json_object_get(opj, "name")), n, (n + w - 1) / w, w);
+    return 0;
 }
 
 static int parse_tb_ops(struct pctx *c, struct mscx_gpu *g, struct mscx_tb *tb, const json_t *tbj)
 {
     bool aerr;
-    char what[96];
     const json_t *ops = mscx_pj_array(c, tbj, "ops", true, &aerr);
     if (aerr)
         return -1;
@@ -336,15 +413,10 @@ static int parse_tb_ops(struct pctx *c, struct mscx_gpu *g, struct mscx_tb *tb, 
         const json_t *opj = json_array_get(ops, i);
         struct mscx_dev_op *op = &g->ops[g->nops];
         push_idx(c, i);
-        if (g->nops - tb->op_begin >= MSCX_MAX_OPS_PER_TB) {
-            snprintf(what, sizeof(what), "at most %d ops per thread block, pipeline bodies included",
-                     MSCX_MAX_OPS_PER_TB);
-            return fail(c, NULL, opj, what);
-        }
-        if (parse_op(c, g, tb, opj, op))
+        if (parse_pieces(c, g, tb, opj))
             return -1;
-        g->nops++;
         if (op->opcode == MSCX_OP_PIPELINE) {
+            uint32_t body_begin = g->nops;
             const json_t *body = mscx_pj_array(c, opj, "ops", true, &aerr);
             if (aerr)
                 return -1;
@@ -352,24 +424,21 @@ static int parse_tb_ops(struct pctx *c, struct mscx_gpu *g, struct mscx_tb *tb, 
                 return fail(c, "ops", body, "at most 65535 ops in a pipeline body");
             push_key(c, "ops");
             for (size_t k = 0; k < json_array_size(body); k++) {
-                struct mscx_dev_op *bop = &g->ops[g->nops];
+                uint32_t piece = g->nops;
                 push_idx(c, k);
-                if (g->nops - tb->op_begin >= MSCX_MAX_OPS_PER_TB) {
-                    snprintf(what, sizeof(what), "at most %d ops per thread block, pipeline bodies included",
-                             MSCX_MAX_OPS_PER_TB);
-                    return fail(c, NULL, json_array_get(body, k), what);
-                }
-                if (parse_op(c, g, tb, json_array_get(body, k), bop))
+                if (parse_pieces(c, g, tb, json_array_get(body, k)))
                     return -1;
-                if (bop->opcode == MSCX_OP_PIPELINE)
+                if (g->ops[piece].opcode == MSCX_OP_PIPELINE)
                     return fail(c, "name", json_object_get(json_array_get(body, k), "name"),
                                 "an operation other than pipeline (pipelines do not nest)");
-                bop->flags |= MSCX_OPF_IN_PIPELINE;
-                g->nops++;
+                for (; piece < g->nops; piece++)
+                    g->ops[piece].flags |= MSCX_OPF_IN_PIPELINE;
                 pop(c);
             }
             pop(c);
-            op->pipe_nops = (uint16_t)json_array_size(body);
+            if (g->nops - body_begin > UINT16_MAX)
+                return fail(c, "ops", body, "at most 65535 ops in a pipeline body");
+            op->pipe_nops = (uint16_t)(g->nops - body_begin);
         } else if (json_object_get(opj, "ops") != NULL) {
             return fail(c, "ops", json_object_get(opj, "ops"), "nested ops only in a pipeline");
         }

@@ -128,6 +128,27 @@ START_TEST(test_dtype_op_layout)
 }
 END_TEST
 
+/* An allgather plan with 4 output chunks per rank section (32 over 8 ranks) routes only element
+ * counts its chunks split evenly; the next plan takes the others. */
+START_TEST(test_elem_multiple)
+{
+    struct shim_route_plan two[2] = {mk_plan(MSCX_COLL_ALLGATHER, 8, 8, 0, 1 << 20),
+                                     mk_plan(MSCX_COLL_ALLGATHER, 8, 8, 0, 1 << 20)};
+    two[0].elem_multiple = 32;
+    enum shim_reason why = SHIM_WHY_COUNT;
+    struct shim_route_query q = mk_query(MSCX_COLL_ALLGATHER, 32 * 4); /* 32 fp32 */
+    ck_assert_int_eq(shim_route_pick(&q, two, 2, &why), 0);
+    q.msg_bytes = 40 * 4; /* 40 fp32: 5 per rank over 4 chunks */
+    ck_assert_int_eq(shim_route_pick(&q, two, 2, &why), 1);
+    ck_assert_int_eq(shim_route_pick(&q, two, 1, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_SIZE);
+    q.dtype = ncclFloat16; /* the same 160 bytes are 80 halves: not a multiple of 32 either */
+    ck_assert_int_eq(shim_route_pick(&q, two, 1, &why), -1);
+    q.msg_bytes = 64 * 2;
+    ck_assert_int_eq(shim_route_pick(&q, two, 1, &why), 0);
+}
+END_TEST
+
 START_TEST(test_forced_group_root)
 {
     setup_plans();
@@ -244,6 +265,7 @@ Suite *mscx_test_suite(void)
     TCase *tc = mscx_tcase("route");
     tcase_add_loop_test(tc, test_size_boundaries, 0, (int)(sizeof(size_table) / sizeof(size_table[0])));
     tcase_add_test(tc, test_dtype_op_layout);
+    tcase_add_test(tc, test_elem_multiple);
     tcase_add_test(tc, test_forced_group_root);
     tcase_add_test(tc, test_priority);
     tcase_add_test(tc, test_topo);

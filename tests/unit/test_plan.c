@@ -355,6 +355,42 @@ START_TEST(test_geometry_allgather)
 }
 END_TEST
 
+/* An allgather or reducescatter buffer of rank sections split into several chunks per section: only
+ * element counts that every chunk divides evenly keep the chunks on their sections. */
+START_TEST(test_geometry_sections)
+{
+    static const char *const colls[2] = {"allgather", "reducescatter"};
+    for (int c = 0; c < 2; c++) {
+        char j[1024];
+        int ag = c == 0;
+        /* 2 ranks, 2 chunks per rank section */
+        snprintf(j, sizeof(j),
+                 "{\"name\": \"sect\", \"collective\": \"%s\", \"gpus\": ["
+                 "{\"id\": 0, \"input_chunks\": %d, \"output_chunks\": %d, \"scratch_chunks\": 0},"
+                 "{\"id\": 1, \"input_chunks\": %d, \"output_chunks\": %d, \"scratch_chunks\": 0}]}",
+                 colls[c], ag ? 2 : 4, ag ? 4 : 2, ag ? 2 : 4, ag ? 4 : 2);
+        struct mscx_plan *p = load_str(j);
+        struct mscx_geom g;
+        char err[512];
+        uint64_t in, out;
+        ck_assert_uint_eq(mscx_plan_elem_multiple(p), 4);
+        /* 3 fp32 per rank: chunks of 2 elements would put rank 1's first element in rank 0's section */
+        mscx_coll_sizes(ag ? MSCX_COLL_ALLGATHER : MSCX_COLL_REDUCESCATTER, 2, 24, &in, &out);
+        ck_assert_int_eq(mscx_plan_geom(p, 1, in, out, MSCX_DT_FP32, &g, err, sizeof(err)), MSCX_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(err, "does not split into its 4 chunks evenly") != NULL, "%s", err);
+        /* the same 24 bytes as 12 fp16: 3 per chunk, on the sections */
+        geom_ok(p, in, out, MSCX_DT_FP16, &g);
+        ck_assert_uint_eq(g.in_chunk, 6);
+        ck_assert_uint_eq(g.out_chunk, 6);
+        mscx_plan_destroy(p);
+    }
+    /* one chunk per rank section (every shipped plan) and allreduce: no constraint */
+    struct mscx_plan *p = load_ref("mscclpp-algo-plans/allreduce_pkt_n2.json");
+    ck_assert_uint_eq(mscx_plan_elem_multiple(p), 1);
+    mscx_plan_destroy(p);
+}
+END_TEST
+
 static int historical_infos;
 static void count_historical(enum mscx_log_level level, unsigned subsys, const char *file, int line,
                              const char *msg, void *ctx)
@@ -494,6 +530,7 @@ Suite *mscx_test_suite(void)
     tc = mscx_tcase("geometry");
     tcase_add_test(tc, test_geometry);
     tcase_add_test(tc, test_geometry_allgather);
+    tcase_add_test(tc, test_geometry_sections);
     suite_add_tcase(s, tc);
     return s;
 }

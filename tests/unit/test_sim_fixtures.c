@@ -138,6 +138,130 @@ START_TEST(test_allreduce_dtypes)
 END_TEST
 
 /* The check is not blind: a plan that unpacks into the wrong chunk fails with the first mismatch. */
+/* A 2-rank allgather with 2 chunks per rank section (as the DSL writes for instances = 2): each rank
+ * copies its input into its section and puts it into the peer's (after a signal/wait handshake, so that
+ * a peer one launch ahead cannot write this launch's output). With 3 fp32 per rank, chunks of 2
+ * elements over the whole output would straddle the sections (rank 1's first element landed in rank 0's
+ * last chunk and its data went past the end): that size is refused now; sizes the chunks divide pass. */
+static const char ag_sect_rank[] =
+    "{\"id\": %d, \"input_chunks\": 2, \"output_chunks\": 4, \"scratch_chunks\": 0, \"threadblocks\": [{\"id\": 0, "
+    "\"ops\": [{\"name\": \"signal\", \"channel_ids\": [0], \"channel_type\": \"memory\"}, {\"name\": \"wait\", "
+    "\"channel_ids\": [0], \"channel_type\": \"memory\"}, {\"name\": \"copy\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 2}], \"dst_buff\": "
+    "[{\"type\": \"o\", \"index\": %d, \"size\": 2}]}, {\"name\": \"put\", \"src_buff\": [{\"type\": \"i\", "
+    "\"index\": 0, \"size\": 2}], \"dst_buff\": [{\"buffer_id\": 0, \"index\": %d, \"size\": 2}], "
+    "\"channel_type\": \"memory\"}, {\"name\": \"signal\", \"channel_ids\": [0], \"channel_type\": \"memory\"}, "
+    "{\"name\": \"wait\", \"channel_ids\": [0], \"channel_type\": \"memory\"}], \"channels\": [{\"channel_type\": "
+    "\"memory\", \"channel_ids\": [0]}], \"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", "
+    "\"remote_buffer_ids\": [0]}]}], \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [%d]}], "
+    "\"remote_buffers\": [{\"rank\": %d, \"type\": \"o\", \"access_channel_types\": [\"memory\"]}], \"semaphores\": []}";
+
+START_TEST(test_allgather_sections)
+{
+    char j[4096], r0[1792], r1[1792], err[MSCX_PLAN_ERR_LEN];
+    snprintf(r0, sizeof(r0), ag_sect_rank, 0, 0, 0, 1, 1);
+    snprintf(r1, sizeof(r1), ag_sect_rank, 1, 2, 2, 0, 0);
+    snprintf(j, sizeof(j),
+             "{\"name\": \"ag_sect\", \"collective\": \"allgather\", \"protocol\": \"Simple\", \"inplace\": false, "
+             "\"gpus\": [%s, %s], \"num_threads_per_block\": 1024, \"use_double_scratch_buffer\": false, "
+             "\"buffer_alignment\": 16, \"min_message_size\": 0, \"max_message_size\": 1048576}",
+             r0, r1);
+    struct mscx_plan *plan = NULL;
+    ck_assert_msg(mscx_plan_load_buffer(j, strlen(j), "ag_sect.json", &plan, err, sizeof(err)) == MSCX_OK, "%s",
+                  err);
+    ck_assert_uint_eq(mscx_plan_elem_multiple(plan), 4);
+    struct mscx_sim_case c = {24, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2, 3, 0}; /* 3 fp32 per rank */
+    struct mscx_sim_result res;
+    memset(&res, 0, sizeof(res));
+    ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(res.msg, "does not split into its 4 chunks evenly") != NULL, "%s", res.msg);
+    check_case(plan, "ag_sect", 24, MSCX_DT_FP16, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2); /* 6 fp16 per rank */
+    check_case(plan, "ag_sect", 32, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2);
+    check_case(plan, "ag_sect", 4096 + 64, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL8, 3);
+    mscx_plan_destroy(plan);
+}
+END_TEST
+
+/* A 2-rank allgather, 12 chunks per rank, whose put to the peer is one op of 12 pairs (the DSL's fusion
+ * writes such lists without a bound: reducescatter_pkt with 8 GPUs per node has a ppkt of 14). Memory
+ * form: 12 operands > 10, loaded as 10 + 2; port form (channel_ids): 12 > 8, loaded as 8 + 4. */
+static void ag_wide_plan(char *j, size_t len, int port)
+{
+    size_t k = (size_t)snprintf(j, len, "{\"name\": \"ag_wide\", \"collective\": \"allgather\", \"protocol\": "
+                                        "\"Simple\", \"inplace\": false, \"gpus\": [");
+    const char *ct = port ? "port" : "memory";
+    for (int r = 0; r < 2; r++) {
+        k += (size_t)snprintf(j + k, len - k,
+                              "%s{\"id\": %d, \"input_chunks\": 12, \"output_chunks\": 24, \"scratch_chunks\": 0, "
+                              "\"threadblocks\": [{\"id\": 0, \"ops\": [{\"name\": \"signal\", \"channel_ids\": [0], "
+                              "\"channel_type\": \"%s\"}, {\"name\": \"wait\", \"channel_ids\": [0], "
+                              "\"channel_type\": \"%s\"}, {\"name\": \"copy\", \"src_buff\": [{\"type\": \"i\", "
+                              "\"index\": 0, \"size\": 12}], \"dst_buff\": [{\"type\": \"o\", \"index\": %d, \"size\": "
+                              "12}]}, {\"name\": \"put\", \"src_buff\": [",
+                              r ? ", " : "", r, ct, ct, 12 * r);
+        for (int i = 0; i < 12; i++)
+            k += (size_t)snprintf(j + k, len - k, "%s{\"type\": \"i\", \"index\": %d, \"size\": 1}", i ? ", " : "",
+                                  i);
+        k += (size_t)snprintf(j + k, len - k, "], \"dst_buff\": [");
+        for (int i = 0; i < 12; i++)
+            k += (size_t)snprintf(j + k, len - k, "%s{\"buffer_id\": 0, \"index\": %d, \"size\": 1}", i ? ", " : "",
+                                  12 * r + i);
+        k += (size_t)snprintf(j + k, len - k, "]");
+        if (port)
+            k += (size_t)snprintf(j + k, len - k, ", \"channel_ids\": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]");
+        k += (size_t)snprintf(j + k, len - k,
+                              ", \"channel_type\": \"%s\"}, {\"name\": \"signal\", \"channel_ids\": [0], "
+                              "\"channel_type\": \"%s\"}, {\"name\": \"wait\", \"channel_ids\": [0], \"channel_type\": "
+                              "\"%s\"}], \"channels\": [{\"channel_type\": \"%s\", \"channel_ids\": [0]}], "
+                              "\"remote_buffer_refs\": [{\"access_channel_type\": \"%s\", \"remote_buffer_ids\": [0]}]}], "
+                              "\"channels\": [{\"channel_type\": \"%s\", \"connected_to\": [%d]}], \"remote_buffers\": "
+                              "[{\"rank\": %d, \"type\": \"o\", \"access_channel_types\": [\"%s\"]}], \"semaphores\": []}",
+                              ct, ct, ct, ct, ct, ct, 1 - r, 1 - r, ct);
+    }
+    snprintf(j + k, len - k, "], \"num_threads_per_block\": 256, \"use_double_scratch_buffer\": false, "
+                             "\"buffer_alignment\": 16, \"min_message_size\": 0, \"max_message_size\": 1048576}");
+}
+
+START_TEST(test_wide_put_split)
+{
+    static char j[16384];
+    char err[MSCX_PLAN_ERR_LEN];
+    for (int port = 0; port < 2; port++) {
+        ag_wide_plan(j, sizeof(j), port);
+        struct mscx_plan *plan = NULL;
+        ck_assert_msg(mscx_plan_load_buffer(j, strlen(j), "ag_wide.json", &plan, err, sizeof(err)) == MSCX_OK,
+                      "%s", err);
+        const struct mscx_gpu *g = &plan->gpus[0];
+        ck_assert_uint_eq(g->tb[0].nops, 7); /* signal, wait, copy, put x2, signal, wait */
+        const struct mscx_dev_op *a = &g->ops[g->tb[0].op_begin + 3], *b = a + 1;
+        ck_assert_uint_eq(a->opcode, MSCX_OP_PUT);
+        ck_assert_uint_eq(b->opcode, MSCX_OP_PUT);
+        ck_assert_uint_eq(a->nsrc, port ? 8 : 10);
+        ck_assert_uint_eq(b->nsrc, port ? 4 : 2);
+        ck_assert_uint_eq(b->ndst, b->nsrc);
+        ck_assert_uint_eq(a->nchan, port ? 8 : 0);
+        ck_assert_uint_eq(b->nchan, port ? 4 : 0);
+        ck_assert_uint_eq(b->src[0].index, port ? 8 : 10); /* the pairs continue where the first piece stopped */
+        ck_assert_uint_eq(b->dst[b->ndst - 1].index, 11);
+        check_case(plan, port ? "ag_wide port" : "ag_wide", 24 * 4 * 3, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16,
+                   3);
+        check_case(plan, port ? "ag_wide port" : "ag_wide", 24 * 2 * 5, MSCX_DT_FP16, MSCX_REDOP_SUM, MSCX_PKT_LL8,
+                   2);
+        mscx_plan_destroy(plan);
+    }
+    /* a pairwise op whose lists differ in length is not split: the limit is reported */
+    ag_wide_plan(j, sizeof(j), 0);
+    char *put = strstr(j, "\"name\": \"put\", \"src_buff\": [{");
+    ck_assert_ptr_nonnull(put);
+    char *second = strstr(put, "}, {\"type\": \"i\", \"index\": 1,");
+    ck_assert_ptr_nonnull(second);
+    memmove(second + 1, strstr(second, "}, {\"type\": \"i\", \"index\": 2,") + 1,
+            strlen(strstr(second, "}, {\"type\": \"i\", \"index\": 2,") + 1) + 1); /* drop src pair 1 */
+    struct mscx_plan *plan = NULL;
+    ck_assert_int_ne(mscx_plan_load_buffer(j, strlen(j), "ag_wide.json", &plan, err, sizeof(err)), MSCX_OK);
+    ck_assert_msg(strstr(err, "at most 10 operands") != NULL, "%s", err);
+}
+END_TEST
+
 START_TEST(test_detects_wrong_plan)
 {
     struct mscx_plan *plan = load_ref("mscclpp-algo-plans", "allreduce_pkt_n2");
@@ -164,6 +288,8 @@ Suite *mscx_test_suite(void)
     tcase_add_loop_test(tc, test_op_plans, 0, (int)N_OP_PLANS);
     tcase_add_test(tc, test_switch_refused);
     tcase_add_test(tc, test_detects_wrong_plan);
+    tcase_add_test(tc, test_allgather_sections);
+    tcase_add_test(tc, test_wide_put_split);
     tcase_add_loop_test(tc, test_allreduce_sizes, 0, 3);
     tcase_add_loop_test(tc, test_allreduce_dtypes, 0, 3);
     suite_add_tcase(s, tc);

@@ -74,6 +74,15 @@ uint32_t mscx_plan_threadblocks(const struct mscx_plan *plan, uint32_t rank);
 uint32_t mscx_plan_threads_per_block(const struct mscx_plan *plan);
 /** Valid message size range in bytes (the output size for allgather, as in MSCCL++). */
 void mscx_plan_size_range(const struct mscx_plan *plan, uint64_t *min_p, uint64_t *max_p);
+/**
+ * Message sizes the plan runs are a whole multiple of this many elements
+ * (1 for most plans). An allgather's output and a reducescatter's input hold
+ * one section per rank; chunks split unevenly would not line up with the
+ * sections, so there the element count must be a multiple of that buffer's
+ * chunk count (nranks for plans with one chunk per rank, which every size
+ * already meets). mscx_plan_geom refuses other sizes.
+ */
+uint64_t mscx_plan_elem_multiple(const struct mscx_plan *plan);
 /** @return non-zero when the plan may run @p dtype with @p op (op ignored for non-reducing plans). */
 int mscx_plan_supports(const struct mscx_plan *plan, enum mscx_dtype dtype, enum mscx_redop op);
 /**
