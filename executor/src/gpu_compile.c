@@ -552,6 +552,104 @@ int mscx_gpu_kp_split(struct mscx_kprog *kp, uint32_t ntb, uint32_t pl, uint64_t
     return 1;
 }
 
+/* ---- in-place calls on an out-of-place plan (mscx_gpu_kp_alias_ok) ---- */
+
+struct kp_acc {
+    uint64_t lo, hi; /* bytes of the one aliased buffer */
+    uint32_t blk, ent;
+    uint8_t in;   /* names the input (else the output) */
+    uint8_t self; /* a write: a COPY of exactly these bytes onto themselves */
+};
+
+/* A barrier (a synced entry) after entry @p a and up to entry @p b, both of one block. */
+static int kp_barrier_between(const struct mscx_kprog *kp, uint32_t a, uint32_t b)
+{
+    for (uint32_t e = a + 1; e <= b; e++)
+        if (kp->kop[e].sync)
+            return 1;
+    return 0;
+}
+
+int mscx_gpu_kp_alias_ok(const struct mscx_kprog *kp, uint32_t ntb, uint32_t pl, uint64_t in_at, uint64_t out_at,
+                         uint64_t in_bytes)
+{
+    static __thread struct kp_acc rd[MSCX_KP_MAX_OPND], wr[MSCX_KP_MAX_OPND];
+    uint32_t nr = 0, nw = 0;
+    if (ntb == 0 || ntb > MSCX_KP_MAX_BLOCKS || kp->interp_mask)
+        return 0;
+    for (uint32_t b = 0; b < ntb; b++)
+        for (uint32_t e = kp->kbegin[b]; e < kp->kbegin[b + 1]; e++) {
+            const struct mscx_kop *k = &kp->kop[e];
+            if (k->kind == MSCX_KOP_GENERIC)
+                return 0;
+            if (k->kind == MSCX_KOP_SKIP)
+                continue;
+            for (uint32_t j = 0; j < (uint32_t)k->nsrc + k->ndst; j++) {
+                const struct mscx_kopnd *d = &kp->opnd[k->opnd + j];
+                uint64_t ext;
+                if (!kp_user(d->base))
+                    continue;
+                if (!kp_opnd_flat(k, j, pl, &ext))
+                    return 0; /* packets in a user buffer */
+                int is_in = d->base == MSCX_KB_IN;
+                uint64_t lo = (is_in ? in_at : out_at) + d->off;
+                struct kp_acc a = {lo, lo + ext, b, e, (uint8_t)is_in, 0};
+                if (j < k->nsrc) {
+                    if (nr == MSCX_KP_MAX_OPND)
+                        return 0;
+                    rd[nr++] = a;
+                    continue;
+                }
+                if (is_in)
+                    return 0; /* the plan writes its input: only staging keeps the caller's send buffer */
+                if (k->kind == MSCX_KOP_COPY) {
+                    const struct mscx_kopnd *sd = &kp->opnd[k->opnd];
+                    a.self = sd->base == MSCX_KB_IN && in_at + sd->off == lo;
+                }
+                if (nw == MSCX_KP_MAX_OPND)
+                    return 0;
+                wr[nw++] = a;
+            }
+        }
+    const uint64_t ilo = in_at, ihi = in_at + in_bytes;
+    for (uint32_t i = 0; i < nr; i++) {
+        const struct kp_acc *r = &rd[i];
+        for (uint32_t q = 0; q < nw; q++) {
+            const struct kp_acc *w = &wr[q];
+            if (w->self || w->hi <= r->lo || r->hi <= w->lo)
+                continue;
+            if (w->blk != r->blk)
+                return 0; /* another block writes what this read needs: no order known */
+            if (w->ent < r->ent) {
+                if (r->in)
+                    return 0; /* the input read would see what the write put there */
+            } else if (w->ent == r->ent) {
+                const uint8_t kind = kp->kop[r->ent].kind;
+                if (!r->in || w->lo != r->lo || w->hi != r->hi ||
+                    !(kind == MSCX_KOP_COPY || kind == MSCX_KOP_REDUCE || kind == MSCX_KOP_REDPKT))
+                    return 0;
+            } else if (r->in && !kp_barrier_between(kp, r->ent, w->ent)) {
+                return 0; /* a later entry overwrites bytes an earlier one reads, with no barrier between */
+            }
+        }
+        /* an output read where the input lies, not written here first: it would read the input */
+        if (!r->in && r->lo < ihi && ilo < r->hi) {
+            uint64_t at = r->lo;
+            for (int moved = 1; at < r->hi && moved;) {
+                moved = 0;
+                for (uint32_t q = 0; q < nw; q++)
+                    if (wr[q].blk == r->blk && wr[q].ent < r->ent && wr[q].lo <= at && at < wr[q].hi) {
+                        at = wr[q].hi;
+                        moved = 1;
+                    }
+            }
+            if (at < r->hi)
+                return 0;
+        }
+    }
+    return 1;
+}
+
 static uint64_t kp_ptr_at(const struct mscx_kprog *kp, const struct mscx_kopnd *d, char *scratch, uint64_t half,
                           uint32_t parity)
 {

@@ -79,6 +79,7 @@ struct gpu_plan {
         uint32_t stride, kmax_ops, kmax_opnd, interp_mask;
         int split;    /* for out-of-place calls on an in-place AllReduce plan (mscx_gpu_kp_split) */
         int usable;   /* 0: a split program that cannot be had at this shape (remembered, not retried) */
+        int alias;    /* out-of-place plan: the program may run an in-place call as it is (mscx_gpu_kp_alias_ok) */
         int whole;    /* every block compiled, no GENERIC entry */
         int uploaded; /* copied outside capture (a copy captured in a graph runs only with it) */
     } kp_ent[MSCX_GPU_KP_ENTRIES];
@@ -732,26 +733,29 @@ struct alias_plan {
     uint64_t pre_bytes, post_bytes;
 };
 
+/* Whether a call of the cached geometry is in place by the collective's aliasing rule. */
+static int call_is_inplace(const struct gpu_plan *gp, uint32_t rank, const void *send, const void *recv)
+{
+    const char *s = (const char *)send, *r = (const char *)recv;
+    switch (gp->plan->coll) {
+    case MSCX_COLL_ALLGATHER:
+        return s == r + (uint64_t)rank * gp->c_args.in_bytes;
+    case MSCX_COLL_REDUCESCATTER:
+        return r == s + (uint64_t)rank * gp->c_args.out_bytes;
+    default:
+        return s == r;
+    }
+}
+
 static mscx_status_t alias_adapt(const struct gpu_plan *gp, uint32_t rank, const void *send, void *recv,
                                  struct alias_plan *ap_p)
 {
     const struct mscx_plan *plan = gp->plan;
     uint64_t in = gp->c_args.in_bytes, out = gp->c_args.out_bytes;
-    const char *s = (const char *)send;
     char *r = (char *)recv;
+    const char *s = (const char *)send;
     struct alias_plan ap = {send, recv, NULL, NULL, NULL, NULL, 0, 0};
-    int call_inplace;
-    switch (plan->coll) {
-    case MSCX_COLL_ALLGATHER:
-        call_inplace = s == r + (uint64_t)rank * in;
-        break;
-    case MSCX_COLL_REDUCESCATTER:
-        call_inplace = r == s + (uint64_t)rank * out;
-        break;
-    default:
-        call_inplace = s == r;
-        break;
-    }
+    int call_inplace = call_is_inplace(gp, rank, send, recv);
     if (call_inplace == (int)plan->inplace || in == 0) {
         *ap_p = ap;
         return MSCX_OK;
@@ -819,7 +823,7 @@ static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t r
     }
     if (!gp->kp_tmp || !mscx_gpu_compile(plan, rank, gp->h_ops, gp->kp_rbuf, a, gp->kp_tmp))
         return -1;
-    struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, split, 1, 0, 0};
+    struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, split, 1, 0, 0, 0};
     e.whole = e.interp_mask == 0;
     for (uint32_t i = 0; i < gp->kp_tmp->kbegin[gp->ntb]; i++)
         if (gp->kp_tmp->kop[i].kind == MSCX_KOP_GENERIC)
@@ -832,6 +836,15 @@ static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t r
         e.off = 0;
         gp->kp_ent[gp->kp_nent++] = e;
         return -1;
+    }
+    if (!plan->inplace && e.whole) {
+        uint64_t in_at = 0, out_at = 0;
+        if (plan->coll == MSCX_COLL_ALLGATHER)
+            in_at = (uint64_t)rank * a->in_bytes;
+        else if (plan->coll == MSCX_COLL_REDUCESCATTER)
+            out_at = (uint64_t)rank * a->out_bytes;
+        e.alias = mscx_gpu_kp_alias_ok(gp->kp_tmp, gp->ntb, pkt == MSCX_PKT_LL8 ? 4u : 8u, in_at, out_at,
+                                       a->in_bytes);
     }
     size_t bytes = 0;
     if (gp->kp_nent < MSCX_GPU_KP_ENTRIES)
@@ -974,7 +987,16 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
                 kp_find(gp, gp->plan, ex->bs.rank, msg_bytes, (int)dtype, (int)pkt, 1, a);
         kent = gp->c_kent_split;
     }
-    if (kent < 0 || kent == gp->c_kent) {
+    /*
+     * An in-place call on an out-of-place plan whose program reads no input
+     * byte after something overwrote it (mscx_gpu_kp_alias_ok): run as it
+     * is, no staging.
+     */
+    int aliased = !gp->plan->inplace && kent >= 0 && kent == gp->c_kent && gp->kp_ent[kent].alias &&
+                  !gp->port && !gp->publish && !gp->ureg &&
+                  (((uintptr_t)sendbuf | (uintptr_t)recvbuf) & 15u) == 0 &&
+                  call_is_inplace(gp, ex->bs.rank, sendbuf, recvbuf);
+    if (!aliased && (kent < 0 || kent == gp->c_kent)) {
         kent = gp->c_kent;
         mscx_status_t ast = alias_adapt(gp, ex->bs.rank, sendbuf, recvbuf, &ap);
         if (ast != MSCX_OK)

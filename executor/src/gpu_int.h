@@ -289,6 +289,22 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
 int mscx_gpu_kp_split(struct mscx_kprog *kp, uint32_t ntb, uint32_t pl, uint64_t out_bytes);
 
 /**
+ * Whether @p kp, a program compiled whole for an out-of-place plan, gives
+ * the same result when the call is in place, run as it is on the aliased
+ * buffers (no staging copy): the input at byte @p in_at and the output at
+ * byte @p out_at of one buffer (AllGather: in_at = rank * in_bytes; Reduce-
+ * Scatter: out_at = rank * out_bytes; AllReduce: both 0). That holds when no
+ * entry writes the input, and every write to bytes that alias the input
+ * either copies them onto themselves, or comes after every read of them in
+ * the same block with a barrier between, or is the same element-wise entry
+ * that reads exactly those bytes; and no read of the output meets input
+ * bytes that this block did not write first.
+ * @return 1 when it may run aliased, 0 otherwise (stage as before)
+ */
+int mscx_gpu_kp_alias_ok(const struct mscx_kprog *kp, uint32_t ntb, uint32_t pl, uint64_t in_at, uint64_t out_at,
+                         uint64_t in_bytes);
+
+/**
  * Encode @p kp (of @p ntb blocks) as the kernel's block records into @p dst
  * (at most @p cap bytes), resolving scratch operands for both halves: own
  * scratch at @p scratch with halves of @p scratch_half.

@@ -407,12 +407,85 @@ START_TEST(test_split_rules)
 }
 END_TEST
 
+/*
+ * An AllGather-like program of rank 1 of 2 (256 input bytes; in place the
+ * input is bytes 256..512 of the output): PACK the input to scratch lines,
+ * COPY it onto its own place in the output, UNPACK the peer's lines into
+ * output bytes 0..256. @p variant: 1 the UNPACK writes the input's bytes
+ * instead (after the PACK read them, no barrier), 2 the same with a
+ * barrier, 3 that write in a second block, 4 a REDUCE reads output bytes
+ * where the input lies without the COPY before it, 5 an entry writes the
+ * input.
+ */
+static void kp_hand_ag(struct mscx_kprog *kp, int variant, uint32_t *ntb_p)
+{
+    uint32_t nk = 0, np = 0;
+    memset(kp, 0, sizeof(*kp));
+    kp->kbegin[0] = 0;
+    kp->pbegin[0] = 0;
+    uint32_t pack[] = {MSCX_KB_IN, 0, MSCX_KB_SCRATCH, 0};
+    kp_add(kp, &nk, &np, MSCX_KOP_PACK, 32, 1, 1, pack);
+    if (variant != 4) {
+        uint32_t copy[] = {MSCX_KB_IN, 0, MSCX_KB_OUT, 256};
+        kp_add(kp, &nk, &np, MSCX_KOP_COPY, 16, 1, 1, copy);
+    }
+    uint32_t unpack[] = {MSCX_KB_RBUF, 0, MSCX_KB_OUT, variant == 1 || variant == 2 ? 256u : 0u};
+    if (variant != 3)
+        kp_add(kp, &nk, &np, MSCX_KOP_UNPACK, 32, 1, 1, unpack);
+    if (variant == 2)
+        kp->kop[nk - 1].sync = 1;
+    if (variant == 4) {
+        uint32_t red[] = {MSCX_KB_OUT, 256, MSCX_KB_OUT, 0, MSCX_KB_OUT, 0};
+        kp_add(kp, &nk, &np, MSCX_KOP_REDUCE, 16, 2, 1, red);
+    }
+    if (variant == 5) {
+        uint32_t wr[] = {MSCX_KB_OUT, 0, MSCX_KB_IN, 0};
+        kp_add(kp, &nk, &np, MSCX_KOP_COPY, 16, 1, 1, wr);
+    }
+    *ntb_p = 1;
+    if (variant == 3) {
+        kp->kbegin[1] = (uint16_t)nk;
+        kp->pbegin[1] = (uint16_t)np;
+        unpack[3] = 256;
+        kp_add(kp, &nk, &np, MSCX_KOP_UNPACK, 32, 1, 1, unpack);
+        kp->kop[nk - 1].sync = 1;
+        *ntb_p = 2;
+    }
+    kp->kbegin[*ntb_p] = (uint16_t)nk;
+    kp->pbegin[*ntb_p] = (uint16_t)np;
+}
+
+START_TEST(test_alias_rules)
+{
+    static struct mscx_kprog kp;
+    static const int want[] = {1, 0, 1, 0, 0, 0};
+    for (int v = 0; v <= 5; v++) {
+        uint32_t ntb;
+        kp_hand_ag(&kp, v, &ntb);
+        ck_assert_msg(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256) == want[v], "variant %d: want %d", v,
+                      want[v]);
+    }
+    /* the same program where input and output do not meet (an AllGather of rank 0 would: bytes 0..256) */
+    uint32_t ntb;
+    kp_hand_ag(&kp, 1, &ntb);
+    ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 1024, 0, 256), 1);
+    /* a GENERIC entry or an interpreter block: never */
+    kp_hand_ag(&kp, 0, &ntb);
+    kp.kop[0].kind = MSCX_KOP_GENERIC;
+    ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256), 0);
+    kp_hand_ag(&kp, 0, &ntb);
+    kp.interp_mask = 1;
+    ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256), 0);
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("gpu-compile");
     TCase *tc = mscx_tcase("compile");
     tcase_add_test(tc, test_compile_shipped_plans);
     tcase_add_test(tc, test_split_rules);
+    tcase_add_test(tc, test_alias_rules);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -106,6 +106,8 @@ struct emu {
     enum mscx_redop op;
     enum mscx_pkt_format pkt;
     int nosplit; /* shapes of this plan whose programs did not split */
+    int noalias; /* shapes of this out-of-place plan whose programs may not run aliased */
+    int alias; /* an in-place call on an out-of-place plan, the same programs on aliased buffers */
     int split; /* an out-of-place call on an in-place AllReduce plan: split programs, separate buffers */
     char what[256]; /* plan, size, dtype, operator, format: for messages */
     uint64_t entries_run, units_run, skewed;
@@ -295,7 +297,7 @@ static int emu_buffers(struct emu *e)
         uint64_t in_b = e->in_bytes, out_b = e->out_bytes;
         free(R->alloc);
         R->alloc = alloc256(in_b + out_b + 16);
-        if (!e->plan->inplace || e->split) {
+        if ((!e->plan->inplace || e->split) && !e->alias) {
             R->in = R->alloc;
             R->out = R->alloc + ((in_b + 15u) & ~(uint64_t)15u);
         } else if (e->plan->coll == MSCX_COLL_ALLGATHER) {
@@ -743,7 +745,7 @@ static void compare(const struct emu *e, const struct ref *c)
     for (uint32_t l = 0; l < LAUNCHES; l++)
         for (uint32_t q = 0; q < e->n; q++) {
             const struct rank_st *R = &e->r[q];
-            for (int which = 0; which < 2; which++) {
+            for (int which = 0; which < (e->alias ? 1 : 2); which++) { /* aliased: the input is output */
                 const uint8_t *got = which ? R->res_in[l] : R->res_out[l],
                               *want = which ? c->in[l][q] : c->out[l][q];
                 uint64_t nb = which ? e->in_bytes : e->out_bytes, at = 0;
@@ -765,9 +767,10 @@ static void compare(const struct emu *e, const struct ref *c)
                 memcpy(&g4, got + (at & ~(uint64_t)3), at + 4 <= nb ? 4 : 0);
                 memcpy(&w4, want + (at & ~(uint64_t)3), at + 4 <= nb ? 4 : 0);
                 ck_abort_msg(
-                    "%s%s: rank %u launch %u: %s differs from the host executor's at byte %llu of %llu "
+                    "%s%s%s: rank %u launch %u: %s differs from the host executor's at byte %llu of %llu "
                     "(word %#010x, host %#010x)",
-                    e->what, e->split ? " (out-of-place, split program)" : "", q, l + 1,
+                    e->what, e->split ? " (out-of-place, split program)" : "",
+                    e->alias ? " (in place on aliased buffers)" : "", q, l + 1,
                     which ? "input" : "output", (unsigned long long)at,
                     (unsigned long long)nb, g4, w4);
             }
@@ -777,7 +780,7 @@ static void compare(const struct emu *e, const struct ref *c)
 /* ---- the test ---- */
 
 struct stats {
-    uint64_t cases, emulated, ranks, launches, entries, units, not_whole, skewed, split, nosplit;
+    uint64_t cases, emulated, ranks, launches, entries, units, not_whole, skewed, split, nosplit, alias, noalias;
 };
 
 /*
@@ -830,6 +833,28 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
             e->nosplit++;
         }
         e->split = 0;
+    }
+    /* an in-place call on an out-of-place plan: where mscx_gpu_kp_alias_ok allows, the programs run as they are */
+    if (!e->plan->inplace && e->plan->coll != MSCX_COLL_TEST) {
+        int ok = 1;
+        for (uint32_t q = 0; q < e->n && ok; q++) {
+            const uint32_t ntb = e->plan->gpus[q].ntb;
+            uint64_t in_at = e->plan->coll == MSCX_COLL_ALLGATHER ? q * e->in_bytes : 0;
+            uint64_t out_at = e->plan->coll == MSCX_COLL_REDUCESCATTER ? q * e->out_bytes : 0;
+            ok = ntb == 0 || mscx_gpu_kp_alias_ok(&e->r[q].kp, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u, in_at, out_at,
+                                                  e->in_bytes);
+        }
+        if (ok) {
+            e->alias = 1;
+            ck_assert(emu_buffers(e));
+            emu_run(e, (uint32_t)(msg * 13u + dt * 3u + op * 7u + pkt + 2u));
+            compare(e, &c);
+            e->alias = 0;
+            st->alias++;
+        } else {
+            st->noalias++;
+            e->noalias++;
+        }
     }
     for (uint32_t l = 0; l < LAUNCHES; l++)
         for (uint32_t q = 0; q < e->n; q++) {
@@ -892,6 +917,7 @@ START_TEST(test_kp_emulate_shipped_plans)
         int bit = fast_allreduce_bit(plan);
         uint64_t whole = 0;
         e->nosplit = 0;
+        e->noalias = 0;
         const char *why = NULL;
         char line[512] = "";
         size_t ll = 0;
@@ -953,16 +979,18 @@ START_TEST(test_kp_emulate_shipped_plans)
         "gpu program emulation: %u of %zu plans have whole programs; %llu shapes emulated (%llu not whole: "
         "interpreter), %llu rank programs, %llu launches (%llu started while a peer was a launch behind), "
         "%llu entries, %llu units: outputs and inputs bit-identical to the host executor's; out-of-place calls "
-        "on in-place AllReduce plans: %llu shapes split and emulated, %llu not split (staging)\n",
+        "on in-place AllReduce plans: %llu shapes split and emulated, %llu not split (staging); in-place calls on "
+        "out-of-place plans: %llu shapes emulated on aliased buffers, %llu staged\n",
         nqual, nn, (unsigned long long)st.emulated, (unsigned long long)st.not_whole,
         (unsigned long long)st.ranks, (unsigned long long)st.launches, (unsigned long long)st.skewed,
         (unsigned long long)st.entries, (unsigned long long)st.units, (unsigned long long)st.split,
-        (unsigned long long)st.nosplit);
+        (unsigned long long)st.nosplit, (unsigned long long)st.alias, (unsigned long long)st.noalias);
     /* the one-node AllReduce one-shot and two-phase plans of 2, 4 and 8 ranks are all among them */
     ck_assert_msg(fast_mask == 0x3fu, "one-node AllReduce one-shot/two-phase coverage %#x, want 0x3f",
                   fast_mask);
     ck_assert_uint_gt(st.skewed, 0);
     ck_assert_uint_gt(st.split, 0);
+    ck_assert_uint_gt(st.alias, 0);
 }
 END_TEST
 
