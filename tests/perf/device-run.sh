@@ -11,6 +11,10 @@
 #   ab       tools/mscx-ab at world size 1, 1K..1M
 #   suite    meson test --suite gpu
 #   bench    BUILD/tools/mscx-bench-gpu over the reference and shipped plans
+#   mgpu     with 2+ GPUs: meson test --suite multigpu (sweep, PyTorch
+#            correctness A/B), tests/perf/mg-diag.sh (NCCL vs shim per
+#            placement, eager and graph, traces) and the PyTorch timing A/B
+#            (tests/multigpu/torch_ar_time.py, without and with the shim)
 #
 #   tests/perf/device-run.sh                       # build main trace suite
 #   tests/perf/device-run.sh build compare ab suite
@@ -18,6 +22,7 @@
 #   PARTS="build bench" BENCH_MAX=4194304 tests/perf/device-run.sh
 #
 # Settings (environment): OUT (results, default out), BUILD (default bd),
+# MGPU_S (600: the multigpu part's limit),
 # PARTS (when no part is named), time limits in seconds MAIN_S (200),
 # TRACE_S (30), COMPARE_S (200), AB_S (120), SUITE_S (240), BENCH_S (150);
 # MAIN_RUNS (A/B pairs of the main job, 2), AB_RUNS (3), BENCH_MAX (largest
@@ -32,7 +37,7 @@ cd "$(dirname "$0")/../.." || exit 1
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-out}
 BUILD=${BUILD:-bd}
-ALL="build main trace compare ab suite bench"
+ALL="build main trace compare ab suite bench mgpu"
 [ $# -gt 0 ] && PARTS="$*"
 PARTS=${PARTS:-build main trace suite}
 [ "$PARTS" = all ] && PARTS=$ALL
@@ -140,6 +145,34 @@ if want bench; then
         "${BENCH_MAX:-1048576}" >"$OUT/bench.txt" 2>&1
     end bench $?
     cat "$OUT/bench.txt"
+fi
+
+if want mgpu; then
+    begin
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c GPU)
+    if [ "${ngpu:-0}" -lt 2 ]; then
+        echo "mgpu: $ngpu GPU(s), needs 2: skipped"
+        rc=0
+    else
+        rc=0
+        timeout "${MGPU_S:-600}" bash -c '
+            meson test -C "$1" --no-rebuild --suite multigpu >"$2/mgpu.log" 2>&1 || echo "multigpu suite failed"
+            cp "$1"/multigpu-sweep-2/README.md "$2/sweep.md" 2>/dev/null
+            cp "$1"/multigpu-sweep-2/crossovers.txt "$2/" 2>/dev/null
+            OUT=$2 BUILD=$1 tests/perf/mg-diag.sh allreduce >"$2/mg-diag.txt" 2>&1
+            for m in nccl mscx; do
+                e=()
+                [ $m = mscx ] && e=(LD_PRELOAD="$PWD/$1/shim/libmscx_nccl.so" MSCX_PLAN_DIR="$PWD/plans")
+                env "${e[@]}" python3 -m torch.distributed.run --standalone --nproc-per-node "$3" \
+                    tests/multigpu/torch_ar_time.py --out "$2/torch-$m.json" >"$2/torch-$m.txt" 2>&1 ||
+                    echo "torch_ar_time $m failed"
+            done' _ "$BUILD" "$OUT" "$ngpu" | tee "$OUT/mgpu-fail.txt"
+        [ -s "$OUT/mgpu-fail.txt" ] && rc=1
+        grep -E "^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped):" "$OUT/mgpu.log"
+        grep -A12 "^## Crossovers" "$OUT/crossovers.txt" 2>/dev/null
+        for m in nccl mscx; do echo "torch $m (bytes eager_us graph_us):"; grep -E "^ +[0-9]+ " "$OUT/torch-$m.txt"; done
+    fi
+    end mgpu $rc
 fi
 
 echo "parts: $PARTS; $(grep -c ' rc=0 ' "$OUT/steps.txt") of $(wc -l <"$OUT/steps.txt") passed; results in $OUT"
