@@ -974,30 +974,30 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     struct mscx_gpu_args *a = &gp->c_args;
     struct alias_plan ap = {sendbuf, recvbuf, NULL, NULL, NULL, NULL, 0, 0};
     /*
-     * An out-of-place call on an in-place AllReduce plan: its compiled program
-     * rewritten to read the send buffer and write the receive buffer, where
-     * that is exact (mscx_gpu_kp_split), instead of a staging copy.
+     * A call whose placement differs from the plan's is staged (alias_adapt),
+     * unless the compiled program can serve it directly: an out-of-place call
+     * on an in-place AllReduce plan runs the program split to read the send
+     * and write the receive buffer (mscx_gpu_kp_split); an in-place call on an
+     * out-of-place plan runs the program as it is where it never reads an
+     * input byte after something overwrote it (mscx_gpu_kp_alias_ok). Both
+     * need what the fast kernel needs, and 16-byte aligned buffers.
      */
-    int kent = gp->c_kent;
-    if (gp->plan->inplace && gp->plan->coll == MSCX_COLL_ALLREDUCE && sendbuf != recvbuf && kent >= 0 &&
-        gp->kp_ent[kent].whole && !gp->port && !gp->publish && !gp->ureg &&
-        (((uintptr_t)sendbuf | (uintptr_t)recvbuf) & 15u) == 0) {
-        if (gp->c_kent_split == -2)
-            gp->c_kent_split =
-                kp_find(gp, gp->plan, ex->bs.rank, msg_bytes, (int)dtype, (int)pkt, 1, a);
-        kent = gp->c_kent_split;
+    int kent = gp->c_kent, staged = 1;
+    if (kent >= 0 && gp->kp_ent[kent].whole && !gp->port && !gp->publish && !gp->ureg &&
+        (((uintptr_t)sendbuf | (uintptr_t)recvbuf) & 15u) == 0 &&
+        call_is_inplace(gp, ex->bs.rank, sendbuf, recvbuf) != (int)gp->plan->inplace) {
+        if (gp->plan->inplace && gp->plan->coll == MSCX_COLL_ALLREDUCE) {
+            if (gp->c_kent_split == -2)
+                gp->c_kent_split = kp_find(gp, gp->plan, ex->bs.rank, msg_bytes, (int)dtype, (int)pkt, 1, a);
+            if (gp->c_kent_split >= 0) {
+                kent = gp->c_kent_split;
+                staged = 0;
+            }
+        } else if (!gp->plan->inplace && gp->kp_ent[kent].alias) {
+            staged = 0;
+        }
     }
-    /*
-     * An in-place call on an out-of-place plan whose program reads no input
-     * byte after something overwrote it (mscx_gpu_kp_alias_ok): run as it
-     * is, no staging.
-     */
-    int aliased = !gp->plan->inplace && kent >= 0 && kent == gp->c_kent && gp->kp_ent[kent].alias &&
-                  !gp->port && !gp->publish && !gp->ureg &&
-                  (((uintptr_t)sendbuf | (uintptr_t)recvbuf) & 15u) == 0 &&
-                  call_is_inplace(gp, ex->bs.rank, sendbuf, recvbuf);
-    if (!aliased && (kent < 0 || kent == gp->c_kent)) {
-        kent = gp->c_kent;
+    if (staged) {
         mscx_status_t ast = alias_adapt(gp, ex->bs.rank, sendbuf, recvbuf, &ap);
         if (ast != MSCX_OK)
             return ast;
