@@ -863,7 +863,7 @@ static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t r
 }
 
 /*
- * Make entry @p e's program visible to a kernel on @p stream: copied once,
+ * Make entry @p e's program visible to a kernel on any stream: copied once,
  * on a private stream that is then synchronised (so a later launch on any
  * stream sees it; the copy waits for nothing the caller's streams run).
  * Under capture too: the thread switches to relaxed capture mode for the
@@ -872,9 +872,8 @@ static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t r
  * a node per launch in each graph whose sizes were first seen in capture:
  * 7.2 instead of 3.8 us per 1 KB AllReduce on 2 x H200.)
  */
-static mscx_status_t kp_upload(struct mscx_exec *ex, struct gpu_plan *gp, struct kp_ent *e, cudaStream_t stream)
+static mscx_status_t kp_upload(struct mscx_exec *ex, struct gpu_plan *gp, struct kp_ent *e)
 {
-    (void)stream;
     if (e->uploaded)
         return MSCX_OK;
     size_t bytes = (size_t)e->stride * gp->ntb;
@@ -1018,7 +1017,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     a->fast = 0;
     if (kent >= 0 && (((uintptr_t)ap.in | (uintptr_t)ap.out) & 15u) == 0) {
         struct kp_ent *e = &gp->kp_ent[kent];
-        mscx_status_t ust = kp_upload(ex, gp, e, s);
+        mscx_status_t ust = kp_upload(ex, gp, e);
         if (ust != MSCX_OK)
             return ust;
         a->kprog = gp->kp_dev + e->off;
