@@ -20,11 +20,14 @@
 #include <string.h>
 #include <time.h>
 #include <cuda_runtime_api.h>
+#include "mscx/env.h"
 #include "mscx/exec.h"
 #include "mscx/plan.h"
 #include "ref.h"
 
 #define MAXR 8
+
+static int g_pdl; /* MSCX_PDL as the executor reads it: the hand-written kernel launches the same way */
 #define ITERS 100
 #define REPS 7
 
@@ -56,7 +59,7 @@ static int one_iter(struct bench *b)
                 .algo = b->oneshot ? MSCX_REF_ONESHOT : MSCX_REF_TWOPHASE, .dtype = MSCX_DT_FP32,
                 .send = b->buf[r], .recv = b->buf[r], .scratch_bytes = b->scratch_bytes, .state = b->state[r],
                 .rank = r, .nranks = b->n, .bytes = b->msg, .blocks = b->blocks, .threads = b->threads,
-                .timeout_ns = 10000000000ull,
+                .timeout_ns = 10000000000ull, .pdl = (uint32_t)g_pdl,
             };
             char err[256];
             for (uint32_t p = 0; p < b->n; p++)
@@ -351,8 +354,13 @@ int main(int argc, char **argv)
     if (argc > 3 && strtoull(argv[3], NULL, 0) >= 1024)
         g_max_bytes = strtoull(argv[3], NULL, 0);
     char path[4096];
+    const struct mscx_config *cfg;
+    if (mscx_config_get(&cfg) != MSCX_OK)
+        return 2;
+    g_pdl = cfg->pdl;
     printf("LL16 packet allreduce, fp32 sum, in place; us per allreduce (all ranks); graph: %d per graph, "
-           "median of %d replays\n\n", ITERS, REPS);
+           "median of %d replays; programmatic dependent launch (MSCX_PDL) %s for both kernels\n\n", ITERS, REPS,
+           g_pdl ? "on" : "off");
     printf("| plan | ranks | bytes | blocks/rank | exec eager | hand eager | eager ratio | exec graph | hand graph | "
            "graph ratio |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");

@@ -436,4 +436,59 @@ __device__ __forceinline__ int mscx_dline_read(const struct mscx_dstate *s, cons
     return 0;
 }
 
+/*
+ * One non-blocking read of a line, as loaded (LL16: {d1, f1, d2, f2}; LL8:
+ * {d, f, 0, 0}). Several peeks in a row are independent loads, so a thread
+ * that needs lines from several peers waits for them in parallel (one
+ * round trip) instead of one after another; mscx_dline_ready then tells which
+ * ones carry the launch flag, and a line that does not yet is read again
+ * with mscx_dline_read.
+ */
+template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_dline_peek(const char *line)
+{
+    uint4 r = make_uint4(0, 0, 0, 0);
+    if (PKT == MSCX_PKT_LL8)
+        asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(line) : "memory");
+    else
+        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"(line)
+                     : "memory");
+    return r;
+}
+
+template <uint32_t PKT> __device__ __forceinline__ bool mscx_dline_ready(uint4 raw, uint32_t flag)
+{
+    return PKT == MSCX_PKT_LL8 ? raw.y == flag : (raw.y == flag && raw.w == flag);
+}
+
+/* The payload of a peeked line that is ready, as mscx_dline_read returns it. */
+template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_dline_payload(uint4 raw)
+{
+    return PKT == MSCX_PKT_LL8 ? make_uint4(raw.x, 0, 0, 0) : make_uint4(raw.x, raw.z, 0, 0);
+}
+
+/*
+ * Programmatic dependent launch (Hopper and later). A launch made with the
+ * programmatic stream serialization attribute may start while the kernel
+ * before it on the stream is still running; mscx_pdl_wait() returns once
+ * that kernel has completed and its memory is visible, and is a no-op for a
+ * launch made without the attribute. mscx_pdl_allow() lets the next launch
+ * of the stream start; it runs only after the wait, so that at most one
+ * launch per stream waits ahead (the residency check counts it).
+ */
+__device__ __forceinline__ void mscx_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void mscx_pdl_allow(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 #endif /* MSCX_EXEC_DEV_CUH */

@@ -86,13 +86,26 @@ static mscx_kfn mscx_pick(const struct mscx_gpu_args *a)
 }
 
 extern "C" int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads,
-                                      void *stream)
+                                      int pdl, void *stream)
 {
     mscx_kfn fn = mscx_pick(args);
     void *params[1] = {(void *)args};
-    size_t smem = (size_t)args->smem_ops * sizeof(struct mscx_dev_op);
-    cudaError_t rc = cudaLaunchKernel((const void *)fn, dim3(nblocks), dim3(nthreads), params, smem,
-                                      (cudaStream_t)stream);
+    /* the interpreter's op staging: none when every block runs the compiled program */
+    int interp = !args->kprog || args->interp_mask != 0;
+    size_t smem = interp ? (size_t)args->smem_ops * sizeof(struct mscx_dev_op) : 0;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = dim3(nblocks);
+    cfg.blockDim = dim3(nthreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = (cudaStream_t)stream;
+    if (pdl) {
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    cudaError_t rc = cudaLaunchKernelExC(&cfg, (const void *)fn, params);
     return rc == cudaSuccess ? 0 : (int)rc;
 }
 

@@ -27,6 +27,9 @@
 
 typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 
+/* Packet lines of different sources one thread loads before it waits for any (compiled REDPKT entries). */
+#define MSCX_KLINE_BATCH 8
+
 /* Slice of operands of @p size chunks with slot @p slot, computed once per op. */
 struct mscx_dref {
     uint32_t size;
@@ -543,16 +546,28 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         const bool l0 = k->lsrc0;
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
             uint64_t x = (uint64_t)u * pl;
-            uint4 acc;
+            uint4 acc = make_uint4(0, 0, 0, 0);
+            /* the lines of up to MSCX_KLINE_BATCH sources are loaded at once, then folded in source order */
+            uint32_t j = l0 ? 0u : 1u;
             if (!l0)
                 acc = mscx_dvload<pl>(p0 + x);
-            else if (mscx_dline_read<PKT>(s, p0 + 2u * x, &acc))
-                return 1;
-            for (uint32_t j = 1; j < ns; j++) {
-                uint4 v;
-                if (mscx_dline_read<PKT>(s, P[o + j] + 2u * x, &v))
-                    return 1;
-                acc = mscx_dreduce<DT, nw>(rop, acc, v);
+            for (; j < ns; j += MSCX_KLINE_BATCH) {
+                uint4 raw[MSCX_KLINE_BATCH];
+#pragma unroll
+                for (uint32_t q = 0; q < MSCX_KLINE_BATCH; q++)
+                    if (j + q < ns)
+                        raw[q] = mscx_dline_peek<PKT>(P[o + j + q] + 2u * x);
+#pragma unroll
+                for (uint32_t q = 0; q < MSCX_KLINE_BATCH; q++) {
+                    if (j + q >= ns)
+                        break;
+                    uint4 v;
+                    if (mscx_dline_ready<PKT>(raw[q], flag))
+                        v = mscx_dline_payload<PKT>(raw[q]);
+                    else if (mscx_dline_read<PKT>(s, P[o + j + q] + 2u * x, &v))
+                        return 1;
+                    acc = j + q == 0 ? v : mscx_dreduce<DT, nw>(rop, acc, v);
+                }
             }
             if (nd > 0)
                 mscx_dvstore<pl>(P[o + ns] + x, acc);
@@ -791,12 +806,20 @@ __global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constan
 {
     struct mscx_dstate s;
     struct mscx_dtrace tr;
-    mscx_dtrace_begin(&args, &tr);
-    /* the record's first word and the flag are loaded together: neither waits for the other */
+    /*
+     * The record's first word is loaded before the wait for the kernel ahead
+     * on the stream (programmatic dependent launch; a no-op without it): the
+     * program was uploaded before this launch was made and never changes.
+     * Everything the kernel ahead may write (the flag, the trace ring, user
+     * buffers, scratch) is read after it.
+     */
     const bool compiled = args.kprog && !((args.interp_mask >> blockIdx.x) & 1u);
     uint4 w0 = make_uint4(0, 0, 0, 0);
     if (compiled && threadIdx.x < args.kstride / 16u)
         w0 = __ldg(reinterpret_cast<const uint4 *>(args.kprog + (uint64_t)blockIdx.x * args.kstride) + threadIdx.x);
+    mscx_pdl_wait();
+    mscx_pdl_allow();
+    mscx_dtrace_begin(&args, &tr);
     uint32_t prev = *(volatile uint32_t *)&args.bflag[blockIdx.x];
     s.a = &args;
     s.ctx = args.ctx;

@@ -54,6 +54,10 @@ static const struct env_var env_table[] = {
     {"MSCX_PACKET", ENV_PACKET, "auto", "packet format: auto, ll16 or ll8", CFG(packet)},
     {"MSCX_EXEC_COMPILE", ENV_BOOL, "1",
      "0: the GPU executor interprets every op (no per-size compiled program); for comparisons", CFG(exec_compile)},
+    {"MSCX_PDL", ENV_BOOL, "1",
+     "1: launch executor kernels with programmatic dependent launch (Hopper and later), so that a launch's start "
+     "overlaps the end of the kernel before it on the stream; 0: plain stream order",
+     CFG(pdl)},
     {"MSCX_TRACE", ENV_STR, "", "write a Chrome trace of executor ops to this path", CFG(trace)},
     {"MSCX_SCRATCH_MAX", ENV_U64, "268435456", "largest scratch buffer of one plan context, in bytes",
      CFG(scratch_max)},

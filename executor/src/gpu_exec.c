@@ -58,6 +58,7 @@ struct gpu_plan {
     uint32_t geom_rank[MSCX_GPU_MAX_GEOM];
     int reduce;            /* the plan has reduction ops */
     int idle;              /* this rank's program is only nops: no kernel is needed */
+    int pdl;               /* launch with programmatic dependent launch (pdl_usable) */
     int publish, sys_scope; /* copies of the context's flags (kernel arguments) */
     struct mscx_dev_op *h_ops;      /* the uploaded op image (sync marks set), for the launch compiler */
     struct mscx_kp_rbuf *kp_rbuf;   /* [nrbuf] remote buffers as the compiler sees them */
@@ -572,6 +573,29 @@ static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks
     return 0;
 }
 
+/*
+ * Whether launches of a plan may use programmatic dependent launch: asked
+ * for (MSCX_PDL), a Hopper or later GPU and a driver that has it (CUDA
+ * 12.3), and room on the device for every block of the plan twice over:
+ * a launch that starts early waits on its SMs while the launch ahead of it
+ * runs (one ahead per stream, see mscx_pdl_allow), and a block of a rank
+ * that could not become resident would leave its peers spinning.
+ */
+static int pdl_usable(uint32_t nthreads, uint32_t smem_bytes, uint64_t total_blocks)
+{
+    const struct mscx_config *cfg;
+    int dev = 0, major = 0, sms = 0, drv = 0;
+    if (mscx_config_get(&cfg) != MSCX_OK || !cfg->pdl || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDriverGetVersion(&drv) != cudaSuccess)
+        return 0;
+    if (major < 9 || drv < 12030)
+        return 0;
+    int occ = mscx_gpu_kernel_occupancy(nthreads, smem_bytes);
+    return occ > 0 && (uint64_t)occ * (uint64_t)sms >= 2u * total_blocks;
+}
+
 mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *plan, uint64_t max_msg_bytes,
                                  uint32_t *plan_id_p)
 {
@@ -618,6 +642,9 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
                   plan->name, (unsigned long long)total_blocks, ex->device);
         return MSCX_ERR_UNSUPPORTED;
     }
+    gp->pdl = pdl_usable(gp->nthreads, gp->smem_ops * (uint32_t)sizeof(struct mscx_dev_op), total_blocks);
+    MSCX_INFO(MSCX_SUB_EXEC, "plan %s: %u blocks of %u threads, programmatic dependent launch %s", plan->name,
+              gp->ntb, gp->nthreads, gp->pdl ? "on" : "off");
     ctx_layout(gp, gpu);
     GPU_CHECK_GOTO(cudaMalloc((void **)&gp->d_ctx, gp->ctx_bytes), st, fail);
     GPU_CHECK_GOTO(cudaMemset(gp->d_ctx, 0, gp->ctx_bytes), st, fail);
@@ -858,6 +885,9 @@ static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t r
         return -1;
     }
     gp->kp_used += (bytes + 255u) & ~(size_t)255u;
+    MSCX_INFO(MSCX_SUB_EXEC, "plan %s rank %u: program for %llu bytes%s compiled, %s (%zu bytes)", plan->name, rank,
+              (unsigned long long)msg, split ? " (split)" : "",
+              e.whole ? "whole: the lean kernel runs it" : "partly: some blocks interpret", bytes);
     gp->kp_ent[gp->kp_nent] = e;
     return (int)gp->kp_nent++;
 }
@@ -1030,7 +1060,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     if (ap.pre_bytes && cudaMemcpyAsync(ap.pre_dst, ap.pre_src, ap.pre_bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
         return gpu_check(cudaGetLastError(), "staging copy");
     if (gp->ntb != 0 && !(gp->idle && !gp->publish)) {
-        int rc = mscx_gpu_kernel_launch(a, gp->ntb, gp->nthreads, stream);
+        int rc = mscx_gpu_kernel_launch(a, gp->ntb, gp->nthreads, gp->pdl, stream);
         if (rc != 0)
             return gpu_check((cudaError_t)rc, "kernel launch");
     }

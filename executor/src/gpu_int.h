@@ -314,7 +314,8 @@ size_t mscx_gpu_kp_encode(const struct mscx_kprog *kp, uint32_t ntb, char *scrat
                           void *dst, size_t cap, uint32_t *stride, uint32_t *kmax_ops, uint32_t *kmax_opnd);
 
 /* Implemented in kernels/exec_kernel.cu (dispatch) and kernels/exec_k_*.cu (one per packet format). */
-int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads, void *stream);
+int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads, int pdl,
+                           void *stream);
 /* Resident blocks per SM for @p nthreads and @p smem_bytes of dynamic shared memory (worst instantiation), or -1. */
 int mscx_gpu_kernel_occupancy(uint32_t nthreads, uint32_t smem_bytes);
 

@@ -43,6 +43,7 @@ static const struct {
     {"MSCX_DISABLE", "maybe"},  {"MSCX_TIMEOUT_MS", "-5"},      {"MSCX_TIMEOUT_MS", "12abc"},
     {"MSCX_TIMEOUT_MS", ""},    {"MSCX_PACKET", "ll32"},        {"MSCX_DEBUG", "LOUD"},
     {"MSCX_DEBUG_SUBSYS", "FOO"}, {"MSCX_STRICT", "2"},         {"MSCX_SCRATCH_MAX", "99999999999999999999999"},
+    {"MSCX_PDL", "sometimes"},
 };
 
 START_TEST(test_bad_value_names_variable)

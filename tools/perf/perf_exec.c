@@ -45,6 +45,7 @@ struct exec_ctx {
     char **scratch;                /* baseline mode: [n] scratch, [n] state */
     uint32_t **state;
     uint64_t scratch_bytes, timeout_ns;
+    int pdl; /* MSCX_PDL: the baseline kernel launches as the executor does */
     cudaStream_t *streams;
     cudaEvent_t *joins, ev_start, ev_stop;
     char **send, **recv, *hsend, *hout;
@@ -153,6 +154,7 @@ static int launch_rank(struct exec_ctx *c, const struct exec_plan *ep, const str
         l.blocks = ep->blocks;
         l.threads = ep->threads;
         l.timeout_ns = c->timeout_ns;
+        l.pdl = (uint32_t)c->pdl;
         if (mscx_ref_launch(&l, c->streams[r], err, sizeof(err))) {
             fprintf(stderr, "mscx-perf: rank %u: %s\n", r, err);
             return -1;
@@ -451,6 +453,7 @@ static int setup_baseline(struct exec_ctx *c)
     if (c->scratch_bytes == 0)
         c->scratch_bytes = 16;
     c->timeout_ns = mscx_config_get(&cfg) == MSCX_OK ? cfg->timeout_ms * 1000000ull : 0;
+    c->pdl = mscx_config_get(&cfg) == MSCX_OK && cfg->pdl;
     for (uint32_t r = 0; r < c->n; r++) {
         CUDA_TRY(cudaMalloc((void **)&c->scratch[r], c->scratch_bytes));
         CUDA_TRY(cudaMemset(c->scratch[r], 0, c->scratch_bytes));

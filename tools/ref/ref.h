@@ -52,6 +52,9 @@ struct mscx_ref_launch {
     uint64_t bytes;                        /* the buffer size (allreduce message size) */
     uint32_t blocks, threads;
     uint64_t timeout_ns;                   /* spin limit per wait; 0: wait forever */
+    uint32_t pdl;                          /* 1: programmatic dependent launch, as the executor's MSCX_PDL
+                                              (Hopper and later, and only where every rank's blocks fit on
+                                              the GPU twice: one launch per stream may wait ahead) */
 };
 
 /** The algorithm a plan of this name runs: names with "oneshot", "twophase" or "allreduce_pkt". */

@@ -94,6 +94,42 @@ __device__ __forceinline__ uint2 ref_get(const ref_kargs &a, const char *p, uint
     return make_uint2(0, 0);
 }
 
+// Sum, in rank order, of own (rank a.rank's value) and the line at
+// base + p * slot of every other rank p: the lines are loaded REF_BATCH at a
+// time before any is waited for, so the waits overlap.
+#define REF_BATCH 8
+template <typename T>
+__device__ __forceinline__ uint2 ref_gather(const ref_kargs &a, const char *base, uint64_t slot, uint2 own, uint32_t f,
+                                            bool &dead)
+{
+    uint2 acc = make_uint2(0, 0);
+    for (uint32_t p0 = 0; p0 < a.n; p0 += REF_BATCH) {
+        uint4 raw[REF_BATCH];
+#pragma unroll
+        for (uint32_t q = 0; q < REF_BATCH; q++)
+            if (p0 + q < a.n && p0 + q != a.rank)
+                asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(raw[q].x), "=r"(raw[q].y), "=r"(raw[q].z), "=r"(raw[q].w)
+                             : "l"(base + (p0 + q) * slot)
+                             : "memory");
+#pragma unroll
+        for (uint32_t q = 0; q < REF_BATCH; q++) {
+            const uint32_t p = p0 + q;
+            if (p >= a.n)
+                break;
+            uint2 v;
+            if (p == a.rank)
+                v = own;
+            else if (raw[q].y == f && raw[q].w == f)
+                v = make_uint2(raw[q].x, raw[q].z);
+            else
+                v = ref_get(a, base + p * slot, f, dead);
+            acc = p == 0 ? v : ref_add2<T>(acc, v);
+        }
+    }
+    return acc;
+}
+
 __device__ __forceinline__ uint2 ref_load(const char *p)
 {
     return *reinterpret_cast<const uint2 *>(p);
@@ -110,6 +146,12 @@ __device__ __forceinline__ void ref_store(char *p, uint2 v)
 __device__ __forceinline__ uint32_t ref_begin(const ref_kargs &a)
 {
     __shared__ uint32_t s_f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // programmatic dependent launch (a no-op without it): wait for the kernel
+    // ahead on the stream, then let the next one start
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     if (threadIdx.x == 0) {
         uint32_t f = *(volatile uint32_t *)&a.state[blockIdx.x] + 1u;
         s_f = f == 0 ? 1u : f; // 0 is the zeroed scratch
@@ -143,14 +185,8 @@ template <typename T> __global__ void __launch_bounds__(1024, 1) ref_oneshot(con
                 ref_put(a.scr[p] + so + a.rank * slot + u * 16, v, f);
     }
     const char *mine = a.scr[a.rank] + so;
-    for (uint64_t u = tid; u < a.units; u += nt) {
-        uint2 acc = make_uint2(0, 0);
-        for (uint32_t p = 0; p < a.n; p++) {
-            uint2 v = p == a.rank ? ref_load(a.in + u * 8) : ref_get(a, mine + p * slot + u * 16, f, dead);
-            acc = p == 0 ? v : ref_add2<T>(acc, v);
-        }
-        ref_store(a.out + u * 8, acc);
-    }
+    for (uint64_t u = tid; u < a.units; u += nt)
+        ref_store(a.out + u * 8, ref_gather<T>(a, mine + u * 16, slot, ref_load(a.in + u * 8), f, dead));
     ref_end(a, f);
 }
 
@@ -177,12 +213,7 @@ template <typename T> __global__ void __launch_bounds__(1024, 1) ref_twophase(co
     const char *mine = a.scr[a.rank] + so;
     const uint64_t mylen = REF_LEN(a.rank);
     for (uint64_t k = tid; k < mylen; k += nt) {
-        uint2 acc = make_uint2(0, 0);
-        for (uint32_t p = 0; p < a.n; p++) {
-            uint2 v = p == a.rank ? ref_load(a.in + (a.rank * a.cu + k) * 8)
-                                  : ref_get(a, mine + p * slot + k * 16, f, dead);
-            acc = p == 0 ? v : ref_add2<T>(acc, v);
-        }
+        const uint2 acc = ref_gather<T>(a, mine + k * 16, slot, ref_load(a.in + (a.rank * a.cu + k) * 8), f, dead);
         ref_store(a.out + (a.rank * a.cu + k) * 8, acc);
         for (uint32_t p = 0; p < a.n; p++)
             if (p != a.rank)
@@ -205,6 +236,54 @@ template <typename T> const void *ref_pick(enum mscx_ref_algo algo)
 }
 
 } // namespace
+
+// Programmatic dependent launch needs Hopper or later and CUDA 12.3 (asked once per process)
+static bool ref_pdl_ok(void)
+{
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0, drv = 0;
+        ok = cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+             cudaDriverGetVersion(&drv) == cudaSuccess && major >= 9 && drv >= 12030;
+    }
+    return ok == 1;
+}
+
+// Programmatic dependent launch lets one launch per stream wait on its SMs
+// ahead of the running one: only when every rank's blocks fit twice over
+// (else a waiting launch could keep a peer's blocks off the GPU: a hang).
+static bool ref_pdl_fits(const void *fn, uint32_t threads, uint64_t blocks)
+{
+    static struct {
+        const void *fn;
+        uint32_t threads;
+        int per_sm;
+    } cache[32];
+    static int sms = 0;
+    int per_sm = -1;
+    if (sms == 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            return false;
+    }
+    for (auto &c : cache)
+        if (c.fn == fn && c.threads == threads)
+            per_sm = c.per_sm;
+    if (per_sm < 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, (int)threads, 0) != cudaSuccess)
+            return false;
+        for (auto &c : cache)
+            if (c.fn == NULL) {
+                c.fn = fn;
+                c.threads = threads;
+                c.per_sm = per_sm;
+                break;
+            }
+    }
+    return (uint64_t)per_sm * (uint64_t)sms >= 2u * blocks;
+}
 
 extern "C" int mscx_ref_launch(const struct mscx_ref_launch *l, void *stream, char *err, size_t errlen)
 {
@@ -231,7 +310,18 @@ extern "C" int mscx_ref_launch(const struct mscx_ref_launch *l, void *stream, ch
     a.half = mscx_ref_scratch_bytes(l->algo, l->nranks, l->bytes) / 2;
     a.timeout_ns = l->timeout_ns;
     void *params[1] = {&a};
-    cudaError_t rc = cudaLaunchKernel(fn, dim3(l->blocks), dim3(l->threads), params, 0, (cudaStream_t)stream);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = dim3(l->blocks);
+    cfg.blockDim = dim3(l->threads);
+    cfg.stream = (cudaStream_t)stream;
+    if (l->pdl && ref_pdl_ok() && ref_pdl_fits(fn, l->threads, (uint64_t)l->blocks * l->nranks)) {
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    cudaError_t rc = cudaLaunchKernelExC(&cfg, fn, params);
     if (rc != cudaSuccess) {
         snprintf(err, errlen, "baseline %s launch (%u blocks of %u threads): %s", mscx_ref_algo_name(l->algo),
                  l->blocks, l->threads, cudaGetErrorString(rc));

@@ -33,6 +33,7 @@ struct mscx_config {
     uint64_t sim_timeout_ms;  /* MSCX_SIM_TIMEOUT_MS: host executor wait limit */
     int packet;               /* MSCX_PACKET: enum mscx_pkt_format, or -1 for auto */
     int exec_compile;         /* MSCX_EXEC_COMPILE: compile launches for the kernel (default 1) */
+    int pdl;                  /* MSCX_PDL: programmatic dependent launch where supported (default 1) */
     const char *trace;        /* MSCX_TRACE: trace output path, "" for off */
     uint64_t scratch_max;     /* MSCX_SCRATCH_MAX: bytes of scratch per plan context */
     /* transports */

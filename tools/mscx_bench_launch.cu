@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: MIT
+// mscx-bench-launch: what the launch of a kernel costs on this GPU, apart
+// from any collective, so that the executor's own overhead can be told from
+// the hardware's. Each row: ITERS launches per stream captured back to back
+// in one CUDA graph (streams forked and joined inside the capture), the
+// graph replayed REPS times, median replay / ITERS (us per launch round).
+//   - empty kernels in the executor's shape (7 blocks of 512 threads) with
+//     16-byte or 520-byte parameters, with dynamic shared memory, with
+//     programmatic dependent launch (PDL: the next kernel of the stream may
+//     start before this one ends; it waits in griddepcontrol.wait);
+//   - a flag exchange among N streams of one GPU (each block of each rank
+//     writes its launch count to every peer and waits for every peer's):
+//     the floor of a one-shot packet AllReduce's launch plus one round trip,
+//     with and without PDL (waiting first, then allowing the next launch,
+//     as the executor does).
+// Prints a markdown table. Exits 77 without a GPU.
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define ITERS 100
+#define REPS 7
+#define MAXN 8
+#define MAXB 8
+
+struct small_args {
+    uint32_t *state;
+    uint32_t pdl; // see pdl_enter
+};
+
+struct big_args {
+    uint32_t *state;
+    uint32_t pdl;
+    uint32_t pad[126]; // 520 bytes in all, about the executor's argument block
+};
+
+struct xchg_args {
+    uint32_t *state;          // [MAXB]: launch count per block
+    uint32_t *box[MAXN];      // box[p]: rank p's mailbox, [MAXN ranks][MAXB blocks]
+    uint32_t rank, n, pdl, pad;
+};
+
+// pdl 1: wait only; 2: wait, then let the next launch start (the executor's
+// order); 3: let the next launch start, then wait
+__device__ __forceinline__ void pdl_enter(uint32_t pdl)
+{
+    if (pdl == 3)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (pdl)
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (pdl == 2)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ void count_up(uint32_t *state)
+{
+    if (threadIdx.x == 0)
+        *(volatile uint32_t *)&state[blockIdx.x] = *(volatile uint32_t *)&state[blockIdx.x] + 1u;
+}
+
+__global__ void k_small(const __grid_constant__ small_args a)
+{
+    pdl_enter(a.pdl);
+    count_up(a.state);
+}
+
+__global__ void k_big(const __grid_constant__ big_args a)
+{
+    pdl_enter(a.pdl);
+    count_up(a.state);
+}
+
+__global__ void k_smem(const __grid_constant__ small_args a)
+{
+    extern __shared__ uint32_t sm[];
+    pdl_enter(a.pdl);
+    sm[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    if (sm[(threadIdx.x + 1) % blockDim.x] == 0xffffffffu)
+        a.state[MAXB] = 1; // never: keeps the shared memory in use
+    count_up(a.state);
+}
+
+__global__ void k_static(const __grid_constant__ small_args a)
+{
+    __shared__ uint32_t sm[1024];
+    pdl_enter(a.pdl);
+    sm[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    if (sm[(threadIdx.x + 1) % blockDim.x] == 0xffffffffu)
+        a.state[MAXB] = 1; // never: keeps the shared memory in use
+    count_up(a.state);
+}
+
+__global__ void k_tiny(const __grid_constant__ small_args a)
+{
+    __shared__ uint32_t f; // one word, as a kernel that broadcasts a value to its block
+    pdl_enter(a.pdl);
+    if (threadIdx.x == 0)
+        f = *(volatile uint32_t *)&a.state[blockIdx.x] + 1u;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        *(volatile uint32_t *)&a.state[blockIdx.x] = f;
+}
+
+// Every block of every rank: write this launch's count to each peer's
+// mailbox slot [rank][block], then wait until each peer's count reached it.
+__global__ void k_xchg(const __grid_constant__ xchg_args a)
+{
+    pdl_enter(a.pdl);
+    __shared__ uint32_t f;
+    if (threadIdx.x == 0)
+        f = *(volatile uint32_t *)&a.state[blockIdx.x] + 1u;
+    __syncthreads();
+    const uint32_t p = threadIdx.x;
+    if (p < a.n && p != a.rank) {
+        *(volatile uint32_t *)&a.box[p][a.rank * MAXB + blockIdx.x] = f;
+        const volatile uint32_t *mine = &a.box[a.rank][p * MAXB + blockIdx.x];
+        uint64_t t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        for (uint32_t spins = 0; (int32_t)(*mine - f) < 0; spins++) {
+            if ((spins & 1023u) == 1023u) {
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                if (t - t0 > 2000000000ull) { // 2 s: report, never hang
+                    a.state[MAXB] = 1;
+                    break;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        *(volatile uint32_t *)&a.state[blockIdx.x] = f;
+}
+
+enum kind { K_SMALL, K_BIG, K_SMEM, K_STATIC, K_TINY, K_XCHG };
+
+struct row {
+    const char *what;
+    enum kind k;
+    uint32_t n, blocks, threads, smem, pdl;
+};
+
+static cudaStream_t g_st[MAXN];
+static uint32_t *g_state[MAXN], *g_box[MAXN];
+
+static int launch(const struct row *r, uint32_t rank)
+{
+    cudaLaunchConfig_t c = {};
+    cudaLaunchAttribute at[1];
+    c.gridDim = dim3(r->blocks);
+    c.blockDim = dim3(r->threads);
+    c.dynamicSmemBytes = r->smem;
+    c.stream = g_st[rank];
+    if (r->pdl) {
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        c.attrs = at;
+        c.numAttrs = 1;
+    }
+    cudaError_t e;
+    switch (r->k) {
+    case K_SMALL: {
+        small_args a = {g_state[rank], r->pdl};
+        e = cudaLaunchKernelEx(&c, k_small, a);
+        break;
+    }
+    case K_SMEM: {
+        small_args a = {g_state[rank], r->pdl};
+        e = cudaLaunchKernelEx(&c, k_smem, a);
+        break;
+    }
+    case K_STATIC: {
+        small_args a = {g_state[rank], r->pdl};
+        e = cudaLaunchKernelEx(&c, k_static, a);
+        break;
+    }
+    case K_TINY: {
+        small_args a = {g_state[rank], r->pdl};
+        e = cudaLaunchKernelEx(&c, k_tiny, a);
+        break;
+    }
+    case K_BIG: {
+        big_args a = {};
+        a.state = g_state[rank];
+        a.pdl = r->pdl;
+        e = cudaLaunchKernelEx(&c, k_big, a);
+        break;
+    }
+    default: {
+        xchg_args a = {};
+        a.state = g_state[rank];
+        for (uint32_t p = 0; p < r->n; p++)
+            a.box[p] = g_box[p];
+        a.rank = rank;
+        a.n = r->n;
+        a.pdl = r->pdl;
+        e = cudaLaunchKernelEx(&c, k_xchg, a);
+        break;
+    }
+    }
+    if (e != cudaSuccess) {
+        fprintf(stderr, "mscx-bench-launch: %s: %s\n", r->what, cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+static int cmp_d(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+// us per round of r->n launches (one per stream), graph replays
+static double time_graph(const struct row *r)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    cudaEvent_t fork, join[MAXN], e0, e1;
+    double t[REPS];
+    cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+    for (uint32_t i = 0; i < r->n; i++)
+        cudaEventCreateWithFlags(&join[i], cudaEventDisableTiming);
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaStreamBeginCapture(g_st[0], cudaStreamCaptureModeThreadLocal);
+    cudaEventRecord(fork, g_st[0]);
+    for (uint32_t i = 1; i < r->n; i++)
+        cudaStreamWaitEvent(g_st[i], fork, 0);
+    int bad = 0;
+    for (int it = 0; it < ITERS && !bad; it++)
+        for (uint32_t i = 0; i < r->n && !bad; i++)
+            bad = launch(r, i);
+    for (uint32_t i = 1; i < r->n; i++) {
+        cudaEventRecord(join[i], g_st[i]);
+        cudaStreamWaitEvent(g_st[0], join[i], 0);
+    }
+    if (cudaStreamEndCapture(g_st[0], &g) != cudaSuccess || bad || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
+        fprintf(stderr, "mscx-bench-launch: %s: capture failed\n", r->what);
+        return -1;
+    }
+    cudaGraphLaunch(ge, g_st[0]);
+    if (cudaStreamSynchronize(g_st[0]) != cudaSuccess)
+        return -1;
+    for (int k = 0; k < REPS; k++) {
+        float ms = 0;
+        cudaEventRecord(e0, g_st[0]);
+        cudaGraphLaunch(ge, g_st[0]);
+        cudaEventRecord(e1, g_st[0]);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        t[k] = ms * 1000.0 / ITERS;
+    }
+    qsort(t, REPS, sizeof(t[0]), cmp_d);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    return t[REPS / 2];
+}
+
+// us per round, eager: ITERS rounds launched, then one synchronize
+static double time_eager(const struct row *r)
+{
+    double t[REPS];
+    for (int k = 0; k < REPS; k++) {
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        cudaDeviceSynchronize();
+        cudaEventRecord(e0, g_st[0]);
+        for (uint32_t i = 1; i < r->n; i++)
+            cudaStreamWaitEvent(g_st[i], e0, 0);
+        for (int it = 0; it < ITERS; it++)
+            for (uint32_t i = 0; i < r->n; i++)
+                if (launch(r, i))
+                    return -1;
+        for (uint32_t i = 1; i < r->n; i++) {
+            cudaEvent_t j;
+            cudaEventCreateWithFlags(&j, cudaEventDisableTiming);
+            cudaEventRecord(j, g_st[i]);
+            cudaStreamWaitEvent(g_st[0], j, 0);
+            cudaEventDestroy(j);
+        }
+        cudaEventRecord(e1, g_st[0]);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        t[k] = ms * 1000.0 / ITERS;
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+    }
+    qsort(t, REPS, sizeof(t[0]), cmp_d);
+    return t[REPS / 2];
+}
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no GPU\n");
+        return 77;
+    }
+    cudaFuncSetAttribute(k_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024);
+    for (uint32_t i = 0; i < MAXN; i++) {
+        cudaStreamCreateWithFlags(&g_st[i], cudaStreamNonBlocking);
+        cudaMalloc((void **)&g_state[i], (MAXB + 1) * sizeof(uint32_t));
+        cudaMemset(g_state[i], 0, (MAXB + 1) * sizeof(uint32_t));
+        cudaMalloc((void **)&g_box[i], MAXN * MAXB * sizeof(uint32_t));
+        cudaMemset(g_box[i], 0, MAXN * MAXB * sizeof(uint32_t));
+    }
+    static const struct row rows[] = {
+        {"empty, 1 block of 32 threads, 16 B args", K_SMALL, 1, 1, 32, 0, 0},
+        {"empty, 7 x 512, 16 B args", K_SMALL, 1, 7, 512, 0, 0},
+        {"empty, 7 x 512, 520 B args", K_BIG, 1, 7, 512, 0, 0},
+        {"empty, 7 x 512, 4 B static smem (a broadcast word)", K_TINY, 1, 7, 512, 0, 0},
+        {"empty, 7 x 512, 4 KB static smem", K_STATIC, 1, 7, 512, 0, 0},
+        {"empty, 7 x 512, 8 KB dynamic smem", K_SMEM, 1, 7, 512, 8192, 0},
+        {"empty, 7 x 512, 40 KB dynamic smem", K_SMEM, 1, 7, 512, 40960, 0},
+        {"empty, 7 x 512, PDL (wait at entry)", K_SMALL, 1, 7, 512, 0, 1},
+        {"empty, 7 x 512, PDL (wait, then allow the next)", K_SMALL, 1, 7, 512, 0, 2},
+        {"empty, 7 x 512, PDL (allow the next, then wait)", K_SMALL, 1, 7, 512, 0, 3},
+        {"8 streams, empty 7 x 512 each", K_SMALL, 8, 7, 512, 0, 0},
+        {"8 streams, empty 7 x 512, PDL (wait, allow)", K_SMALL, 8, 7, 512, 0, 2},
+        {"flag exchange, 2 ranks, 7 x 512", K_XCHG, 2, 7, 512, 0, 0},
+        {"flag exchange, 2 ranks, 7 x 512, PDL", K_XCHG, 2, 7, 512, 0, 2},
+        {"flag exchange, 4 ranks, 7 x 512", K_XCHG, 4, 7, 512, 0, 0},
+        {"flag exchange, 4 ranks, 7 x 512, PDL", K_XCHG, 4, 7, 512, 0, 2},
+        {"flag exchange, 8 ranks, 7 x 512", K_XCHG, 8, 7, 512, 0, 0},
+        {"flag exchange, 8 ranks, 7 x 512, PDL", K_XCHG, 8, 7, 512, 0, 2},
+        {"flag exchange, 8 ranks, 1 x 512", K_XCHG, 8, 1, 512, 0, 0},
+        {"flag exchange, 8 ranks, 1 x 512, PDL", K_XCHG, 8, 1, 512, 0, 2},
+        {"flag exchange, 8 ranks, 1 x 32", K_XCHG, 8, 1, 32, 0, 0},
+    };
+    printf("| launch | streams | eager us/round | graph us/round |\n|---|---|---|---|\n");
+    int failed = 0;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        // every row starts from zeroed counts and mailboxes: the ranks of an exchange must agree on them
+        cudaDeviceSynchronize();
+        for (uint32_t r = 0; r < MAXN; r++) {
+            cudaMemset(g_state[r], 0, (MAXB + 1) * sizeof(uint32_t));
+            cudaMemset(g_box[r], 0, MAXN * MAXB * sizeof(uint32_t));
+        }
+        cudaDeviceSynchronize();
+        double e = time_eager(&rows[i]), g = time_graph(&rows[i]);
+        uint32_t bad = 0;
+        for (uint32_t r = 0; r < rows[i].n; r++) {
+            uint32_t w = 0;
+            cudaMemcpy(&w, g_state[r] + MAXB, sizeof(w), cudaMemcpyDeviceToHost);
+            bad |= w;
+        }
+        if (bad) {
+            fprintf(stderr, "mscx-bench-launch: %s: a wait timed out\n", rows[i].what);
+            failed = 1;
+        }
+        printf("| %s | %u | %.2f | %.2f |\n", rows[i].what, rows[i].n, e, g);
+        fflush(stdout);
+    }
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        fprintf(stderr, "mscx-bench-launch: %s\n", cudaGetErrorString(e));
+        return 1;
+    }
+    return failed;
+}
