@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "test_common.h"
+#include "test_data.h"
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
 #include "gpu_int.h"
@@ -38,44 +39,6 @@
 #define MAXR 16
 #define LAUNCHES 2
 #define MAX_SIZE (1u << 20)
-
-/* ---- test data ---- */
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x9e3779b97f4a7c15ull;
-    x ^= x >> 29;
-    x *= 0xbf58476d1ce4e5b9ull;
-    return x ^ (x >> 32);
-}
-
-/*
- * Finite values with spread exponents (so that a sum in another order
- * rounds differently), deterministic in (seed, byte); bytes past the last
- * whole element get noise.
- */
-static void fill(uint8_t *p, uint64_t n, enum mscx_dtype dt, uint64_t seed)
-{
-    uint32_t es = mscx_dtype_size(dt);
-    for (uint64_t i = 0; i + es <= n; i += es) {
-        uint64_t r = mix(seed * 0x100000001b3ull + i);
-        if (dt == MSCX_DT_FP16) {
-            uint16_t h = (uint16_t)((r & 0x83ffu) | (((r >> 16) % 11 + 10) << 10)); /* 2^-5 .. 2^5 */
-            memcpy(p + i, &h, 2);
-        } else {
-            uint32_t u = (uint32_t)((r & 0x807fffffu) | (((r >> 32) % 24 + 115) << 23)); /* 2^-12 .. 2^11 */
-            memcpy(p + i, &u, 4);
-        }
-    }
-    for (uint64_t i = n / es * es; i < n; i++)
-        p[i] = (uint8_t)mix(seed + i);
-}
-
-static uint64_t seed_of(uint32_t rank, uint32_t launch, int out)
-{
-    return (uint64_t)rank * 7u + launch * 131u + (out ? 1u : 2u);
-}
 
 /* ---- one rank's memory and program ---- */
 
@@ -597,8 +560,10 @@ static void launch_begin(struct emu *e, uint32_t q)
 {
     struct rank_st *R = &e->r[q];
     /* fill as the host executor's callback does: output first, then input (in place: the input wins) */
-    fill(R->out, e->out_bytes, e->dt, seed_of(q, R->launch, 1));
-    fill(R->in, e->in_bytes, e->dt, seed_of(q, R->launch, 0));
+    mscx_test_data_fill(R->out, e->out_bytes, e->dt, mscx_test_data_seed(q, R->launch, 1),
+                        MSCX_TEST_DATA_SPREAD);
+    mscx_test_data_fill(R->in, e->in_bytes, e->dt, mscx_test_data_seed(q, R->launch, 0),
+                        MSCX_TEST_DATA_SPREAD);
     R->flag = mscx_flag_next(R->launch == 0 ? 0u : R->flag);
     R->left = e->plan->gpus[q].ntb;
     memset(R->pc, 0, sizeof(R->pc));
@@ -673,7 +638,8 @@ static void emu_run(struct emu *e, uint32_t seed)
         /* a stride coprime to ntask: every task once per sweep, in an order that changes */
         uint32_t stride = 1;
         if (ntask > 1)
-            for (stride = (uint32_t)(mix(seed + sweep) % ntask) | 1u; stride > 1; stride -= 2) {
+            for (stride = (uint32_t)(mscx_test_data_mix(MSCX_TEST_DATA_SPREAD, seed + sweep) % ntask) | 1u;
+                 stride > 1; stride -= 2) {
                 uint32_t x = ntask, y = stride;
                 while (y) {
                     uint32_t t = x % y;
@@ -726,8 +692,8 @@ static void ref_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t
                      uint64_t out_bytes)
 {
     const struct ref *c = ctx;
-    fill(out, out_bytes, c->e->dt, seed_of(rank, iter, 1));
-    fill(in, in_bytes, c->e->dt, seed_of(rank, iter, 0));
+    mscx_test_data_fill(out, out_bytes, c->e->dt, mscx_test_data_seed(rank, iter, 1), MSCX_TEST_DATA_SPREAD);
+    mscx_test_data_fill(in, in_bytes, c->e->dt, mscx_test_data_seed(rank, iter, 0), MSCX_TEST_DATA_SPREAD);
 }
 
 static void ref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
@@ -753,16 +719,14 @@ static void compare(const struct emu *e, const struct ref *c)
                 if (which && e->split) { /* the send buffer of an out-of-place call keeps its bytes */
                     orig = malloc(nb + 1);
                     ck_assert_ptr_nonnull(orig);
-                    fill(orig, nb, e->dt, seed_of(q, l, 0));
+                    mscx_test_data_fill(orig, nb, e->dt, mscx_test_data_seed(q, l, 0), MSCX_TEST_DATA_SPREAD);
                     want = orig;
                 }
-                int same = memcmp(got, want, nb) == 0;
-                if (same) {
+                at = mscx_test_data_diff(got, want, nb);
+                if (at == nb) {
                     free(orig);
                     continue;
                 }
-                while (got[at] == want[at])
-                    at++;
                 uint32_t g4 = 0, w4 = 0;
                 memcpy(&g4, got + (at & ~(uint64_t)3), at + 4 <= nb ? 4 : 0);
                 memcpy(&w4, want + (at & ~(uint64_t)3), at + 4 <= nb ? 4 : 0);
