@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Test data: see test_data.h. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test_data.h"
@@ -88,4 +90,69 @@ uint64_t mscx_test_data_diff(const uint8_t *a, const uint8_t *b, uint64_t n)
     while (at < n && a[at] == b[at])
         at++;
     return at;
+}
+
+static void ref_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
+                     uint64_t out_bytes)
+{
+    const struct mscx_test_ref *ref = ctx;
+    mscx_test_data_fill(out, out_bytes, ref->dt, mscx_test_data_seed(rank, iter, 1), ref->data);
+    mscx_test_data_fill(in, in_bytes, ref->dt, mscx_test_data_seed(rank, iter, 0), ref->data);
+}
+
+static void ref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
+                        const void *out, uint64_t out_bytes)
+{
+    struct mscx_test_ref *ref = ctx;
+    if (iter < ref->launches && rank < ref->nranks) {
+        memcpy(ref->out[(size_t)iter * ref->nranks + rank], out, out_bytes);
+        memcpy(ref->in[(size_t)iter * ref->nranks + rank], in, in_bytes);
+    }
+}
+
+mscx_status_t mscx_test_ref_run(const struct mscx_plan *plan, const struct mscx_hostexec_cfg *cfg,
+                                enum mscx_test_data d, struct mscx_test_ref *ref_p, char *err, size_t errlen)
+{
+    struct mscx_test_ref ref = {d, cfg->dtype, mscx_plan_nranks(plan), cfg->iters, NULL, NULL};
+    size_t nbuf = (size_t)ref.launches * ref.nranks;
+    mscx_status_t st = MSCX_ERR_NO_MEMORY;
+    ref.out = calloc(nbuf ? nbuf : 1, sizeof(*ref.out));
+    ref.in = calloc(nbuf ? nbuf : 1, sizeof(*ref.in));
+    if (ref.out == NULL || ref.in == NULL)
+        goto err_nomem;
+    for (size_t i = 0; i < nbuf; i++) {
+        ref.out[i] = calloc(1, cfg->out_bytes + 1);
+        ref.in[i] = calloc(1, cfg->in_bytes + 1);
+        if (ref.out[i] == NULL || ref.in[i] == NULL)
+            goto err_nomem;
+    }
+    struct mscx_hostexec_cfg run = *cfg;
+    run.fill = ref_fill;
+    run.collect = ref_collect;
+    run.ctx = &ref;
+    st = mscx_hostexec_run(plan, &run, err, errlen);
+    if (st != MSCX_OK)
+        goto err_free;
+    *ref_p = ref;
+    return MSCX_OK;
+
+err_nomem:
+    snprintf(err, errlen, "test reference: out of memory");
+err_free:
+    mscx_test_ref_fini(&ref);
+    return st;
+}
+
+void mscx_test_ref_fini(struct mscx_test_ref *ref)
+{
+    size_t nbuf = (size_t)ref->launches * ref->nranks;
+    for (size_t i = 0; i < nbuf; i++) {
+        if (ref->out)
+            free(ref->out[i]);
+        if (ref->in)
+            free(ref->in[i]);
+    }
+    free(ref->out);
+    free(ref->in);
+    memset(ref, 0, sizeof(*ref));
 }

@@ -48,32 +48,6 @@ static int g_fail;
         }                                                                                                    \
     } while (0)
 
-struct ref_ctx {
-    enum mscx_dtype dt;
-    uint32_t nranks;
-    uint64_t in_bytes, out_bytes;
-    uint8_t *out[ITERS][MAXR];
-    uint8_t *in[ITERS][MAXR];
-};
-
-static void ref_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
-                     uint64_t out_bytes)
-{
-    struct ref_ctx *c = ctx;
-    mscx_test_data_fill(out, out_bytes, c->dt, mscx_test_data_seed(rank, iter, 1), MSCX_TEST_DATA_ANY);
-    mscx_test_data_fill(in, in_bytes, c->dt, mscx_test_data_seed(rank, iter, 0), MSCX_TEST_DATA_ANY);
-}
-
-static void ref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
-                        const void *out, uint64_t out_bytes)
-{
-    struct ref_ctx *c = ctx;
-    if (iter < ITERS && rank < MAXR) {
-        memcpy(c->out[iter][rank], out, out_bytes);
-        memcpy(c->in[iter][rank], in, in_bytes);
-    }
-}
-
 /*
  * Device buffers of one rank laid out as the plan's placement says, or the
  * other one with @p flip (the executor then runs the call split or staged).
@@ -153,22 +127,13 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
     for (uint32_t r = 0; r < n; r++)
         if (mscx_plan_geom(plan, r, in_b, out_b, dt, &geom, err, sizeof(err)) != MSCX_OK)
             return 2;
-    struct ref_ctx rc;
-    memset(&rc, 0, sizeof(rc));
-    rc.dt = dt;
-    rc.nranks = n;
-    for (int it = 0; it < ITERS; it++)
-        for (uint32_t r = 0; r < n; r++) {
-            rc.out[it][r] = calloc(1, out_b + 1);
-            rc.in[it][r] = calloc(1, in_b + 1);
-        }
-    struct mscx_hostexec_cfg cfg = {in_b, out_b, dt, op, pkt, ITERS, 0, 0, ref_fill, ref_collect, &rc};
+    struct mscx_test_ref ref;
+    struct mscx_hostexec_cfg cfg = {in_b, out_b, dt, op, pkt, ITERS, 0, 0, NULL, NULL, NULL};
     int res = 0;
-    mscx_status_t st = mscx_hostexec_run(plan, &cfg, err, sizeof(err));
+    mscx_status_t st = mscx_test_ref_run(plan, &cfg, MSCX_TEST_DATA_ANY, &ref, err, sizeof(err));
     if (st != MSCX_OK) {
         fprintf(stderr, "skip %s %llu: host executor: %s\n", mscx_plan_name(plan), (unsigned long long)msg, err);
-        res = 2;
-        goto out;
+        return 2;
     }
     struct rank_bufs b[MAXR];
     for (uint32_t r = 0; r < n; r++)
@@ -202,12 +167,12 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
             CK(cudaMemcpy(hin, b[r].in, in_b, cudaMemcpyDeviceToHost));
             const char *which = NULL;
             uint64_t at = 0;
-            const uint8_t *wi = rc.in[it][r];
+            const uint8_t *wo = mscx_test_ref_out(&ref, it, r), *wi = mscx_test_ref_in(&ref, it, r);
             if (flip && mscx_plan_inplace(plan)) { /* out of place: the send buffer as it was filled */
                 mscx_test_data_fill(want_in, in_b, dt, mscx_test_data_seed(r, it, 0), MSCX_TEST_DATA_ANY);
                 wi = want_in;
             }
-            if ((at = mscx_test_data_diff(hout, rc.out[it][r], out_b)) < out_b)
+            if ((at = mscx_test_data_diff(hout, wo, out_b)) < out_b)
                 which = "output";
             else if (!(flip && !mscx_plan_inplace(plan)) && (at = mscx_test_data_diff(hin, wi, in_b)) < in_b)
                 which = "input";
@@ -218,7 +183,7 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
                      (unsigned long long)at);
                 if (in_b <= 64 && out_b <= 64) { /* small: show both executors' bytes */
                     const uint8_t *gb = which[0] == 'o' ? hout : hin;
-                    const uint8_t *hb = which[0] == 'o' ? rc.out[it][r] : wi;
+                    const uint8_t *hb = which[0] == 'o' ? wo : wi;
                     uint64_t nb = which[0] == 'o' ? out_b : in_b;
                     fprintf(stderr, "  gpu :");
                     for (uint64_t q = 0; q < nb; q++)
@@ -237,12 +202,7 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
     free(want_in);
     for (uint32_t r = 0; r < n; r++)
         cudaFree(b[r].alloc);
-out:
-    for (int it = 0; it < ITERS; it++)
-        for (uint32_t r = 0; r < n; r++) {
-            free(rc.out[it][r]);
-            free(rc.in[it][r]);
-        }
+    mscx_test_ref_fini(&ref);
     return res;
 }
 

@@ -681,39 +681,16 @@ static void emu_run(struct emu *e, uint32_t seed)
     }
 }
 
-/* ---- the host reference ---- */
+/* ---- the comparison with the host reference ---- */
 
-struct ref {
-    const struct emu *e;
-    uint8_t *out[LAUNCHES][MAXR], *in[LAUNCHES][MAXR];
-};
-
-static void ref_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
-                     uint64_t out_bytes)
-{
-    const struct ref *c = ctx;
-    mscx_test_data_fill(out, out_bytes, c->e->dt, mscx_test_data_seed(rank, iter, 1), MSCX_TEST_DATA_SPREAD);
-    mscx_test_data_fill(in, in_bytes, c->e->dt, mscx_test_data_seed(rank, iter, 0), MSCX_TEST_DATA_SPREAD);
-}
-
-static void ref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
-                        const void *out, uint64_t out_bytes)
-{
-    struct ref *c = ctx;
-    if (iter < LAUNCHES && rank < MAXR) {
-        memcpy(c->out[iter][rank], out, out_bytes);
-        memcpy(c->in[iter][rank], in, in_bytes);
-    }
-}
-
-static void compare(const struct emu *e, const struct ref *c)
+static void compare(const struct emu *e, const struct mscx_test_ref *c)
 {
     for (uint32_t l = 0; l < LAUNCHES; l++)
         for (uint32_t q = 0; q < e->n; q++) {
             const struct rank_st *R = &e->r[q];
             for (int which = 0; which < (e->alias ? 1 : 2); which++) { /* aliased: the input is output */
                 const uint8_t *got = which ? R->res_in[l] : R->res_out[l],
-                              *want = which ? c->in[l][q] : c->out[l][q];
+                              *want = which ? mscx_test_ref_in(c, l, q) : mscx_test_ref_out(c, l, q);
                 uint64_t nb = which ? e->in_bytes : e->out_bytes, at = 0;
                 uint8_t *orig = NULL;
                 if (which && e->split) { /* the send buffer of an out-of-place call keeps its bytes */
@@ -770,16 +747,9 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
         *why_p = "user buffers not 16-byte aligned";
         return 0;
     }
-    struct ref c = {e, {{0}}, {{0}}};
-    for (uint32_t l = 0; l < LAUNCHES; l++)
-        for (uint32_t q = 0; q < e->n; q++) {
-            c.out[l][q] = malloc(e->out_bytes + 1);
-            c.in[l][q] = malloc(e->in_bytes + 1);
-            ck_assert(c.out[l][q] && c.in[l][q]);
-        }
-    struct mscx_hostexec_cfg cfg = {e->in_bytes, e->out_bytes, dt,          op, pkt, LAUNCHES, 0,
-                                    0,           ref_fill,     ref_collect, &c};
-    mscx_status_t rs = mscx_hostexec_run(e->plan, &cfg, err, sizeof(err));
+    struct mscx_test_ref c;
+    struct mscx_hostexec_cfg cfg = {e->in_bytes, e->out_bytes, dt, op, pkt, LAUNCHES, 0, 0, NULL, NULL, NULL};
+    mscx_status_t rs = mscx_test_ref_run(e->plan, &cfg, MSCX_TEST_DATA_SPREAD, &c, err, sizeof(err));
     ck_assert_msg(rs == MSCX_OK, "%s: host executor: %s", e->what, err);
     uint64_t ent0 = e->entries_run, un0 = e->units_run, sk0 = e->skewed;
     emu_run(e, (uint32_t)(msg * 31u + dt * 7u + op * 3u + pkt));
@@ -820,11 +790,7 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
             e->noalias++;
         }
     }
-    for (uint32_t l = 0; l < LAUNCHES; l++)
-        for (uint32_t q = 0; q < e->n; q++) {
-            free(c.out[l][q]);
-            free(c.in[l][q]);
-        }
+    mscx_test_ref_fini(&c);
     st->emulated++;
     st->ranks += e->n;
     st->launches += (uint64_t)e->n * LAUNCHES;
