@@ -812,18 +812,15 @@ static int fast_allreduce_bit(const struct mscx_plan *plan)
 
 START_TEST(test_kp_emulate_shipped_plans)
 {
-    char **names;
-    size_t nn = mscx_test_json_names(mscx_test_src("plans"), &names);
-    ck_assert_uint_gt(nn, 30);
+    struct mscx_test_plans it;
+    mscx_test_plans_begin(&it);
+    ck_assert_uint_gt(it.n, 30);
     struct stats st = {0};
     uint32_t nqual = 0, fast_mask = 0;
     struct emu *e = calloc(1, sizeof(*e));
     ck_assert_ptr_nonnull(e);
-    for (size_t f = 0; f < nn; f++) {
-        char path[4096], err[1024];
-        struct mscx_plan *plan;
-        snprintf(path, sizeof(path), "%s/%s", mscx_test_src("plans"), names[f]);
-        ck_assert_msg(mscx_plan_load(path, &plan, err, sizeof(err)) == MSCX_OK, "%s: %s", path, err);
+    for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
+        char err[1024];
         uint64_t mn, mx;
         mscx_plan_size_range(plan, &mn, &mx);
         if (mx > MAX_SIZE)
@@ -832,7 +829,7 @@ START_TEST(test_kp_emulate_shipped_plans)
             emu_plan_init(e, plan, mx) != 0) {
             printf("  %-40s not run by the GPU executor here\n", plan->name);
             emu_plan_fini(e);
-            goto next;
+            continue;
         }
         /*
          * Sizes: the range ends (the low end rounded up to 16 bytes, and to
@@ -900,10 +897,7 @@ START_TEST(test_kp_emulate_shipped_plans)
         printf("  %-40s %s%s%s%s\n", plan->name, whole ? "emulated, size:whole/shapes" : "not whole anywhere",
                line, why ? "; not whole: " : "", why ? why : "");
         emu_plan_fini(e);
-    next:
-        mscx_plan_destroy(plan);
     }
-    mscx_test_free_names(names, nn);
     free(e);
     printf(
         "gpu program emulation: %u of %zu plans have whole programs; %llu shapes emulated (%llu not whole: "
@@ -911,7 +905,7 @@ START_TEST(test_kp_emulate_shipped_plans)
         "%llu entries, %llu units: outputs and inputs bit-identical to the host executor's; out-of-place calls "
         "on in-place AllReduce plans: %llu shapes split and emulated, %llu not split (staging); in-place calls on "
         "out-of-place plans: %llu shapes emulated on aliased buffers, %llu staged\n",
-        nqual, nn, (unsigned long long)st.emulated, (unsigned long long)st.not_whole,
+        nqual, it.n, (unsigned long long)st.emulated, (unsigned long long)st.not_whole,
         (unsigned long long)st.ranks, (unsigned long long)st.launches, (unsigned long long)st.skewed,
         (unsigned long long)st.entries, (unsigned long long)st.units, (unsigned long long)st.split,
         (unsigned long long)st.nosplit, (unsigned long long)st.alias, (unsigned long long)st.noalias);

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Our own test helpers (tests/common). The test data of test_data.c are
+ * Our own test helpers (tests/common). The walk over the shipped plans
+ * visits each of them once, in order. The test data of test_data.c are
  * pinned: the digests below are of the bytes that test-gpu-exec's and
  * test-gpu-kpemu's own generators made before they were shared, so any
  * change to what the tests feed the executors fails here.
  */
 #include <string.h>
 
+#include "mscx/plan.h"
 #include "test_common.h"
 #include "test_data.h"
 
@@ -115,6 +117,28 @@ START_TEST(test_data_diff)
 }
 END_TEST
 
+START_TEST(test_plans_walk)
+{
+    char **names;
+    size_t nn = mscx_test_json_names(mscx_test_src("plans"), &names);
+    struct mscx_test_plans it;
+    mscx_test_plans_begin(&it);
+    ck_assert_uint_eq(it.n, nn);
+    ck_assert_uint_gt(nn, 0);
+    size_t seen = 0;
+    for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL; seen++) {
+        ck_assert_uint_lt(seen, nn);
+        size_t pl = strlen(it.path), fl = strlen(names[seen]);
+        ck_assert_msg(pl > fl && it.path[pl - fl - 1] == '/' && strcmp(it.path + pl - fl, names[seen]) == 0,
+                      "walk at %zu: %s, want %s", seen, it.path, names[seen]);
+        ck_assert_uint_gt(mscx_plan_nranks(plan), 0);
+    }
+    ck_assert_uint_eq(seen, nn);
+    ck_assert_ptr_null(mscx_test_plans_next(&it)); /* past the end: still the end */
+    mscx_test_free_names(names, nn);
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("selftest");
@@ -122,6 +146,9 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_data_pinned);
     tcase_add_test(tc, test_data_bounds);
     tcase_add_test(tc, test_data_diff);
+    suite_add_tcase(s, tc);
+    tc = mscx_tcase("plans");
+    tcase_add_test(tc, test_plans_walk);
     suite_add_tcase(s, tc);
     return s;
 }
