@@ -6,28 +6,37 @@
 
 #include "test_data.h"
 
-/* MurmurHash3's 64-bit finalizer */
-static uint64_t mix_any(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
+/* One element of @p es bytes at @p p from the random word @p r. */
+static void elem_any(uint8_t *p, uint32_t es, enum mscx_dtype dt, uint64_t r);
+static void elem_spread(uint8_t *p, uint32_t es, enum mscx_dtype dt, uint64_t r);
 
-static uint64_t mix_spread(uint64_t x)
+/*
+ * A recipe: its mixer, x ^= x >> s0; x *= m0; x ^= x >> s1; x *= m1;
+ * x ^= x >> s2 (ANY's is MurmurHash3's fmix64), the multiplier that spreads
+ * seeds apart, and its elements.
+ */
+static const struct recipe {
+    unsigned s0, s1, s2;
+    uint64_t m0, m1, seed_mul;
+    void (*elem)(uint8_t *p, uint32_t es, enum mscx_dtype dt, uint64_t r);
+} k_recipes[] = {
+    [MSCX_TEST_DATA_ANY] = {33, 33, 33, 0xff51afd7ed558ccdull, 0xc4ceb9fe1a85ec53ull, 1000003ull, elem_any},
+    [MSCX_TEST_DATA_SPREAD] = {31, 29, 32, 0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x100000001b3ull,
+                               elem_spread},
+};
+
+static inline uint64_t recipe_mix(const struct recipe *k, uint64_t x)
 {
-    x ^= x >> 31;
-    x *= 0x9e3779b97f4a7c15ull;
-    x ^= x >> 29;
-    x *= 0xbf58476d1ce4e5b9ull;
-    return x ^ (x >> 32);
+    x ^= x >> k->s0;
+    x *= k->m0;
+    x ^= x >> k->s1;
+    x *= k->m1;
+    return x ^ (x >> k->s2);
 }
 
 uint64_t mscx_test_data_mix(enum mscx_test_data d, uint64_t x)
 {
-    return d == MSCX_TEST_DATA_SPREAD ? mix_spread(x) : mix_any(x);
+    return recipe_mix(&k_recipes[d], x);
 }
 
 uint64_t mscx_test_data_seed(uint32_t rank, uint32_t launch, int out)
@@ -35,7 +44,6 @@ uint64_t mscx_test_data_seed(uint32_t rank, uint32_t launch, int out)
     return (uint64_t)rank * 7u + launch * 131u + (out ? 1u : 2u);
 }
 
-/* One element of @p es bytes at @p p from the random word @p r. */
 static void elem_any(uint8_t *p, uint32_t es, enum mscx_dtype dt, uint64_t r)
 {
     if (dt == MSCX_DT_FP32) {
@@ -68,20 +76,23 @@ static void elem_spread(uint8_t *p, uint32_t es, enum mscx_dtype dt, uint64_t r)
     }
 }
 
+static inline void recipe_fill(const struct recipe *k, uint8_t *p, uint64_t n, enum mscx_dtype dt,
+                               uint64_t seed)
+{
+    uint32_t es = mscx_dtype_size(dt);
+    for (uint64_t i = 0; i + es <= n; i += es)
+        k->elem(p + i, es, dt, recipe_mix(k, seed * k->seed_mul + i));
+    for (uint64_t i = n / es * es; i < n; i++)
+        p[i] = (uint8_t)recipe_mix(k, seed + i);
+}
+
 void mscx_test_data_fill(uint8_t *p, uint64_t n, enum mscx_dtype dt, uint64_t seed, enum mscx_test_data d)
 {
-    const int spread = d == MSCX_TEST_DATA_SPREAD;
-    const uint64_t mul = spread ? 0x100000001b3ull : 1000003ull;
-    uint32_t es = mscx_dtype_size(dt);
-    for (uint64_t i = 0; i + es <= n; i += es) {
-        uint64_t r = mscx_test_data_mix(d, seed * mul + i);
-        if (spread)
-            elem_spread(p + i, es, dt, r);
-        else
-            elem_any(p + i, es, dt, r);
-    }
-    for (uint64_t i = n / es * es; i < n; i++)
-        p[i] = (uint8_t)mscx_test_data_mix(d, seed + i);
+    /* a constant index each, so that the compiler folds the recipe into its loop */
+    if (d == MSCX_TEST_DATA_SPREAD)
+        recipe_fill(&k_recipes[MSCX_TEST_DATA_SPREAD], p, n, dt, seed);
+    else
+        recipe_fill(&k_recipes[MSCX_TEST_DATA_ANY], p, n, dt, seed);
 }
 
 uint64_t mscx_test_data_diff(const uint8_t *a, const uint8_t *b, uint64_t n)
