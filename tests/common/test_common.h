@@ -13,6 +13,8 @@
 #include <check.h>
 #include <stddef.h>
 
+struct mscx_plan;
+
 Suite *mscx_test_suite(void);
 
 /** A TCase with the warning fixture and a generous timeout. */
@@ -37,5 +39,29 @@ char *mscx_test_read_file(const char *path, size_t *len_p);
  */
 size_t mscx_test_json_names(const char *dir, char ***names_p);
 void mscx_test_free_names(char **names, size_t n);
+
+/*
+ * A walk over the shipped plans (the *.json files in plans/, by name), each
+ * loaded in turn:
+ *     struct mscx_test_plans it;
+ *     mscx_test_plans_begin(&it);
+ *     for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;)
+ *         ...
+ * Walk it to the end: the last next() releases everything.
+ */
+struct mscx_test_plans {
+    char **names;
+    size_t n, next;         /* how many, and the index of the one next() loads */
+    struct mscx_plan *plan; /* the current one, destroyed by the next next() */
+    char path[4096];        /* its path */
+};
+
+/** List the shipped plans into @p it (fails the test when plans/ cannot be read). */
+void mscx_test_plans_begin(struct mscx_test_plans *it);
+/**
+ * Destroy the current plan and load the next one; a plan that does not load
+ * fails the test. @return the plan, or NULL after the last one.
+ */
+struct mscx_plan *mscx_test_plans_next(struct mscx_test_plans *it);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "mscx/log.h"
+#include "mscx/plan.h"
 #include "test_common.h"
 
 #define MAX_ALLOW 16
@@ -154,6 +155,30 @@ void mscx_test_free_names(char **names, size_t n)
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
+}
+
+void mscx_test_plans_begin(struct mscx_test_plans *it)
+{
+    memset(it, 0, sizeof(*it));
+    it->n = mscx_test_json_names(mscx_test_src("plans"), &it->names);
+}
+
+struct mscx_plan *mscx_test_plans_next(struct mscx_test_plans *it)
+{
+    char err[MSCX_PLAN_ERR_LEN];
+    if (it->plan) {
+        mscx_plan_destroy(it->plan);
+        it->plan = NULL;
+    }
+    if (it->next == it->n) {
+        if (it->names)
+            mscx_test_free_names(it->names, it->n);
+        it->names = NULL;
+        return NULL;
+    }
+    snprintf(it->path, sizeof(it->path), "%s/%s", mscx_test_src("plans"), it->names[it->next++]);
+    ck_assert_msg(mscx_plan_load(it->path, &it->plan, err, sizeof(err)) == MSCX_OK, "%s: %s", it->path, err);
+    return it->plan;
 }
 
 int main(void)

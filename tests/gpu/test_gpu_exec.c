@@ -25,6 +25,7 @@
 #include "gpu_int.h"
 #include "op_plan_skip.h"
 #include "op_sem.h"
+#include "test_data.h"
 
 #define ITERS 2
 #define MAXR 64
@@ -46,65 +47,6 @@ static int g_fail;
             exit(1);                                                                                         \
         }                                                                                                    \
     } while (0)
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
-/* Finite values of @p dt, deterministic in (rank, iter, buffer, byte). */
-static void fill_pattern(uint8_t *p, uint64_t n, enum mscx_dtype dt, uint64_t seed)
-{
-    uint32_t es = mscx_dtype_size(dt);
-    for (uint64_t i = 0; i + es <= n; i += es) {
-        uint64_t r = mix(seed * 1000003ull + i);
-        if (dt == MSCX_DT_FP32) {
-            float f = (float)((int64_t)(r % 20001) - 10000) / 64.0f;
-            memcpy(p + i, &f, 4);
-        } else if (dt == MSCX_DT_FP16 || dt == MSCX_DT_BF16) {
-            uint16_t h = (uint16_t)(r & 0x83ffu); /* sign, mantissa */
-            h |= (uint16_t)(((r >> 16) % 6 + (dt == MSCX_DT_FP16 ? 12 : 124)) << (dt == MSCX_DT_FP16 ? 10 : 7));
-            if (dt == MSCX_DT_BF16)
-                h = (uint16_t)((h & 0xff80u) | (r >> 40 & 0x7fu)), h = (uint16_t)((h & 0x807fu) | ((((r >> 16) % 6) + 124) << 7));
-            memcpy(p + i, &h, 2);
-        } else {
-            for (uint32_t k = 0; k < es; k++)
-                p[i + k] = (uint8_t)(r >> (8 * k));
-        }
-    }
-    for (uint64_t i = n / es * es; i < n; i++)
-        p[i] = (uint8_t)mix(seed + i);
-}
-
-struct ref_ctx {
-    enum mscx_dtype dt;
-    uint32_t nranks;
-    uint64_t in_bytes, out_bytes;
-    uint8_t *out[ITERS][MAXR];
-    uint8_t *in[ITERS][MAXR];
-};
-
-static void ref_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
-                     uint64_t out_bytes)
-{
-    struct ref_ctx *c = ctx;
-    fill_pattern(out, out_bytes, c->dt, (uint64_t)rank * 7 + iter * 131 + 1);
-    fill_pattern(in, in_bytes, c->dt, (uint64_t)rank * 7 + iter * 131 + 2);
-}
-
-static void ref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
-                        const void *out, uint64_t out_bytes)
-{
-    struct ref_ctx *c = ctx;
-    if (iter < ITERS && rank < MAXR) {
-        memcpy(c->out[iter][rank], out, out_bytes);
-        memcpy(c->in[iter][rank], in, in_bytes);
-    }
-}
 
 /*
  * Device buffers of one rank laid out as the plan's placement says, or the
@@ -185,22 +127,13 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
     for (uint32_t r = 0; r < n; r++)
         if (mscx_plan_geom(plan, r, in_b, out_b, dt, &geom, err, sizeof(err)) != MSCX_OK)
             return 2;
-    struct ref_ctx rc;
-    memset(&rc, 0, sizeof(rc));
-    rc.dt = dt;
-    rc.nranks = n;
-    for (int it = 0; it < ITERS; it++)
-        for (uint32_t r = 0; r < n; r++) {
-            rc.out[it][r] = calloc(1, out_b + 1);
-            rc.in[it][r] = calloc(1, in_b + 1);
-        }
-    struct mscx_hostexec_cfg cfg = {in_b, out_b, dt, op, pkt, ITERS, 0, 0, ref_fill, ref_collect, &rc};
+    struct mscx_test_ref ref;
+    struct mscx_hostexec_cfg cfg = {in_b, out_b, dt, op, pkt, ITERS, 0, 0, NULL, NULL, NULL};
     int res = 0;
-    mscx_status_t st = mscx_hostexec_run(plan, &cfg, err, sizeof(err));
+    mscx_status_t st = mscx_test_ref_run(plan, &cfg, MSCX_TEST_DATA_ANY, &ref, err, sizeof(err));
     if (st != MSCX_OK) {
         fprintf(stderr, "skip %s %llu: host executor: %s\n", mscx_plan_name(plan), (unsigned long long)msg, err);
-        res = 2;
-        goto out;
+        return 2;
     }
     struct rank_bufs b[MAXR];
     for (uint32_t r = 0; r < n; r++)
@@ -208,8 +141,8 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
     uint8_t *hin = malloc(in_b + 1), *hout = malloc(out_b + 1), *want_in = malloc(in_b + 1);
     for (int it = 0; it < ITERS && res == 0; it++) {
         for (uint32_t r = 0; r < n; r++) {
-            fill_pattern(hout, out_b, dt, (uint64_t)r * 7 + it * 131 + 1);
-            fill_pattern(hin, in_b, dt, (uint64_t)r * 7 + it * 131 + 2);
+            mscx_test_data_fill(hout, out_b, dt, mscx_test_data_seed(r, it, 1), MSCX_TEST_DATA_ANY);
+            mscx_test_data_fill(hin, in_b, dt, mscx_test_data_seed(r, it, 0), MSCX_TEST_DATA_ANY);
             CK(cudaMemcpy(b[r].out, hout, out_b, cudaMemcpyHostToDevice));
             CK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
             CK(cudaMemcpy(b[r].in, hin, in_b, cudaMemcpyHostToDevice));
@@ -234,20 +167,15 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
             CK(cudaMemcpy(hin, b[r].in, in_b, cudaMemcpyDeviceToHost));
             const char *which = NULL;
             uint64_t at = 0;
-            const uint8_t *wi = rc.in[it][r];
+            const uint8_t *wo = mscx_test_ref_out(&ref, it, r), *wi = mscx_test_ref_in(&ref, it, r);
             if (flip && mscx_plan_inplace(plan)) { /* out of place: the send buffer as it was filled */
-                fill_pattern(want_in, in_b, dt, (uint64_t)r * 7 + it * 131 + 2);
+                mscx_test_data_fill(want_in, in_b, dt, mscx_test_data_seed(r, it, 0), MSCX_TEST_DATA_ANY);
                 wi = want_in;
             }
-            if (memcmp(hout, rc.out[it][r], out_b) != 0) {
+            if ((at = mscx_test_data_diff(hout, wo, out_b)) < out_b)
                 which = "output";
-                while (hout[at] == rc.out[it][r][at])
-                    at++;
-            } else if (!(flip && !mscx_plan_inplace(plan)) && memcmp(hin, wi, in_b) != 0) {
+            else if (!(flip && !mscx_plan_inplace(plan)) && (at = mscx_test_data_diff(hin, wi, in_b)) < in_b)
                 which = "input";
-                while (hin[at] == wi[at])
-                    at++;
-            }
             if (which) {
                 FAIL("%s: %llu B %s/%s/%s%s iter %d rank %u: %s differs at byte %llu", mscx_plan_name(plan),
                      (unsigned long long)msg, mscx_dtype_name(dt), mscx_redop_name(op),
@@ -255,7 +183,7 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
                      (unsigned long long)at);
                 if (in_b <= 64 && out_b <= 64) { /* small: show both executors' bytes */
                     const uint8_t *gb = which[0] == 'o' ? hout : hin;
-                    const uint8_t *hb = which[0] == 'o' ? rc.out[it][r] : wi;
+                    const uint8_t *hb = which[0] == 'o' ? wo : wi;
                     uint64_t nb = which[0] == 'o' ? out_b : in_b;
                     fprintf(stderr, "  gpu :");
                     for (uint64_t q = 0; q < nb; q++)
@@ -274,12 +202,7 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
     free(want_in);
     for (uint32_t r = 0; r < n; r++)
         cudaFree(b[r].alloc);
-out:
-    for (int it = 0; it < ITERS; it++)
-        for (uint32_t r = 0; r < n; r++) {
-            free(rc.out[it][r]);
-            free(rc.in[it][r]);
-        }
+    mscx_test_ref_fini(&ref);
     return res;
 }
 
@@ -419,7 +342,8 @@ static void expect_max(uint32_t n, uint64_t bytes, int32_t *exp)
 {
     int32_t *t = malloc(bytes);
     for (uint32_t r = 0; r < n; r++) {
-        fill_pattern((uint8_t *)t, bytes, MSCX_DT_INT32, (uint64_t)r * 7 + 2);
+        mscx_test_data_fill((uint8_t *)t, bytes, MSCX_DT_INT32, mscx_test_data_seed(r, 0, 0),
+                            MSCX_TEST_DATA_ANY);
         for (uint64_t i = 0; i < bytes / 4; i++)
             exp[i] = r == 0 || t[i] > exp[i] ? t[i] : exp[i];
     }
@@ -443,7 +367,7 @@ static void test_stress(int graph)
     uint8_t *h = malloc(big);
     for (uint32_t r = 0; r < 2; r++) {
         CK(cudaMalloc((void **)&buf[r], big));
-        fill_pattern(h, big, MSCX_DT_INT32, (uint64_t)r * 7 + 2);
+        mscx_test_data_fill(h, big, MSCX_DT_INT32, mscx_test_data_seed(r, 0, 0), MSCX_TEST_DATA_ANY);
         CK(cudaMemcpy(buf[r], h, big, cudaMemcpyHostToDevice));
         CK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
     }
@@ -535,7 +459,7 @@ static void test_wrap(void)
      */
     for (uint32_t w = 2; w <= 3; w++) {
         for (uint32_t r = 0; r < 2; r++) {
-            fill_pattern(h, bytes, MSCX_DT_INT32, (uint64_t)r * 7 + 2);
+            mscx_test_data_fill(h, bytes, MSCX_DT_INT32, mscx_test_data_seed(r, 0, 0), MSCX_TEST_DATA_ANY);
             CK(cudaMemcpy(buf[r], h, bytes, cudaMemcpyHostToDevice));
             CK(cudaDeviceSynchronize()); /* pageable H2D may return before the DMA lands */
             if (mscx_gpu_debug_set_flag(g.ex[r], pid[r], 0xfffffffbu) != 0 ||

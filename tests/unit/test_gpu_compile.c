@@ -251,16 +251,12 @@ static void check_encoding(const struct ctx *c)
 
 START_TEST(test_compile_shipped_plans)
 {
-    char **names;
-    size_t nn = mscx_test_json_names(mscx_test_src("plans"), &names);
-    ck_assert_uint_gt(nn, 30);
+    struct mscx_test_plans it;
+    mscx_test_plans_begin(&it);
+    ck_assert_uint_gt(it.n, 30);
     uint64_t launches = 0, compiled_launches = 0;
     uint32_t entries = 0, fused_total = 0;
-    for (size_t f = 0; f < nn; f++) {
-        char path[4096], err[1024];
-        struct mscx_plan *plan;
-        snprintf(path, sizeof(path), "%s/%s", mscx_test_src("plans"), names[f]);
-        ck_assert_msg(mscx_plan_load(path, &plan, err, sizeof(err)) == MSCX_OK, "%s: %s", path, err);
+    for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
         uint64_t mn, mx;
         mscx_plan_size_range(plan, &mn, &mx);
         if (mx > (1u << 20))
@@ -307,11 +303,9 @@ START_TEST(test_compile_shipped_plans)
             free(c);
             free(img);
         }
-        mscx_plan_destroy(plan);
     }
-    mscx_test_free_names(names, nn);
     printf("gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked, "
-           "%u unpacks fused, largest encoded program %zu bytes\n", nn, (unsigned long long)launches,
+           "%u unpacks fused, largest encoded program %zu bytes\n", it.n, (unsigned long long)launches,
            (unsigned long long)compiled_launches, entries, fused_total, g_max_encoded);
     ck_assert_uint_gt(compiled_launches, launches / 2);
 }

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "test_common.h"
+#include "test_data.h"
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
 #include "gpu_int.h"
@@ -38,44 +39,6 @@
 #define MAXR 16
 #define LAUNCHES 2
 #define MAX_SIZE (1u << 20)
-
-/* ---- test data ---- */
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x9e3779b97f4a7c15ull;
-    x ^= x >> 29;
-    x *= 0xbf58476d1ce4e5b9ull;
-    return x ^ (x >> 32);
-}
-
-/*
- * Finite values with spread exponents (so that a sum in another order
- * rounds differently), deterministic in (seed, byte); bytes past the last
- * whole element get noise.
- */
-static void fill(uint8_t *p, uint64_t n, enum mscx_dtype dt, uint64_t seed)
-{
-    uint32_t es = mscx_dtype_size(dt);
-    for (uint64_t i = 0; i + es <= n; i += es) {
-        uint64_t r = mix(seed * 0x100000001b3ull + i);
-        if (dt == MSCX_DT_FP16) {
-            uint16_t h = (uint16_t)((r & 0x83ffu) | (((r >> 16) % 11 + 10) << 10)); /* 2^-5 .. 2^5 */
-            memcpy(p + i, &h, 2);
-        } else {
-            uint32_t u = (uint32_t)((r & 0x807fffffu) | (((r >> 32) % 24 + 115) << 23)); /* 2^-12 .. 2^11 */
-            memcpy(p + i, &u, 4);
-        }
-    }
-    for (uint64_t i = n / es * es; i < n; i++)
-        p[i] = (uint8_t)mix(seed + i);
-}
-
-static uint64_t seed_of(uint32_t rank, uint32_t launch, int out)
-{
-    return (uint64_t)rank * 7u + launch * 131u + (out ? 1u : 2u);
-}
 
 /* ---- one rank's memory and program ---- */
 
@@ -597,8 +560,10 @@ static void launch_begin(struct emu *e, uint32_t q)
 {
     struct rank_st *R = &e->r[q];
     /* fill as the host executor's callback does: output first, then input (in place: the input wins) */
-    fill(R->out, e->out_bytes, e->dt, seed_of(q, R->launch, 1));
-    fill(R->in, e->in_bytes, e->dt, seed_of(q, R->launch, 0));
+    mscx_test_data_fill(R->out, e->out_bytes, e->dt, mscx_test_data_seed(q, R->launch, 1),
+                        MSCX_TEST_DATA_SPREAD);
+    mscx_test_data_fill(R->in, e->in_bytes, e->dt, mscx_test_data_seed(q, R->launch, 0),
+                        MSCX_TEST_DATA_SPREAD);
     R->flag = mscx_flag_next(R->launch == 0 ? 0u : R->flag);
     R->left = e->plan->gpus[q].ntb;
     memset(R->pc, 0, sizeof(R->pc));
@@ -673,7 +638,8 @@ static void emu_run(struct emu *e, uint32_t seed)
         /* a stride coprime to ntask: every task once per sweep, in an order that changes */
         uint32_t stride = 1;
         if (ntask > 1)
-            for (stride = (uint32_t)(mix(seed + sweep) % ntask) | 1u; stride > 1; stride -= 2) {
+            for (stride = (uint32_t)(mscx_test_data_mix(MSCX_TEST_DATA_SPREAD, seed + sweep) % ntask) | 1u;
+                 stride > 1; stride -= 2) {
                 uint32_t x = ntask, y = stride;
                 while (y) {
                     uint32_t t = x % y;
@@ -715,54 +681,29 @@ static void emu_run(struct emu *e, uint32_t seed)
     }
 }
 
-/* ---- the host reference ---- */
+/* ---- the comparison with the host reference ---- */
 
-struct ref {
-    const struct emu *e;
-    uint8_t *out[LAUNCHES][MAXR], *in[LAUNCHES][MAXR];
-};
-
-static void ref_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
-                     uint64_t out_bytes)
-{
-    const struct ref *c = ctx;
-    fill(out, out_bytes, c->e->dt, seed_of(rank, iter, 1));
-    fill(in, in_bytes, c->e->dt, seed_of(rank, iter, 0));
-}
-
-static void ref_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
-                        const void *out, uint64_t out_bytes)
-{
-    struct ref *c = ctx;
-    if (iter < LAUNCHES && rank < MAXR) {
-        memcpy(c->out[iter][rank], out, out_bytes);
-        memcpy(c->in[iter][rank], in, in_bytes);
-    }
-}
-
-static void compare(const struct emu *e, const struct ref *c)
+static void compare(const struct emu *e, const struct mscx_test_ref *c)
 {
     for (uint32_t l = 0; l < LAUNCHES; l++)
         for (uint32_t q = 0; q < e->n; q++) {
             const struct rank_st *R = &e->r[q];
             for (int which = 0; which < (e->alias ? 1 : 2); which++) { /* aliased: the input is output */
                 const uint8_t *got = which ? R->res_in[l] : R->res_out[l],
-                              *want = which ? c->in[l][q] : c->out[l][q];
+                              *want = which ? mscx_test_ref_in(c, l, q) : mscx_test_ref_out(c, l, q);
                 uint64_t nb = which ? e->in_bytes : e->out_bytes, at = 0;
                 uint8_t *orig = NULL;
                 if (which && e->split) { /* the send buffer of an out-of-place call keeps its bytes */
                     orig = malloc(nb + 1);
                     ck_assert_ptr_nonnull(orig);
-                    fill(orig, nb, e->dt, seed_of(q, l, 0));
+                    mscx_test_data_fill(orig, nb, e->dt, mscx_test_data_seed(q, l, 0), MSCX_TEST_DATA_SPREAD);
                     want = orig;
                 }
-                int same = memcmp(got, want, nb) == 0;
-                if (same) {
+                at = mscx_test_data_diff(got, want, nb);
+                if (at == nb) {
                     free(orig);
                     continue;
                 }
-                while (got[at] == want[at])
-                    at++;
                 uint32_t g4 = 0, w4 = 0;
                 memcpy(&g4, got + (at & ~(uint64_t)3), at + 4 <= nb ? 4 : 0);
                 memcpy(&w4, want + (at & ~(uint64_t)3), at + 4 <= nb ? 4 : 0);
@@ -806,16 +747,9 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
         *why_p = "user buffers not 16-byte aligned";
         return 0;
     }
-    struct ref c = {e, {{0}}, {{0}}};
-    for (uint32_t l = 0; l < LAUNCHES; l++)
-        for (uint32_t q = 0; q < e->n; q++) {
-            c.out[l][q] = malloc(e->out_bytes + 1);
-            c.in[l][q] = malloc(e->in_bytes + 1);
-            ck_assert(c.out[l][q] && c.in[l][q]);
-        }
-    struct mscx_hostexec_cfg cfg = {e->in_bytes, e->out_bytes, dt,          op, pkt, LAUNCHES, 0,
-                                    0,           ref_fill,     ref_collect, &c};
-    mscx_status_t rs = mscx_hostexec_run(e->plan, &cfg, err, sizeof(err));
+    struct mscx_test_ref c;
+    struct mscx_hostexec_cfg cfg = {e->in_bytes, e->out_bytes, dt, op, pkt, LAUNCHES, 0, 0, NULL, NULL, NULL};
+    mscx_status_t rs = mscx_test_ref_run(e->plan, &cfg, MSCX_TEST_DATA_SPREAD, &c, err, sizeof(err));
     ck_assert_msg(rs == MSCX_OK, "%s: host executor: %s", e->what, err);
     uint64_t ent0 = e->entries_run, un0 = e->units_run, sk0 = e->skewed;
     emu_run(e, (uint32_t)(msg * 31u + dt * 7u + op * 3u + pkt));
@@ -856,11 +790,7 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
             e->noalias++;
         }
     }
-    for (uint32_t l = 0; l < LAUNCHES; l++)
-        for (uint32_t q = 0; q < e->n; q++) {
-            free(c.out[l][q]);
-            free(c.in[l][q]);
-        }
+    mscx_test_ref_fini(&c);
     st->emulated++;
     st->ranks += e->n;
     st->launches += (uint64_t)e->n * LAUNCHES;
@@ -882,18 +812,15 @@ static int fast_allreduce_bit(const struct mscx_plan *plan)
 
 START_TEST(test_kp_emulate_shipped_plans)
 {
-    char **names;
-    size_t nn = mscx_test_json_names(mscx_test_src("plans"), &names);
-    ck_assert_uint_gt(nn, 30);
+    struct mscx_test_plans it;
+    mscx_test_plans_begin(&it);
+    ck_assert_uint_gt(it.n, 30);
     struct stats st = {0};
     uint32_t nqual = 0, fast_mask = 0;
     struct emu *e = calloc(1, sizeof(*e));
     ck_assert_ptr_nonnull(e);
-    for (size_t f = 0; f < nn; f++) {
-        char path[4096], err[1024];
-        struct mscx_plan *plan;
-        snprintf(path, sizeof(path), "%s/%s", mscx_test_src("plans"), names[f]);
-        ck_assert_msg(mscx_plan_load(path, &plan, err, sizeof(err)) == MSCX_OK, "%s: %s", path, err);
+    for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
+        char err[1024];
         uint64_t mn, mx;
         mscx_plan_size_range(plan, &mn, &mx);
         if (mx > MAX_SIZE)
@@ -902,7 +829,7 @@ START_TEST(test_kp_emulate_shipped_plans)
             emu_plan_init(e, plan, mx) != 0) {
             printf("  %-40s not run by the GPU executor here\n", plan->name);
             emu_plan_fini(e);
-            goto next;
+            continue;
         }
         /*
          * Sizes: the range ends (the low end rounded up to 16 bytes, and to
@@ -970,10 +897,7 @@ START_TEST(test_kp_emulate_shipped_plans)
         printf("  %-40s %s%s%s%s\n", plan->name, whole ? "emulated, size:whole/shapes" : "not whole anywhere",
                line, why ? "; not whole: " : "", why ? why : "");
         emu_plan_fini(e);
-    next:
-        mscx_plan_destroy(plan);
     }
-    mscx_test_free_names(names, nn);
     free(e);
     printf(
         "gpu program emulation: %u of %zu plans have whole programs; %llu shapes emulated (%llu not whole: "
@@ -981,7 +905,7 @@ START_TEST(test_kp_emulate_shipped_plans)
         "%llu entries, %llu units: outputs and inputs bit-identical to the host executor's; out-of-place calls "
         "on in-place AllReduce plans: %llu shapes split and emulated, %llu not split (staging); in-place calls on "
         "out-of-place plans: %llu shapes emulated on aliased buffers, %llu staged\n",
-        nqual, nn, (unsigned long long)st.emulated, (unsigned long long)st.not_whole,
+        nqual, it.n, (unsigned long long)st.emulated, (unsigned long long)st.not_whole,
         (unsigned long long)st.ranks, (unsigned long long)st.launches, (unsigned long long)st.skewed,
         (unsigned long long)st.entries, (unsigned long long)st.units, (unsigned long long)st.split,
         (unsigned long long)st.nosplit, (unsigned long long)st.alias, (unsigned long long)st.noalias);
