@@ -27,12 +27,20 @@
 struct small_args {
     uint32_t *state;
     uint32_t pdl; // see pdl_enter
+    uint32_t sel; // k_code: the case that runs
 };
 
 struct big_args {
     uint32_t *state;
     uint32_t pdl;
     uint32_t pad[126]; // 520 bytes in all, about the executor's argument block
+};
+
+struct exec_args {
+    uint32_t *state;
+    const uint4 *table; // [blocks][words]: a block's record, 16-byte words
+    uint32_t pdl, words;
+    uint32_t pad[228]; // 944 bytes in all, as the executor's argument block
 };
 
 struct xchg_args {
@@ -104,6 +112,73 @@ __global__ void k_tiny(const __grid_constant__ small_args a)
         *(volatile uint32_t *)&a.state[blockIdx.x] = f;
 }
 
+// The executor's prologue shape: every thread loads one 16-byte word of its
+// block's record before the wait (the record never changes), the block's
+// flag after it; the words are resolved by the flag's parity and staged in
+// 5 KB of static shared memory, one barrier, then read back. STACKY: a local
+// array indexed at run time, as the executor kernel's stack frame.
+template <bool STACKY>
+__global__ void __launch_bounds__(1024, 1) k_execlike(const __grid_constant__ exec_args a)
+{
+    __shared__ uint4 srec[320];
+    uint4 w = make_uint4(0, 0, 0, 0);
+    if (threadIdx.x < a.words)
+        w = __ldg(a.table + blockIdx.x * a.words + threadIdx.x);
+    pdl_enter(a.pdl);
+    const uint32_t f = *(volatile uint32_t *)&a.state[blockIdx.x] + 1u;
+    if (threadIdx.x < a.words) {
+        w.x ^= f & 1u;
+        srec[threadIdx.x] = w;
+    }
+    __syncthreads();
+    uint32_t acc = srec[0].x + srec[1].y + srec[a.words - 1].z;
+    if (STACKY) {
+        uint32_t loc[48];
+        for (int i = 0; i < 48; i++)
+            loc[i] = acc + (uint32_t)i;
+        for (uint32_t i = 0; i < 8; i++) // stores at run-time indices: the array lives in local memory
+            loc[(i * f + threadIdx.x) % 48u] += srec[i].y;
+        acc = loc[(threadIdx.x + f) % 48u];
+    }
+    if (acc == 0xfffffffeu)
+        a.state[MAXB] = 1; // never: keeps the work
+    if (threadIdx.x == 0)
+        *(volatile uint32_t *)&a.state[blockIdx.x] = f;
+}
+
+// Code size: BIG holds 32 cases of a 64-step chain (about 100 KB of SASS,
+// the executor kernel is about 60 KB) and runs the last; the small one
+// holds and runs only that case. The same instructions execute in both.
+template <uint32_t C> __device__ __forceinline__ uint32_t chain(uint32_t x)
+{
+#pragma unroll
+    for (uint32_t i = 0; i < 64; i++)
+        x = x * (2654435761u + C) + (x >> (i % 13u + 1u)) + i * C;
+    return x;
+}
+
+#define CASE(n)                                                                                                   \
+    case n:                                                                                                       \
+        x = chain<n>(x);                                                                                          \
+        break;
+#define CASE4(n) CASE(n) CASE(n + 1) CASE(n + 2) CASE(n + 3)
+
+template <bool BIG> __global__ void __launch_bounds__(1024, 1) k_code(const __grid_constant__ small_args a)
+{
+    pdl_enter(a.pdl);
+    uint32_t x = threadIdx.x + a.sel;
+    if (BIG) {
+        switch (a.sel) {
+            CASE4(0) CASE4(4) CASE4(8) CASE4(12) CASE4(16) CASE4(20) CASE4(24) CASE(28) CASE(29) CASE(30) CASE(31)
+        }
+    } else if (a.sel == 31) {
+        x = chain<31>(x);
+    }
+    if (x == 0xfffffffeu)
+        a.state[MAXB] = 1; // never: keeps the work
+    count_up(a.state);
+}
+
 // Every block of every rank: write this launch's count to each peer's
 // mailbox slot [rank][block], then wait until each peer's count reached it.
 __global__ void k_xchg(const __grid_constant__ xchg_args a)
@@ -134,7 +209,7 @@ __global__ void k_xchg(const __grid_constant__ xchg_args a)
         *(volatile uint32_t *)&a.state[blockIdx.x] = f;
 }
 
-enum kind { K_SMALL, K_BIG, K_SMEM, K_STATIC, K_TINY, K_XCHG };
+enum kind { K_SMALL, K_BIG, K_SMEM, K_STATIC, K_TINY, K_EXEC, K_EXEC_STACK, K_CODE_SMALL, K_CODE_BIG, K_XCHG };
 
 struct row {
     const char *what;
@@ -144,6 +219,7 @@ struct row {
 
 static cudaStream_t g_st[MAXN];
 static uint32_t *g_state[MAXN], *g_box[MAXN];
+static uint4 *g_table; // MAXB blocks x 64 words
 
 static int launch(const struct row *r, uint32_t rank)
 {
@@ -179,6 +255,22 @@ static int launch(const struct row *r, uint32_t rank)
     case K_TINY: {
         small_args a = {g_state[rank], r->pdl};
         e = cudaLaunchKernelEx(&c, k_tiny, a);
+        break;
+    }
+    case K_CODE_SMALL:
+    case K_CODE_BIG: {
+        small_args a = {g_state[rank], r->pdl, 31};
+        e = r->k == K_CODE_BIG ? cudaLaunchKernelEx(&c, k_code<true>, a) : cudaLaunchKernelEx(&c, k_code<false>, a);
+        break;
+    }
+    case K_EXEC:
+    case K_EXEC_STACK: {
+        exec_args a = {};
+        a.state = g_state[rank];
+        a.table = g_table;
+        a.pdl = r->pdl;
+        a.words = 40; // about a one-shot block's record (head, entries, operands)
+        e = r->k == K_EXEC ? cudaLaunchKernelEx(&c, k_execlike<false>, a) : cudaLaunchKernelEx(&c, k_execlike<true>, a);
         break;
     }
     case K_BIG: {
@@ -302,6 +394,8 @@ int main(void)
         return 77;
     }
     cudaFuncSetAttribute(k_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024);
+    cudaMalloc((void **)&g_table, MAXB * 64 * sizeof(uint4));
+    cudaMemset(g_table, 0, MAXB * 64 * sizeof(uint4));
     for (uint32_t i = 0; i < MAXN; i++) {
         cudaStreamCreateWithFlags(&g_st[i], cudaStreamNonBlocking);
         cudaMalloc((void **)&g_state[i], (MAXB + 1) * sizeof(uint32_t));
@@ -315,6 +409,11 @@ int main(void)
         {"empty, 7 x 512, 520 B args", K_BIG, 1, 7, 512, 0, 0},
         {"empty, 7 x 512, 4 B static smem (a broadcast word)", K_TINY, 1, 7, 512, 0, 0},
         {"empty, 7 x 512, 4 KB static smem", K_STATIC, 1, 7, 512, 0, 0},
+        {"executor-like prologue, 7 x 512 (record + flag, 5 KB smem, 944 B args)", K_EXEC, 1, 7, 512, 0, 0},
+        {"executor-like prologue with a stack frame, 7 x 512", K_EXEC_STACK, 1, 7, 512, 0, 0},
+        {"executor-like prologue, 7 x 512, PDL", K_EXEC, 1, 7, 512, 0, 2},
+        {"64-step chain, small kernel", K_CODE_SMALL, 1, 7, 512, 0, 0},
+        {"64-step chain, last of 32 cases (big kernel)", K_CODE_BIG, 1, 7, 512, 0, 0},
         {"empty, 7 x 512, 8 KB dynamic smem", K_SMEM, 1, 7, 512, 8192, 0},
         {"empty, 7 x 512, 40 KB dynamic smem", K_SMEM, 1, 7, 512, 40960, 0},
         {"empty, 7 x 512, PDL (wait at entry)", K_SMALL, 1, 7, 512, 0, 1},
