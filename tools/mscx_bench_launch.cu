@@ -13,16 +13,24 @@
 //     the floor of a one-shot packet AllReduce's launch plus one round trip,
 //     with and without PDL (waiting first, then allowing the next launch,
 //     as the executor does).
+//   - the executor's own fast kernel (mscx_gpu_kernel_launch) running a
+//     hand-made compiled program: no entries (launch, prologue and epilogue
+//     only), and one COPY entry per block, against a plain kernel copying
+//     the same bytes.
 // Prints a markdown table. Exits 77 without a GPU.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "gpu_int.h" /* the executor kernel's launch and program record (mscx_gpu_kernel_launch) */
 
 #define ITERS 100
 #define REPS 7
 #define MAXN 8
 #define MAXB 8
+#define COPY_BYTES 1024u /* copy rows: bytes per block */
 
 struct small_args {
     uint32_t *state;
@@ -179,6 +187,16 @@ template <bool BIG> __global__ void __launch_bounds__(1024, 1) k_code(const __gr
     count_up(a.state);
 }
 
+// A block copies its COPY_BYTES slice in 16-byte words, as the executor's COPY entry.
+__global__ void k_copy(const __grid_constant__ small_args a, const char *in, char *out)
+{
+    pdl_enter(a.pdl);
+    const uint64_t base = (uint64_t)blockIdx.x * COPY_BYTES;
+    for (uint32_t u = threadIdx.x; u < COPY_BYTES / 16u; u += blockDim.x)
+        *(uint4 *)(out + base + 16u * u) = *(const uint4 *)(in + base + 16u * u);
+    count_up(a.state);
+}
+
 // Every block of every rank: write this launch's count to each peer's
 // mailbox slot [rank][block], then wait until each peer's count reached it.
 __global__ void k_xchg(const __grid_constant__ xchg_args a)
@@ -209,7 +227,7 @@ __global__ void k_xchg(const __grid_constant__ xchg_args a)
         *(volatile uint32_t *)&a.state[blockIdx.x] = f;
 }
 
-enum kind { K_SMALL, K_BIG, K_SMEM, K_STATIC, K_TINY, K_EXEC, K_EXEC_STACK, K_CODE_SMALL, K_CODE_BIG, K_XCHG };
+enum kind { K_SMALL, K_BIG, K_SMEM, K_STATIC, K_TINY, K_EXEC, K_EXEC_STACK, K_CODE_SMALL, K_CODE_BIG, K_REAL_EMPTY, K_REAL_COPY, K_COPY, K_XCHG };
 
 struct row {
     const char *what;
@@ -220,6 +238,10 @@ struct row {
 static cudaStream_t g_st[MAXN];
 static uint32_t *g_state[MAXN], *g_box[MAXN];
 static uint4 *g_table; // MAXB blocks x 64 words
+/* the executor kernel's context (zeroed), flags, programs (empty; one COPY per block) and buffers */
+static char *g_ctx, *g_rec_empty, *g_rec_copy, *g_in, *g_out;
+static uint32_t *g_bflag;
+
 
 static int launch(const struct row *r, uint32_t rank)
 {
@@ -238,23 +260,50 @@ static int launch(const struct row *r, uint32_t rank)
     cudaError_t e;
     switch (r->k) {
     case K_SMALL: {
-        small_args a = {g_state[rank], r->pdl};
+        small_args a = {g_state[rank], r->pdl, 0};
         e = cudaLaunchKernelEx(&c, k_small, a);
         break;
     }
     case K_SMEM: {
-        small_args a = {g_state[rank], r->pdl};
+        small_args a = {g_state[rank], r->pdl, 0};
         e = cudaLaunchKernelEx(&c, k_smem, a);
         break;
     }
     case K_STATIC: {
-        small_args a = {g_state[rank], r->pdl};
+        small_args a = {g_state[rank], r->pdl, 0};
         e = cudaLaunchKernelEx(&c, k_static, a);
         break;
     }
     case K_TINY: {
-        small_args a = {g_state[rank], r->pdl};
+        small_args a = {g_state[rank], r->pdl, 0};
         e = cudaLaunchKernelEx(&c, k_tiny, a);
+        break;
+    }
+    case K_COPY: {
+        small_args a = {g_state[rank], r->pdl, 0};
+        e = cudaLaunchKernelEx(&c, k_copy, a, (const char *)g_in, g_out);
+        break;
+    }
+    case K_REAL_EMPTY:
+    case K_REAL_COPY: {
+        struct mscx_gpu_args a;
+        memset(&a, 0, sizeof(a));
+        a.ctx = (struct mscx_gpu_ctx *)g_ctx;
+        a.bflag = g_bflag;
+        a.in = g_in;
+        a.out = g_out;
+        a.in_bytes = a.out_bytes = (uint64_t)MAXB * COPY_BYTES;
+        a.dtype = MSCX_DT_FP32;
+        a.op = MSCX_REDOP_SUM;
+        a.pkt = MSCX_PKT_LL16;
+        a.reduce = 1;
+        a.kprog = r->k == K_REAL_EMPTY ? g_rec_empty : g_rec_copy;
+        a.kmax_ops = 1;
+        a.kmax_opnd = 2;
+        a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
+        a.fast = 1;
+        int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
+        e = rc ? (cudaError_t)rc : cudaSuccess;
         break;
     }
     case K_CODE_SMALL:
@@ -394,6 +443,41 @@ int main(void)
         return 77;
     }
     cudaFuncSetAttribute(k_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024);
+    {
+        /* program records: a head, one entry slot, two operand slots per block (see struct mscx_kblk_head) */
+        const uint32_t words = 4;
+        uint4 empty[MAXB * 4], copy[MAXB * 4];
+        memset(empty, 0, sizeof(empty));
+        memset(copy, 0, sizeof(copy));
+        for (uint32_t b = 0; b < MAXB; b++) {
+            struct mscx_kblk_head h = {0, 0, 0, 0};
+            memcpy(&empty[b * words], &h, sizeof(h));
+            h.nk = 1;
+            h.np = 2;
+            memcpy(&copy[b * words], &h, sizeof(h));
+            struct mscx_kop k;
+            memset(&k, 0, sizeof(k));
+            k.kind = MSCX_KOP_COPY;
+            k.nsrc = 1;
+            k.ndst = 1;
+            k.units = COPY_BYTES / 16u;
+            memcpy(&copy[b * words + 1], &k, sizeof(k));
+            uint64_t src = MSCX_KPTR_IN | ((uint64_t)b * COPY_BYTES), dst = MSCX_KPTR_OUT | ((uint64_t)b * COPY_BYTES);
+            copy[b * words + 2] = make_uint4((uint32_t)src, (uint32_t)(src >> 32), 0, 0);
+            copy[b * words + 3] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), 0, 0);
+        }
+        cudaMalloc((void **)&g_rec_empty, sizeof(empty));
+        cudaMalloc((void **)&g_rec_copy, sizeof(copy));
+        cudaMemcpy(g_rec_empty, empty, sizeof(empty), cudaMemcpyHostToDevice);
+        cudaMemcpy(g_rec_copy, copy, sizeof(copy), cudaMemcpyHostToDevice);
+        cudaMalloc((void **)&g_ctx, sizeof(struct mscx_gpu_ctx));
+        cudaMemset(g_ctx, 0, sizeof(struct mscx_gpu_ctx));
+        cudaMalloc((void **)&g_bflag, MAXB * sizeof(uint32_t));
+        cudaMemset(g_bflag, 0, MAXB * sizeof(uint32_t));
+        cudaMalloc((void **)&g_in, (size_t)MAXB * COPY_BYTES);
+        cudaMalloc((void **)&g_out, (size_t)MAXB * COPY_BYTES);
+        cudaMemset(g_in, 1, (size_t)MAXB * COPY_BYTES);
+    }
     cudaMalloc((void **)&g_table, MAXB * 64 * sizeof(uint4));
     cudaMemset(g_table, 0, MAXB * 64 * sizeof(uint4));
     for (uint32_t i = 0; i < MAXN; i++) {
@@ -412,6 +496,12 @@ int main(void)
         {"executor-like prologue, 7 x 512 (record + flag, 5 KB smem, 944 B args)", K_EXEC, 1, 7, 512, 0, 0},
         {"executor-like prologue with a stack frame, 7 x 512", K_EXEC_STACK, 1, 7, 512, 0, 0},
         {"executor-like prologue, 7 x 512, PDL", K_EXEC, 1, 7, 512, 0, 2},
+        {"executor fast kernel, empty program, 7 x 512", K_REAL_EMPTY, 1, 7, 512, 0, 0},
+        {"executor fast kernel, empty program, 7 x 512, PDL", K_REAL_EMPTY, 1, 7, 512, 0, 2},
+        {"executor fast kernel, one 1 KB COPY per block, 7 x 512", K_REAL_COPY, 1, 7, 512, 0, 0},
+        {"plain kernel copying 1 KB per block, 7 x 512", K_COPY, 1, 7, 512, 0, 0},
+        {"executor fast kernel, one 1 KB COPY per block, 7 x 512, PDL", K_REAL_COPY, 1, 7, 512, 0, 2},
+        {"plain kernel copying 1 KB per block, 7 x 512, PDL", K_COPY, 1, 7, 512, 0, 2},
         {"64-step chain, small kernel", K_CODE_SMALL, 1, 7, 512, 0, 0},
         {"64-step chain, last of 32 cases (big kernel)", K_CODE_BIG, 1, 7, 512, 0, 0},
         {"empty, 7 x 512, 8 KB dynamic smem", K_SMEM, 1, 7, 512, 8192, 0},
