@@ -109,13 +109,18 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: mscx-plangen --coll allreduce|allgather|reducescatter --algo ALGO --ranks N\n"
             "                    [--ranks-per-node P] [--min-size S] [--max-size S] [--tbs-per-peer T]\n"
-            "                    [--threads-per-block B] [--blocks G] [--packet ll16|ll8] [--name NAME] [--no-fuse]\n"
+            "                    [--threads-per-block B] [--blocks G] [--layout rows|cols] [--packet ll16|ll8]\n"
+            "                    [--name NAME] [--no-fuse]\n"
             "                    [-o FILE]\n"
             "       mscx-plangen --all DIR [--no-fuse]\n"
             "algorithms: copy (one rank); oneshot, twophase (allreduce, one node);\n"
             "            allpairs (allgather, reducescatter, one node); hier2 (two or more nodes)\n"
             "sizes take K, M or G suffixes (powers of 1024); the range of allgather is the output size\n"
-            "--blocks G: oneshot with G thread blocks per rank (default: tbs-per-peer x (ranks - 1))\n"
+            "--blocks G: oneshot with G thread blocks per rank (default: tbs-per-peer x (ranks - 1));\n"
+            "            twophase with G blocks per rank, each rank's share in G sub-chunks (block b reduces\n"
+            "            sub-chunk b), no per-peer slicing; --layout rows (default: the scatter and gather of\n"
+            "            a peer's share are one op each, the MSCCL++ DSL's allreduce_pkt when G = ranks) or\n"
+            "            cols (block b scatters, reduces and gathers sub-chunk b of every rank)\n"
             "--raw writes the builder's JSON without validation or fusion (debugging)\n");
 }
 
@@ -264,6 +269,7 @@ int main(int argc, char **argv)
         {"max-size", required_argument, NULL, 'M'},
         {"tbs-per-peer", required_argument, NULL, 't'},
         {"blocks", required_argument, NULL, 'G'},
+        {"layout", required_argument, NULL, 'L'},
         {"threads-per-block", required_argument, NULL, 'b'},
         {"packet", required_argument, NULL, 'k'},
         {"name", required_argument, NULL, 'N'},
@@ -293,6 +299,10 @@ int main(int argc, char **argv)
         case 'M': bad = parse_size(optarg, &par.max_size); break;
         case 't': bad = parse_u32(optarg, &par.tbs_per_peer); break;
         case 'G': bad = parse_u32(optarg, &par.blocks) || par.blocks == 0; break;
+        case 'L':
+            bad = strcmp(optarg, "rows") && strcmp(optarg, "cols");
+            par.layout = optarg;
+            break;
         case 'b': bad = parse_u32(optarg, &par.nthreads) || par.nthreads == 0 || par.nthreads > 1024; break;
         case 'k': /* plans are packet-format independent: a hint, checked and not recorded */
             bad = strcmp(optarg, "ll16") && strcmp(optarg, "ll8");

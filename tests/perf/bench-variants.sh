@@ -4,7 +4,10 @@
 # one-shot AllReduce with 1, 2 and 4 blocks per rank (mscx-plangen --blocks)
 # beside the shipped one-node AllReduce plans, in one mscx-bench-gpu run
 # (each against the hand-written kernel in the same shape, and the DSL's
-# allreduce_pkt), and the 8-rank two-phase plan with 1 and 4 blocks per peer.
+# allreduce_pkt), the 8-rank two-phase plan with 1 and 4 blocks per peer, and
+# the two-phase plans with whole sub-chunks per block (mscx-plangen --blocks G
+# --layout rows|cols, docs/perf/tp8-vs-dsl.md) for 8 and 4 ranks, 64 KB-1 MB:
+# rows with G = ranks is the DSL's allreduce_pkt written by our generator.
 # Results under OUT (default out): variants/ and bench.txt.
 #   tests/perf/bench-variants.sh [MAX_BYTES]     (default 16384)
 set -u
@@ -26,6 +29,14 @@ done
 for t in 1 4; do
     name=allreduce_n8_rpn8_twophase_t${t}_64K_1M
     "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks 8 --tbs-per-peer "$t" \
+        --threads-per-block 1024 --min-size 64K --max-size 1M --name "$name" -o "$V/$name.json" --quiet || exit 1
+done
+# whole sub-chunks per block; the names keep the allreduce_n{N}_rpn{N}_twophase_ prefix that
+# mscx-bench-gpu picks, so each runs beside the hand-written two-phase kernel with as many blocks
+for v in 8:rows:8 8:cols:8 4:rows:4 4:cols:8 4:cols:16; do
+    IFS=: read -r n layout g <<<"$v"
+    name=allreduce_n${n}_rpn${n}_twophase_${layout}${g}_64K_1M
+    "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks "$n" --blocks "$g" --layout "$layout" \
         --threads-per-block 1024 --min-size 64K --max-size 1M --name "$name" -o "$V/$name.json" --quiet || exit 1
 done
 BENCH_PLANS=$V BENCH_MAX=${1:-16384} exec tests/perf/device-run.sh bench

@@ -415,6 +415,9 @@ START_TEST(test_ref_rules)
     ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n8_rpn8_oneshot_1K_64K"), MSCX_REF_ONESHOT);
     ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n8_rpn8_twophase_64K_1M"), MSCX_REF_TWOPHASE);
     ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_pkt_n4"), MSCX_REF_TWOPHASE);
+    /* mscx-plangen --algo twophase --blocks G (tests/perf/bench-variants.sh) */
+    ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n8_rpn8_twophase_cols8_64K_1M"), MSCX_REF_TWOPHASE);
+    ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n4_rpn4_twophase_rows4_64K_1M"), MSCX_REF_TWOPHASE);
     ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n8_rpn4_hier2_1K_64K"), MSCX_REF_NONE);
     ck_assert_int_eq(mscx_ref_algo_of_plan(NULL), MSCX_REF_NONE);
     const enum mscx_dtype ok_types[] = {MSCX_DT_FP32, MSCX_DT_FP16, MSCX_DT_BF16, MSCX_DT_INT32, MSCX_DT_UINT32};

@@ -195,6 +195,91 @@ static int pg_ar_twophase(struct pg_plan *p, uint32_t N, uint32_t T)
     return 0;
 }
 
+/*
+ * Two-phase with G blocks per rank and no thread-block-group slicing
+ * (--blocks G): every rank's share is G whole sub-chunks, and block b
+ * reduces sub-chunk b of it. Input: N * G chunks. Rank o owns sub-chunk
+ * (o, b) for b < G; it sits at input chunk o * G + b (rows) or b * N + o
+ * (cols). Scratch: contributions [0, R), results [R, 2R), R = (N-1) * G,
+ * sub-chunk b of the sender in slot s at s * G + b (rows) or b * (N-1) + s
+ * (cols), so that what one op moves is contiguous on both sides.
+ *   rows (the MSCCL++ DSL's allreduce_pkt when G = N): the scatter of the
+ *     q-th peer's row (G chunks, one ppkt) runs on block q % G and the
+ *     unpack of peer p's row on block p % G, each in one op.
+ *   cols: block b handles column b alone, a two-phase allreduce of the
+ *     contiguous piece [b * N, (b + 1) * N) with one block per rank: it
+ *     sends chunk (p, b) to every peer p, reduces and broadcasts its own,
+ *     and unpacks the others' results (two ops: the peers below and above).
+ *     Blocks never wait on other blocks of their rank, only on block b of
+ *     the peers, and all blocks do the same work.
+ * Each sub-chunk is reduced once, by its owner (own data first, then the
+ * peers in rank order), and everyone else receives the owner's bits, so all
+ * ranks hold identical results, as with pg_ar_twophase.
+ */
+static uint32_t pg_tp_in(bool cols, uint32_t N, uint32_t G, uint32_t owner, uint32_t b)
+{
+    return cols ? b * N + owner : owner * G + b;
+}
+
+static uint32_t pg_tp_scr(bool cols, uint32_t N, uint32_t G, uint32_t slot, uint32_t b)
+{
+    return cols ? b * (N - 1) + slot : slot * G + b;
+}
+
+static int pg_ar_twophase_split(struct pg_plan *p, uint32_t N, uint32_t G, bool cols)
+{
+    const uint32_t R = (N - 1) * G;
+    pg_plan_chunks(p, N * G, N * G, 2 * R);
+    for (uint32_t g = 0; g < N; g++) {
+        pg_connect_node(p, g, N);
+        if (pg_new_tbs(p, g, G) < 0)
+            return -1;
+        for (uint32_t b = 0; b < G; b++) {
+            /* 1. scatter: the peers' chunks to their contribution slots for g */
+            for (uint32_t q = 0; q < N - 1; q++) {
+                uint32_t peer = pg_peer(g, q), s = pg_slot(g, peer);
+                if (cols)
+                    pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', pg_tp_in(cols, N, G, peer, b), 1)),
+                          pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_tp_scr(cols, N, G, s, b), 1)),
+                          "memory", NULL, false, pg_whole);
+                else if (q % G == b)
+                    pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', peer * G, G)),
+                          pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', s * G, G)), "memory", NULL, false,
+                          pg_whole);
+            }
+            /* 2. reduce own sub-chunk b, broadcast the result packets to the peers' result slots */
+            uint32_t own = pg_tp_in(cols, N, G, g, b);
+            json_t *src = pg_arr1(pg_loc('i', own, 1));
+            for (uint32_t s = 0; s < N - 1; s++)
+                A_PUSH(src, pg_loc('s', pg_tp_scr(cols, N, G, s, b), 1));
+            pg_op(p, g, b, "repkt", src, pg_arr1(pg_loc('i', own, 1)), NULL, NULL, true, pg_whole);
+            for (uint32_t k = 0; k < N - 1; k++) {
+                uint32_t dp = pg_peer(g, k);
+                pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', own, 1)),
+                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, dp, 's', R + pg_tp_scr(cols, N, G, pg_slot(g, dp), b), 1)),
+                      "memory", NULL, false, pg_whole);
+            }
+            /* 3. gather: unpack the owners' results */
+            if (cols) {
+                /* owners p < g sit in slots [0, g), owners p > g in [g, N-1) */
+                if (g > 0)
+                    pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', R + pg_tp_scr(cols, N, G, 0, b), g)),
+                          pg_arr1(pg_loc('i', pg_tp_in(cols, N, G, 0, b), g)), NULL, NULL, false, pg_whole);
+                if (g < N - 1)
+                    pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', R + pg_tp_scr(cols, N, G, g, b), N - 1 - g)),
+                          pg_arr1(pg_loc('i', pg_tp_in(cols, N, G, g + 1, b), N - 1 - g)), NULL, NULL, false,
+                          pg_whole);
+            } else {
+                for (uint32_t o = 0; o < N; o++)
+                    if (o != g && o % G == b)
+                        pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', R + pg_slot(o, g) * G, G)),
+                              pg_arr1(pg_loc('i', o * G, G)), NULL, NULL, false, pg_whole);
+            }
+        }
+    }
+    return 0;
+}
+
 /* ---- allreduce, several nodes ---- */
 
 /*
@@ -452,10 +537,15 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
 
     if (N == 0 || P == 0 || N % P || T == 0)
         return pg_fail("ranks must be a positive multiple of ranks per node, tbs-per-peer positive", par);
-    if (par->blocks && strcmp(a, "oneshot") != 0)
-        return pg_fail("--blocks is for the oneshot algorithm (the others slice per peer: --tbs-per-peer)", par);
+    bool split = par->blocks && strcmp(a, "twophase") == 0;
+    bool cols = par->layout && strcmp(par->layout, "cols") == 0;
+    if (par->blocks && strcmp(a, "oneshot") != 0 && !split)
+        return pg_fail("--blocks is for the oneshot and twophase algorithms (the others slice per peer: "
+                       "--tbs-per-peer)", par);
     if (par->blocks > 64)
         return pg_fail("--blocks above 64", par);
+    if (par->layout && (!split || (strcmp(par->layout, "rows") != 0 && !cols)))
+        return pg_fail("--layout is rows or cols, for twophase with --blocks", par);
     if (copy != (N == 1))
         return pg_fail("the copy algorithm is for one rank, and one rank needs it", par);
     if (!copy && hier != (N > P))
@@ -476,13 +566,24 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
         /* a range that starts just past a round size is labelled by that size: (64K, 1M] */
         pg_size_label(par->min_size % 1024 == 1 ? par->min_size - 1 : par->min_size, lo, sizeof(lo));
         pg_size_label(par->max_size, hi, sizeof(hi));
-        snprintf(p->name, sizeof(p->name), "%s_n%u_rpn%u_%s_%s_%s", mscx_coll_name(par->coll), N, P, a, lo, hi);
+        /* twophase --blocks G: the layout and G are part of the name (twophase_rows8, twophase_cols8) */
+        char lay[16] = "";
+        if (split)
+            snprintf(lay, sizeof(lay), "_%s%u", cols ? "cols" : "rows", par->blocks);
+        int len = snprintf(p->name, sizeof(p->name), "%s_n%u_rpn%u_%s%s_%s_%s", mscx_coll_name(par->coll), N, P, a,
+                           lay, lo, hi);
+        if (len < 0 || (size_t)len >= sizeof(p->name)) {
+            pg_plan_fini(p);
+            return pg_fail("plan name too long", par);
+        }
     }
 
     if (copy)
         rc = pg_copy(p);
     else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "oneshot") == 0 && !hier)
         rc = pg_ar_oneshot(p, N, T, par->blocks);
+    else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "twophase") == 0 && split)
+        rc = pg_ar_twophase_split(p, N, par->blocks, cols);
     else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "twophase") == 0)
         rc = pg_ar_twophase(p, N, T);
     else if (par->coll == MSCX_COLL_ALLREDUCE && hier)

@@ -37,7 +37,9 @@ struct pg_params {
     uint64_t min_size;
     uint64_t max_size;
     uint32_t tbs_per_peer;  /* thread blocks per peer group (the slicing factor) */
-    uint32_t blocks;        /* oneshot: thread blocks per rank, overriding tbs_per_peer * (ranks - 1); 0: not set */
+    uint32_t blocks;        /* oneshot, twophase: thread blocks per rank, overriding tbs_per_peer * (ranks - 1)
+                               (twophase: each rank's share split in that many sub-chunks); 0: not set */
+    const char *layout;     /* twophase with blocks: "rows" (default, the DSL's allreduce_pkt) or "cols" */
     uint32_t nthreads;      /* num_threads_per_block */
     const char *packet;     /* "ll16" or "ll8": a hint only, not recorded */
     const char *name;       /* plan name; NULL: derived from the parameters */
