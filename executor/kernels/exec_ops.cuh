@@ -690,15 +690,6 @@ __device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const str
         s->opcode = op->opcode;
         if (op->flags & MSCX_GPU_OPF_SYNC)
             __syncthreads();
-        if (tr->recs && op->opcode != MSCX_OP_PIPELINE) {
-            /* traced: time each op from the block's start of it to its last thread's end */
-            __syncthreads();
-            uint64_t t0 = mscx_dtime();
-            mscx_dop_run<PKT, DT, RED>(s, op, &none);
-            __syncthreads();
-            mscx_dtrace_rec(tr, i, op->opcode, t0);
-            continue;
-        }
         if (op->opcode == MSCX_OP_PIPELINE) {
             uint32_t nb = op->pipe_nops;
             uint64_t unit = op->pipe_unit;
@@ -723,7 +714,17 @@ __device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const str
             i += nb;
             continue;
         }
+        /* one call site for traced and untraced runs (see mscx_run_compiled); traced: the block's start of the
+           op to its last thread's end */
+        const bool traced = tr->recs != NULL;
+        if (traced)
+            __syncthreads();
+        const uint64_t t0 = traced ? mscx_dtime() : 0;
         mscx_dop_run<PKT, DT, RED>(s, op, &none);
+        if (traced) {
+            __syncthreads();
+            mscx_dtrace_rec(tr, i, op->opcode, t0);
+        }
     }
 }
 
@@ -780,17 +781,20 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
         char *const *P = &sptr[k->opnd];
         s->op_index = k->op;
         s->opcode = k->opcode;
-        if (k->sync)
+        /*
+         * One call site for traced and untraced runs: the entry's code is
+         * inlined once (two sites doubled the fast kernel to 60 KB of SASS).
+         * Traced: the block's start of the entry to its last thread's end.
+         */
+        const bool traced = tr->recs != NULL;
+        if (k->sync || traced)
             __syncthreads();
-        if (tr->recs) {
-            __syncthreads();
-            uint64_t t0 = mscx_dtime();
-            mscx_kop_run<PKT, DT, RED, FAST>(s, a, k, obase, P);
+        const uint64_t t0 = traced ? mscx_dtime() : 0;
+        mscx_kop_run<PKT, DT, RED, FAST>(s, a, k, obase, P);
+        if (traced) {
             __syncthreads();
             mscx_dtrace_rec(tr, k->op, k->opcode, t0);
-            continue;
         }
-        mscx_kop_run<PKT, DT, RED, FAST>(s, a, k, obase, P);
     }
 }
 
