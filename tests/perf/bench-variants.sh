@@ -24,9 +24,10 @@ for n in 2 4 8; do
     done
     cp plans/allreduce_n${n}_rpn${n}_*.json "$V/" || exit 1
 done
-# the two-phase 8-rank plan above 64 KB with 1 and 4 blocks per peer (shipped: 2), 1024 threads per block as
-# shipped (the first run of this script used mscx-plangen's default of 512 for these: not comparable)
-for t in 1 4; do
+# the two-phase 8-rank plan above 64 KB with 2 and 4 blocks per peer (shipped: 1 since daf9f39, 2 before),
+# 1024 threads per block as shipped (the first run of this script used mscx-plangen's default of 512 for
+# these: not comparable)
+for t in 2 4; do
     name=allreduce_n8_rpn8_twophase_t${t}_64K_1M
     "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks 8 --tbs-per-peer "$t" \
         --threads-per-block 1024 --min-size 64K --max-size 1M --name "$name" -o "$V/$name.json" --quiet || exit 1
