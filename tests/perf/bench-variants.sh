@@ -4,7 +4,7 @@
 # one-shot AllReduce with 1, 2 and 4 blocks per rank (mscx-plangen --blocks)
 # beside the shipped one-node AllReduce plans, in one mscx-bench-gpu run
 # (each against the hand-written kernel in the same shape, and the DSL's
-# allreduce_pkt), the 8-rank two-phase plan with 1 and 4 blocks per peer, and
+# allreduce_pkt), the 8-rank two-phase plan with 2 and 4 blocks per peer, and
 # the two-phase plans with whole sub-chunks per block (mscx-plangen --blocks G
 # --layout rows|cols, docs/perf/tp8-vs-dsl.md) for 8 and 4 ranks, 64 KB-1 MB:
 # rows with G = ranks is the DSL's allreduce_pkt written by our generator.
