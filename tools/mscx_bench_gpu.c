@@ -334,8 +334,10 @@ static void bench_empty(void)
         mscx_exec_launch(ex, pid, buf, buf, 1024, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, st);
     cudaStreamSynchronize(st);
     double pipe = (now_us() - t0) / 2000;
-    printf("\nempty plan (1 rank, 1 block, nop): launch+sync %.2f us, back-to-back %.2f us per launch\n", sync_lat,
-           pipe);
+    printf("\nempty plan (1 rank, 1 block, nop; a rank with only nops launches no kernel, so this is the call's "
+           "host cost; mscx-bench-launch times the kernel itself on an empty program): launch+sync %.2f us, "
+           "back-to-back %.2f us per call\n",
+           sync_lat, pipe);
     cudaFree(buf);
     cudaStreamDestroy(st);
     mscx_exec_destroy(ex);
