@@ -553,7 +553,13 @@ out:
     return st;
 }
 
-static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks, uint32_t smem_bytes)
+/*
+ * Threads per block: the plan's, halved until @p total_blocks all fit on
+ * the device at once; *cap_p gets how many blocks of that size fit.
+ * @return 0 when none does
+ */
+static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks, uint32_t smem_bytes,
+                             uint64_t *cap_p)
 {
     int sms = 0, dev = 0;
     uint32_t t = plan->nthreads ? plan->nthreads : 1024;
@@ -565,7 +571,8 @@ static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks
         return 0;
     for (; t >= 32; t /= 2) {
         int occ = mscx_gpu_kernel_occupancy(t, smem_bytes);
-        if (occ > 0 && (uint64_t)occ * (uint64_t)sms >= total_blocks)
+        *cap_p = occ > 0 ? (uint64_t)occ * (uint64_t)sms : 0;
+        if (occ > 0 && *cap_p >= total_blocks)
             return t;
         if (t == 32)
             break;
@@ -576,24 +583,21 @@ static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks
 /*
  * Whether launches of a plan may use programmatic dependent launch: asked
  * for (MSCX_PDL), a Hopper or later GPU and a driver that has it (CUDA
- * 12.3), and room on the device for every block of the plan twice over:
- * a launch that starts early waits on its SMs while the launch ahead of it
- * runs (one ahead per stream, see mscx_pdl_allow), and a block of a rank
- * that could not become resident would leave its peers spinning.
+ * 12.3), and room on the device (@p cap blocks, from pick_threads) for
+ * every block of the plan twice over: a launch that starts early waits on
+ * its SMs while the launch ahead of it runs (one ahead per stream, see
+ * mscx_pdl_allow), and a block of a rank that could not become resident
+ * would leave its peers spinning.
  */
-static int pdl_usable(uint32_t nthreads, uint32_t smem_bytes, uint64_t total_blocks)
+static int pdl_usable(uint64_t cap, uint64_t total_blocks)
 {
     const struct mscx_config *cfg;
-    int dev = 0, major = 0, sms = 0, drv = 0;
+    int dev = 0, major = 0, drv = 0;
     if (mscx_config_get(&cfg) != MSCX_OK || !cfg->pdl || cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
         cudaDriverGetVersion(&drv) != cudaSuccess)
         return 0;
-    if (major < 9 || drv < 12030)
-        return 0;
-    int occ = mscx_gpu_kernel_occupancy(nthreads, smem_bytes);
-    return occ > 0 && (uint64_t)occ * (uint64_t)sms >= 2u * total_blocks;
+    return major >= 9 && drv >= 12030 && cap >= 2u * total_blocks;
 }
 
 mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *plan, uint64_t max_msg_bytes,
@@ -636,13 +640,15 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     GPU_CHECK_GOTO(cudaSetDevice(ex->device), st, fail);
     if ((st = setup_geoms(gp, rank)) != MSCX_OK)
         goto fail;
-    gp->nthreads = pick_threads(plan, (uint32_t)total_blocks, gp->smem_ops * (uint32_t)sizeof(struct mscx_dev_op));
+    uint64_t cap = 0;
+    gp->nthreads =
+        pick_threads(plan, (uint32_t)total_blocks, gp->smem_ops * (uint32_t)sizeof(struct mscx_dev_op), &cap);
     if (gp->nthreads == 0) {
         MSCX_WARN("plan %s: %llu thread blocks cannot all be resident on device %d even at 32 threads; refusing",
                   plan->name, (unsigned long long)total_blocks, ex->device);
         return MSCX_ERR_UNSUPPORTED;
     }
-    gp->pdl = pdl_usable(gp->nthreads, gp->smem_ops * (uint32_t)sizeof(struct mscx_dev_op), total_blocks);
+    gp->pdl = pdl_usable(cap, total_blocks);
     MSCX_INFO(MSCX_SUB_EXEC, "plan %s: %u blocks of %u threads, programmatic dependent launch %s", plan->name,
               gp->ntb, gp->nthreads, gp->pdl ? "on" : "off");
     ctx_layout(gp, gpu);
