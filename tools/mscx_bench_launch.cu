@@ -52,8 +52,8 @@ struct exec_args {
 };
 
 struct xchg_args {
-    uint32_t *state;          // [MAXB]: launch count per block
-    uint32_t *box[MAXN];      // box[p]: rank p's mailbox, [MAXN ranks][MAXB blocks]
+    uint32_t *state;     // [MAXB]: launch count per block
+    uint32_t *box[MAXN]; // box[p]: rank p's mailbox, [MAXN ranks][MAXB blocks]
     uint32_t rank, n, pdl, pad;
 };
 
@@ -165,9 +165,9 @@ template <uint32_t C> __device__ __forceinline__ uint32_t chain(uint32_t x)
     return x;
 }
 
-#define CASE(n)                                                                                                   \
-    case n:                                                                                                       \
-        x = chain<n>(x);                                                                                          \
+#define CASE(n)                                                                                              \
+    case n:                                                                                                  \
+        x = chain<n>(x);                                                                                     \
         break;
 #define CASE4(n) CASE(n) CASE(n + 1) CASE(n + 2) CASE(n + 3)
 
@@ -177,7 +177,8 @@ template <bool BIG> __global__ void __launch_bounds__(1024, 1) k_code(const __gr
     uint32_t x = threadIdx.x + a.sel;
     if (BIG) {
         switch (a.sel) {
-            CASE4(0) CASE4(4) CASE4(8) CASE4(12) CASE4(16) CASE4(20) CASE4(24) CASE(28) CASE(29) CASE(30) CASE(31)
+            CASE4(0)
+            CASE4(4) CASE4(8) CASE4(12) CASE4(16) CASE4(20) CASE4(24) CASE(28) CASE(29) CASE(30) CASE(31)
         }
     } else if (a.sel == 31) {
         x = chain<31>(x);
@@ -227,7 +228,21 @@ __global__ void k_xchg(const __grid_constant__ xchg_args a)
         *(volatile uint32_t *)&a.state[blockIdx.x] = f;
 }
 
-enum kind { K_SMALL, K_BIG, K_SMEM, K_STATIC, K_TINY, K_EXEC, K_EXEC_STACK, K_CODE_SMALL, K_CODE_BIG, K_REAL_EMPTY, K_REAL_COPY, K_COPY, K_XCHG };
+enum kind {
+    K_SMALL,
+    K_BIG,
+    K_SMEM,
+    K_STATIC,
+    K_TINY,
+    K_EXEC,
+    K_EXEC_STACK,
+    K_CODE_SMALL,
+    K_CODE_BIG,
+    K_REAL_EMPTY,
+    K_REAL_COPY,
+    K_COPY,
+    K_XCHG
+};
 
 struct row {
     const char *what;
@@ -242,6 +257,26 @@ static uint4 *g_table; // MAXB blocks x 64 words
 static char *g_ctx, *g_rec_empty, *g_rec_copy, *g_in, *g_out;
 static uint32_t *g_bflag;
 
+// The kernels whose only argument is small_args, by kind; NULL for the others.
+static void (*small_kernel(enum kind k))(small_args)
+{
+    switch (k) {
+    case K_SMALL:
+        return k_small;
+    case K_SMEM:
+        return k_smem;
+    case K_STATIC:
+        return k_static;
+    case K_TINY:
+        return k_tiny;
+    case K_CODE_SMALL:
+        return k_code<false>;
+    case K_CODE_BIG:
+        return k_code<true>;
+    default:
+        return NULL;
+    }
+}
 
 static int launch(const struct row *r, uint32_t rank)
 {
@@ -258,88 +293,67 @@ static int launch(const struct row *r, uint32_t rank)
         c.numAttrs = 1;
     }
     cudaError_t e;
-    switch (r->k) {
-    case K_SMALL: {
-        small_args a = {g_state[rank], r->pdl, 0};
-        e = cudaLaunchKernelEx(&c, k_small, a);
-        break;
-    }
-    case K_SMEM: {
-        small_args a = {g_state[rank], r->pdl, 0};
-        e = cudaLaunchKernelEx(&c, k_smem, a);
-        break;
-    }
-    case K_STATIC: {
-        small_args a = {g_state[rank], r->pdl, 0};
-        e = cudaLaunchKernelEx(&c, k_static, a);
-        break;
-    }
-    case K_TINY: {
-        small_args a = {g_state[rank], r->pdl, 0};
-        e = cudaLaunchKernelEx(&c, k_tiny, a);
-        break;
-    }
-    case K_COPY: {
-        small_args a = {g_state[rank], r->pdl, 0};
-        e = cudaLaunchKernelEx(&c, k_copy, a, (const char *)g_in, g_out);
-        break;
-    }
-    case K_REAL_EMPTY:
-    case K_REAL_COPY: {
-        struct mscx_gpu_args a;
-        memset(&a, 0, sizeof(a));
-        a.ctx = (struct mscx_gpu_ctx *)g_ctx;
-        a.bflag = g_bflag;
-        a.in = g_in;
-        a.out = g_out;
-        a.in_bytes = a.out_bytes = (uint64_t)MAXB * COPY_BYTES;
-        a.dtype = MSCX_DT_FP32;
-        a.op = MSCX_REDOP_SUM;
-        a.pkt = MSCX_PKT_LL16;
-        a.reduce = 1;
-        a.kprog = r->k == K_REAL_EMPTY ? g_rec_empty : g_rec_copy;
-        a.kmax_ops = 1;
-        a.kmax_opnd = 2;
-        a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
-        a.fast = 1;
-        int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
-        e = rc ? (cudaError_t)rc : cudaSuccess;
-        break;
-    }
-    case K_CODE_SMALL:
-    case K_CODE_BIG: {
-        small_args a = {g_state[rank], r->pdl, 31};
-        e = r->k == K_CODE_BIG ? cudaLaunchKernelEx(&c, k_code<true>, a) : cudaLaunchKernelEx(&c, k_code<false>, a);
-        break;
-    }
-    case K_EXEC:
-    case K_EXEC_STACK: {
-        exec_args a = {};
-        a.state = g_state[rank];
-        a.table = g_table;
-        a.pdl = r->pdl;
-        a.words = 40; // about a one-shot block's record (head, entries, operands)
-        e = r->k == K_EXEC ? cudaLaunchKernelEx(&c, k_execlike<false>, a) : cudaLaunchKernelEx(&c, k_execlike<true>, a);
-        break;
-    }
-    case K_BIG: {
-        big_args a = {};
-        a.state = g_state[rank];
-        a.pdl = r->pdl;
-        e = cudaLaunchKernelEx(&c, k_big, a);
-        break;
-    }
-    default: {
-        xchg_args a = {};
-        a.state = g_state[rank];
-        for (uint32_t p = 0; p < r->n; p++)
-            a.box[p] = g_box[p];
-        a.rank = rank;
-        a.n = r->n;
-        a.pdl = r->pdl;
-        e = cudaLaunchKernelEx(&c, k_xchg, a);
-        break;
-    }
+    const small_args sa = {g_state[rank], r->pdl, r->k == K_CODE_SMALL || r->k == K_CODE_BIG ? 31u : 0u};
+    void (*small)(small_args) = small_kernel(r->k);
+    if (small) {
+        e = cudaLaunchKernelEx(&c, small, sa);
+    } else {
+        switch (r->k) {
+        case K_COPY:
+            e = cudaLaunchKernelEx(&c, k_copy, sa, (const char *)g_in, g_out);
+            break;
+        case K_REAL_EMPTY:
+        case K_REAL_COPY: {
+            struct mscx_gpu_args a;
+            memset(&a, 0, sizeof(a));
+            a.ctx = (struct mscx_gpu_ctx *)g_ctx;
+            a.bflag = g_bflag;
+            a.in = g_in;
+            a.out = g_out;
+            a.in_bytes = a.out_bytes = (uint64_t)MAXB * COPY_BYTES;
+            a.dtype = MSCX_DT_FP32;
+            a.op = MSCX_REDOP_SUM;
+            a.pkt = MSCX_PKT_LL16;
+            a.reduce = 1;
+            a.kprog = r->k == K_REAL_EMPTY ? g_rec_empty : g_rec_copy;
+            a.kmax_ops = 1;
+            a.kmax_opnd = 2;
+            a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
+            a.fast = 1;
+            int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
+            e = rc ? (cudaError_t)rc : cudaSuccess;
+            break;
+        }
+        case K_EXEC:
+        case K_EXEC_STACK: {
+            exec_args a = {};
+            a.state = g_state[rank];
+            a.table = g_table;
+            a.pdl = r->pdl;
+            a.words = 40; // about a one-shot block's record (head, entries, operands)
+            e = r->k == K_EXEC ? cudaLaunchKernelEx(&c, k_execlike<false>, a)
+                               : cudaLaunchKernelEx(&c, k_execlike<true>, a);
+            break;
+        }
+        case K_BIG: {
+            big_args a = {};
+            a.state = g_state[rank];
+            a.pdl = r->pdl;
+            e = cudaLaunchKernelEx(&c, k_big, a);
+            break;
+        }
+        default: {
+            xchg_args a = {};
+            a.state = g_state[rank];
+            for (uint32_t p = 0; p < r->n; p++)
+                a.box[p] = g_box[p];
+            a.rank = rank;
+            a.n = r->n;
+            a.pdl = r->pdl;
+            e = cudaLaunchKernelEx(&c, k_xchg, a);
+            break;
+        }
+        }
     }
     if (e != cudaSuccess) {
         fprintf(stderr, "mscx-bench-launch: %s: %s\n", r->what, cudaGetErrorString(e));
@@ -378,7 +392,8 @@ static double time_graph(const struct row *r)
         cudaEventRecord(join[i], g_st[i]);
         cudaStreamWaitEvent(g_st[0], join[i], 0);
     }
-    if (cudaStreamEndCapture(g_st[0], &g) != cudaSuccess || bad || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
+    if (cudaStreamEndCapture(g_st[0], &g) != cudaSuccess || bad ||
+        cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
         fprintf(stderr, "mscx-bench-launch: %s: capture failed\n", r->what);
         return -1;
     }
@@ -462,7 +477,8 @@ int main(void)
             k.ndst = 1;
             k.units = COPY_BYTES / 16u;
             memcpy(&copy[b * words + 1], &k, sizeof(k));
-            uint64_t src = MSCX_KPTR_IN | ((uint64_t)b * COPY_BYTES), dst = MSCX_KPTR_OUT | ((uint64_t)b * COPY_BYTES);
+            uint64_t src = MSCX_KPTR_IN | ((uint64_t)b * COPY_BYTES),
+                     dst = MSCX_KPTR_OUT | ((uint64_t)b * COPY_BYTES);
             copy[b * words + 2] = make_uint4((uint32_t)src, (uint32_t)(src >> 32), 0, 0);
             copy[b * words + 3] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), 0, 0);
         }
