@@ -123,9 +123,12 @@ __global__ void k_tiny(const __grid_constant__ small_args a)
 // The executor's prologue shape: every thread loads one 16-byte word of its
 // block's record before the wait (the record never changes), the block's
 // flag after it; the words are resolved by the flag's parity and staged in
-// 5 KB of static shared memory, one barrier, then read back. STACKY: a local
-// array indexed at run time, as the executor kernel's stack frame.
-template <bool STACKY>
+// 5 KB of static shared memory, one barrier, then read back. A stack frame
+// by MODE: 0 none; 1 a 48-word local array indexed at run time; 2 a 36-word
+// (144 B, the fast executor kernel's frame) local array written at run-time
+// indices.
+
+template <uint32_t MODE>
 __global__ void __launch_bounds__(1024, 1) k_execlike(const __grid_constant__ exec_args a)
 {
     __shared__ uint4 srec[320];
@@ -140,7 +143,13 @@ __global__ void __launch_bounds__(1024, 1) k_execlike(const __grid_constant__ ex
     }
     __syncthreads();
     uint32_t acc = srec[0].x + srec[1].y + srec[a.words - 1].z;
-    if (STACKY) {
+    if (MODE == 2) {
+        uint32_t loc[36];
+        for (uint32_t i = 0; i < 36; i++) // stores at run-time indices: the array lives in local memory
+            loc[(i + threadIdx.x) % 36u] = acc + i;
+        acc = loc[(threadIdx.x + f) % 36u];
+    }
+    if (MODE == 1) {
         uint32_t loc[48];
         for (int i = 0; i < 48; i++)
             loc[i] = acc + (uint32_t)i;
@@ -236,6 +245,7 @@ enum kind {
     K_TINY,
     K_EXEC,
     K_EXEC_STACK,
+    K_EXEC_VOL,
     K_CODE_SMALL,
     K_CODE_BIG,
     K_REAL_EMPTY,
@@ -325,14 +335,17 @@ static int launch(const struct row *r, uint32_t rank)
             break;
         }
         case K_EXEC:
-        case K_EXEC_STACK: {
+        case K_EXEC_STACK:
+        case K_EXEC_VOL: {
             exec_args a = {};
             a.state = g_state[rank];
             a.table = g_table;
             a.pdl = r->pdl;
             a.words = 40; // about a one-shot block's record (head, entries, operands)
-            e = r->k == K_EXEC ? cudaLaunchKernelEx(&c, k_execlike<false>, a)
-                               : cudaLaunchKernelEx(&c, k_execlike<true>, a);
+            void (*fn)(exec_args) = r->k == K_EXEC         ? k_execlike<0>
+                                    : r->k == K_EXEC_STACK ? k_execlike<1>
+                                                           : k_execlike<2>;
+            e = cudaLaunchKernelEx(&c, fn, a);
             break;
         }
         case K_BIG: {
@@ -511,6 +524,7 @@ int main(void)
         {"empty, 7 x 512, 4 KB static smem", K_STATIC, 1, 7, 512, 0, 0},
         {"executor-like prologue, 7 x 512 (record + flag, 5 KB smem, 944 B args)", K_EXEC, 1, 7, 512, 0, 0},
         {"executor-like prologue with a stack frame, 7 x 512", K_EXEC_STACK, 1, 7, 512, 0, 0},
+        {"executor-like prologue, 144 B local array, 7 x 512", K_EXEC_VOL, 1, 7, 512, 0, 0},
         {"executor-like prologue, 7 x 512, PDL", K_EXEC, 1, 7, 512, 0, 2},
         {"executor fast kernel, empty program, 7 x 512", K_REAL_EMPTY, 1, 7, 512, 0, 0},
         {"executor fast kernel, empty program, 7 x 512, PDL", K_REAL_EMPTY, 1, 7, 512, 0, 2},

@@ -17,6 +17,22 @@
 
 #define MSCX_SLICE_UNIT 16u
 
+/*
+ * Build-time knobs of the kernel (defaults are what ships):
+ * MSCX_KBOUND, the kernel's __launch_bounds__ thread count (a smaller bound
+ * gives each thread more registers); MSCX_KSLOW_INLINE, the cold helpers
+ * inlined instead of called (no state passed by address, so no stack frame
+ * for it). For measuring what the stack frame and register cap cost.
+ */
+#ifndef MSCX_KBOUND
+#define MSCX_KBOUND 1024
+#endif
+#ifdef MSCX_KSLOW_INLINE
+#define MSCX_DSLOW __forceinline__
+#else
+#define MSCX_DSLOW __noinline__
+#endif
+
 /* A resolved operand: flat (scratch, packet lines) or raw (input/output). */
 struct mscx_dopnd {
     char *base;
@@ -71,7 +87,7 @@ __device__ __forceinline__ void mscx_dtrace_begin(const struct mscx_gpu_args *a,
     }
 }
 
-static __device__ __noinline__ void mscx_dtrace_rec(struct mscx_dtrace *t, uint32_t op_index, uint32_t opcode,
+static __device__ MSCX_DSLOW void mscx_dtrace_rec(struct mscx_dtrace *t, uint32_t op_index, uint32_t opcode,
                                                     uint64_t start)
 {
     uint64_t end = mscx_dtime();
@@ -86,7 +102,7 @@ static __device__ __noinline__ void mscx_dtrace_rec(struct mscx_dtrace *t, uint3
 }
 
 /* Record an error once and make every spinning thread of this rank give up. */
-static __device__ __noinline__ void mscx_dfail(const struct mscx_dstate *s, int32_t code)
+static __device__ MSCX_DSLOW void mscx_dfail(const struct mscx_dstate *s, int32_t code)
 {
     struct mscx_gpu_host *h = s->ctx->host;
     if (atomicCAS(&s->ctx->err_claim, 0u, 1u) == 0u) {
@@ -110,7 +126,7 @@ struct mscx_spin {
  * The clock is read every 256 polls; the abort word lives in mapped host
  * memory (a PCIe read), so it is read only once a wait has lasted 1 ms.
  */
-static __device__ __noinline__ int mscx_spin_slow(const struct mscx_dstate *s, struct mscx_spin *sp)
+static __device__ MSCX_DSLOW int mscx_spin_slow(const struct mscx_dstate *s, struct mscx_spin *sp)
 {
     uint64_t now = mscx_dtime();
     if (sp->t0 == 0) {
@@ -146,7 +162,7 @@ __device__ __forceinline__ int mscx_spin_step(const struct mscx_dstate *s, struc
  * way, but its pointers mean nothing here: the host mapped the buffers of this
  * launch and passes them in args.uptr (MSCX_GPU_RBUF_MAPPED).
  */
-static __device__ __noinline__ char *mscx_dpeer_user(const struct mscx_dstate *s, const struct mscx_gpu_rbuf *rb,
+static __device__ MSCX_DSLOW char *mscx_dpeer_user(const struct mscx_dstate *s, const struct mscx_gpu_rbuf *rb,
                                                      int t)
 {
     struct mscx_spin sp = {0, 0};
@@ -227,7 +243,7 @@ __device__ __forceinline__ void mscx_drange(const struct mscx_dev_op *op, const 
 }
 
 /* Cold path of a raw load: partial or unaligned. */
-static __device__ __noinline__ uint4 mscx_dload_slow(const char *p, uint64_t avail, uint32_t n)
+static __device__ MSCX_DSLOW uint4 mscx_dload_slow(const char *p, uint64_t avail, uint32_t n)
 {
     uint32_t w[4] = {0, 0, 0, 0};
     uint32_t m = avail < n ? (uint32_t)avail : n;
@@ -236,7 +252,7 @@ static __device__ __noinline__ uint4 mscx_dload_slow(const char *p, uint64_t ava
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-static __device__ __noinline__ void mscx_dstore_slow(char *p, uint64_t avail, uint32_t n, uint4 v)
+static __device__ MSCX_DSLOW void mscx_dstore_slow(char *p, uint64_t avail, uint32_t n, uint4 v)
 {
     uint32_t w[4] = {v.x, v.y, v.z, v.w};
     uint32_t m = avail < n ? (uint32_t)avail : n;

@@ -619,7 +619,7 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
  * this launch's half would leave stale lines where a later, larger launch
  * looks. See docs/design.md for what this does not cover.
  */
-static __device__ __noinline__ void mscx_dwrap_clear(const struct mscx_dstate *s)
+static __device__ MSCX_DSLOW void mscx_dwrap_clear(const struct mscx_dstate *s)
 {
     __shared__ uint32_t last;
     struct mscx_gpu_ctx *ctx = s->ctx;
@@ -653,7 +653,7 @@ static __device__ __noinline__ void mscx_dwrap_clear(const struct mscx_dstate *s
 }
 
 /* Publish this rank's user pointers for the launch (peers read them through mscx_dpeer_user). */
-static __device__ __noinline__ void mscx_dpublish(const struct mscx_gpu_args *a, const struct mscx_dstate *s)
+static __device__ MSCX_DSLOW void mscx_dpublish(const struct mscx_gpu_args *a, const struct mscx_dstate *s)
 {
     struct mscx_gpu_ctx *ctx = a->ctx;
     ctx->pub.ptr[s->parity][0] = (void *)a->in;
@@ -806,7 +806,7 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
  * full kernel; launch and completion cost with them (gpu_exec.c picks it).
  */
 template <uint32_t PKT, uint32_t DT, bool RED, bool FAST>
-__global__ void __launch_bounds__(1024, 1) mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
+__global__ void __launch_bounds__(MSCX_KBOUND, 1) mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
 {
     struct mscx_dstate s;
     struct mscx_dtrace tr;

@@ -48,7 +48,7 @@ __device__ __forceinline__ bool mscx_dport_op(const struct mscx_dstate *s, const
  * slot, fence, publish seq. @return the position, or MSCX_DPORT_GIVE_UP after
  * a timeout or an abort (recorded by the spin).
  */
-static __device__ __noinline__ unsigned long long mscx_dport_push(const struct mscx_dstate *s, uint32_t kind,
+static __device__ MSCX_DSLOW unsigned long long mscx_dport_push(const struct mscx_dstate *s, uint32_t kind,
                                                                   uint32_t chan, const void *src,
                                                                   uint64_t dst_off, uint64_t len,
                                                                   uint32_t flags)
@@ -79,7 +79,7 @@ static __device__ __noinline__ unsigned long long mscx_dport_push(const struct m
 }
 
 /* Push a flush and wait until the proxy completed it (one thread). @return non-zero after giving up. */
-static __device__ __noinline__ int mscx_dport_flush(const struct mscx_dstate *s, uint32_t flags)
+static __device__ MSCX_DSLOW int mscx_dport_flush(const struct mscx_dstate *s, uint32_t flags)
 {
     unsigned long long pos = mscx_dport_push(s, MSCX_PREQ_FLUSH, 0, NULL, 0, 0, flags);
     if (pos == MSCX_DPORT_GIVE_UP)
@@ -126,7 +126,7 @@ __device__ __forceinline__ uint32_t mscx_dport_pair_chan(const struct mscx_dev_o
  * (the destination's bytes past a chunk's real end are left as they are:
  * every reader drops them).
  */
-static __device__ __noinline__ int mscx_dport_put(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+static __device__ MSCX_DSLOW int mscx_dport_put(const struct mscx_dstate *s, const struct mscx_dev_op *op,
                                                   const struct mscx_dpipe *pp)
 {
     int bad = 0;
@@ -184,7 +184,7 @@ static __device__ __noinline__ int mscx_dport_put(const struct mscx_dstate *s, c
  * lines are copied as they are, flag included, as whole 8-byte units.
  */
 template <uint32_t PKT>
-static __device__ __noinline__ int mscx_dport_put_pkt(const struct mscx_dstate *s,
+static __device__ MSCX_DSLOW int mscx_dport_put_pkt(const struct mscx_dstate *s,
                                                       const struct mscx_dev_op *op,
                                                       const struct mscx_dpipe *pp, int single_src)
 {
@@ -232,14 +232,14 @@ static __device__ __noinline__ int mscx_dport_put_pkt(const struct mscx_dstate *
 }
 
 /* Signal on a proxied channel (the calling thread's channel @p c); the block synchronised before the op. */
-static __device__ __noinline__ void mscx_dport_signal(const struct mscx_dstate *s, uint32_t c)
+static __device__ MSCX_DSLOW void mscx_dport_signal(const struct mscx_dstate *s, uint32_t c)
 {
     __threadfence_system();
     mscx_dport_push(s, MSCX_PREQ_SIGNAL, c, NULL, 0, 0, 0);
 }
 
 /* Flush op on a context with proxied channels: every request pushed before it is complete at the peers. */
-static __device__ __noinline__ int mscx_dport_flush_op(const struct mscx_dstate *s)
+static __device__ MSCX_DSLOW int mscx_dport_flush_op(const struct mscx_dstate *s)
 {
     __syncthreads(); /* signals pushed by other threads of the block come first */
     if (threadIdx.x != 0)
@@ -248,7 +248,7 @@ static __device__ __noinline__ int mscx_dport_flush_op(const struct mscx_dstate 
 }
 
 /* End of a launch: a block that pushed requests waits until the proxy has read every source it named. */
-static __device__ __noinline__ void mscx_dport_drain(struct mscx_dstate *s)
+static __device__ MSCX_DSLOW void mscx_dport_drain(struct mscx_dstate *s)
 {
     __syncthreads();
     if (threadIdx.x == 0 && *(volatile uint32_t *)&s->ctx->port->dirty[blockIdx.x]) {
