@@ -2,9 +2,10 @@
 /*
  * Device helpers of the executor kernel: operand resolution, raw and packet
  * loads and stores, spin loops with timeout and abort. Everything that is
- * hot is templated on the packet format; nothing indexes a local array, so
- * the kernel has no stack frame on its fast paths (cold helpers are
- * __noinline__).
+ * hot is templated on the packet format and nothing indexes a local array.
+ * The cold helpers are __noinline__ (MSCX_DSLOW), except in the lean kernel
+ * for blocks of at most 512 threads, which inlines them and so has no stack
+ * frame at all (the 1024-thread kernels, capped at 64 registers, have one).
  */
 #ifndef MSCX_EXEC_DEV_CUH
 #define MSCX_EXEC_DEV_CUH
@@ -18,11 +19,12 @@
 #define MSCX_SLICE_UNIT 16u
 
 /*
- * Build-time knobs of the kernel (defaults are what ships):
- * MSCX_KBOUND, the kernel's __launch_bounds__ thread count (a smaller bound
- * gives each thread more registers); MSCX_KSLOW_INLINE, the cold helpers
- * inlined instead of called (no state passed by address, so no stack frame
- * for it). For measuring what the stack frame and register cap cost.
+ * Build-time knobs of the kernel: MSCX_KBOUND, the __launch_bounds__ thread
+ * count of the full and the lean kernel (1024; a smaller bound gives each
+ * thread more registers); MSCX_KSLOW_INLINE, the cold helpers inlined
+ * instead of called, so that no state is passed by address and needs a
+ * stack frame (set by the translation units of the lean kernel for blocks
+ * of at most 512 threads, see exec_k.cu.in).
  */
 #ifndef MSCX_KBOUND
 #define MSCX_KBOUND 1024

@@ -10,76 +10,45 @@
 
 typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 
-#define MSCX_KFN_COUNT 12 /* per packet format: 6 full, 6 fast */
+#define MSCX_KFN_COUNT 18 /* per packet format: 6 full, 6 lean, 6 lean for blocks of at most 512 threads */
+#define MSCX_KFN_SMALL_BOUND 512u
 
-/* exec_k_<format>_<i>.cu, generated from exec_k.cu.in (i = 6 * fast + dtype, or + 5 for copy-only) */
+/* exec_k_<format>_<i>.cu, generated from exec_k.cu.in (i = 6 * variant + dtype, or + 5 for copy-only) */
+#define MSCX_KFN_EACH(X, f)                                                                                  \
+    X(f, 0) X(f, 1) X(f, 2) X(f, 3) X(f, 4) X(f, 5) X(f, 6) X(f, 7) X(f, 8) X(f, 9) X(f, 10) X(f, 11) X(f, 12) \
+        X(f, 13) X(f, 14) X(f, 15) X(f, 16) X(f, 17)
+#define MSCX_KFN_DECL(f, i) mscx_kfn mscx_gpu_kfn_##f##_##i(void);
+#define MSCX_KFN_SET(f, i) t[i] = mscx_gpu_kfn_##f##_##i();
+
 extern "C" {
-mscx_kfn mscx_gpu_kfn_ll16_0(void);
-mscx_kfn mscx_gpu_kfn_ll16_1(void);
-mscx_kfn mscx_gpu_kfn_ll16_2(void);
-mscx_kfn mscx_gpu_kfn_ll16_3(void);
-mscx_kfn mscx_gpu_kfn_ll16_4(void);
-mscx_kfn mscx_gpu_kfn_ll16_5(void);
-mscx_kfn mscx_gpu_kfn_ll16_6(void);
-mscx_kfn mscx_gpu_kfn_ll16_7(void);
-mscx_kfn mscx_gpu_kfn_ll16_8(void);
-mscx_kfn mscx_gpu_kfn_ll16_9(void);
-mscx_kfn mscx_gpu_kfn_ll16_10(void);
-mscx_kfn mscx_gpu_kfn_ll16_11(void);
-mscx_kfn mscx_gpu_kfn_ll8_0(void);
-mscx_kfn mscx_gpu_kfn_ll8_1(void);
-mscx_kfn mscx_gpu_kfn_ll8_2(void);
-mscx_kfn mscx_gpu_kfn_ll8_3(void);
-mscx_kfn mscx_gpu_kfn_ll8_4(void);
-mscx_kfn mscx_gpu_kfn_ll8_5(void);
-mscx_kfn mscx_gpu_kfn_ll8_6(void);
-mscx_kfn mscx_gpu_kfn_ll8_7(void);
-mscx_kfn mscx_gpu_kfn_ll8_8(void);
-mscx_kfn mscx_gpu_kfn_ll8_9(void);
-mscx_kfn mscx_gpu_kfn_ll8_10(void);
-mscx_kfn mscx_gpu_kfn_ll8_11(void);
+MSCX_KFN_EACH(MSCX_KFN_DECL, ll16)
+MSCX_KFN_EACH(MSCX_KFN_DECL, ll8)
 }
 
 static void mscx_gpu_kfns_ll16(mscx_kfn *t)
 {
-    t[0] = mscx_gpu_kfn_ll16_0();
-    t[1] = mscx_gpu_kfn_ll16_1();
-    t[2] = mscx_gpu_kfn_ll16_2();
-    t[3] = mscx_gpu_kfn_ll16_3();
-    t[4] = mscx_gpu_kfn_ll16_4();
-    t[5] = mscx_gpu_kfn_ll16_5();
-    t[6] = mscx_gpu_kfn_ll16_6();
-    t[7] = mscx_gpu_kfn_ll16_7();
-    t[8] = mscx_gpu_kfn_ll16_8();
-    t[9] = mscx_gpu_kfn_ll16_9();
-    t[10] = mscx_gpu_kfn_ll16_10();
-    t[11] = mscx_gpu_kfn_ll16_11();
+    MSCX_KFN_EACH(MSCX_KFN_SET, ll16)
 }
 
 static void mscx_gpu_kfns_ll8(mscx_kfn *t)
 {
-    t[0] = mscx_gpu_kfn_ll8_0();
-    t[1] = mscx_gpu_kfn_ll8_1();
-    t[2] = mscx_gpu_kfn_ll8_2();
-    t[3] = mscx_gpu_kfn_ll8_3();
-    t[4] = mscx_gpu_kfn_ll8_4();
-    t[5] = mscx_gpu_kfn_ll8_5();
-    t[6] = mscx_gpu_kfn_ll8_6();
-    t[7] = mscx_gpu_kfn_ll8_7();
-    t[8] = mscx_gpu_kfn_ll8_8();
-    t[9] = mscx_gpu_kfn_ll8_9();
-    t[10] = mscx_gpu_kfn_ll8_10();
-    t[11] = mscx_gpu_kfn_ll8_11();
+    MSCX_KFN_EACH(MSCX_KFN_SET, ll8)
 }
 
-static mscx_kfn mscx_pick(const struct mscx_gpu_args *a)
+/* whether instantiation @p i (of one format) can run blocks of @p nthreads */
+static bool mscx_kfn_fits(int i, uint32_t nthreads)
+{
+    return i < 12 || nthreads <= MSCX_KFN_SMALL_BOUND;
+}
+
+static mscx_kfn mscx_pick(const struct mscx_gpu_args *a, uint32_t nthreads)
 {
     mscx_kfn tab[MSCX_KFN_COUNT];
     if (a->pkt == MSCX_PKT_LL8)
         mscx_gpu_kfns_ll8(tab);
     else
         mscx_gpu_kfns_ll16(tab);
-    uint32_t base = a->fast ? 6u : 0u;
+    uint32_t base = !a->fast ? 0u : nthreads <= MSCX_KFN_SMALL_BOUND ? 12u : 6u;
     if (!a->reduce)
         return tab[base + 5];
     return tab[base + (a->dtype <= MSCX_DT_UINT32 ? a->dtype : (uint32_t)MSCX_DT_FP32)];
@@ -88,7 +57,7 @@ static mscx_kfn mscx_pick(const struct mscx_gpu_args *a)
 extern "C" int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads,
                                       int pdl, void *stream)
 {
-    mscx_kfn fn = mscx_pick(args);
+    mscx_kfn fn = mscx_pick(args, nthreads);
     void *params[1] = {(void *)args};
     /* the interpreter's op staging: none when every block runs the compiled program */
     int interp = !args->kprog || args->interp_mask != 0;
@@ -111,13 +80,15 @@ extern "C" int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t
 
 extern "C" int mscx_gpu_kernel_occupancy(uint32_t nthreads, uint32_t smem_bytes)
 {
-    /* take the least occupancy of every instantiation */
+    /* take the least occupancy of every instantiation that may run blocks of this size */
     mscx_kfn fns[2 * MSCX_KFN_COUNT];
     mscx_gpu_kfns_ll16(fns);
     mscx_gpu_kfns_ll8(fns + MSCX_KFN_COUNT);
     int best = -1;
     for (int i = 0; i < 2 * MSCX_KFN_COUNT; i++) {
         int n = 0;
+        if (!mscx_kfn_fits(i % MSCX_KFN_COUNT, nthreads))
+            continue;
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fns[i], (int)nthreads, smem_bytes) != cudaSuccess)
             return -1;
         if (best < 0 || n < best)

@@ -805,8 +805,8 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
  * interpreter, so it is a fraction of the code, registers and stack of the
  * full kernel; launch and completion cost with them (gpu_exec.c picks it).
  */
-template <uint32_t PKT, uint32_t DT, bool RED, bool FAST>
-__global__ void __launch_bounds__(MSCX_KBOUND, 1) mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
+template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t BOUND>
+__global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
 {
     struct mscx_dstate s;
     struct mscx_dtrace tr;

@@ -7,7 +7,8 @@
 # allreduce_pkt), the 8-rank two-phase plan with 2 and 4 blocks per peer, and
 # the two-phase plans with whole sub-chunks per block (mscx-plangen --blocks G
 # --layout rows|cols, docs/perf/tp8-vs-dsl.md) for 8 and 4 ranks, 64 KB-1 MB:
-# rows with G = ranks is the DSL's allreduce_pkt written by our generator.
+# rows with G = ranks is the DSL's allreduce_pkt written by our generator;
+# and the shipped 1024-thread two-phase plans with 512 threads (_b512_).
 # Results under OUT (default out): variants/ and bench.txt.
 #   tests/perf/bench-variants.sh [MAX_BYTES]     (default 16384)
 set -u
@@ -39,5 +40,13 @@ for v in 8:rows:8 8:cols:8 4:rows:4 4:cols:8 4:cols:16; do
     name=allreduce_n${n}_rpn${n}_twophase_${layout}${g}_64K_1M
     "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks "$n" --blocks "$g" --layout "$layout" \
         --threads-per-block 1024 --min-size 64K --max-size 1M --name "$name" -o "$V/$name.json" --quiet || exit 1
+done
+# the shipped 1024-thread two-phase plans with 512 threads per block (the same blocks): the executor runs
+# blocks of at most 512 threads on its stackless 128-register kernel
+for v in 2:8:16K:256K 4:4:16K:1M 8:1:64K:1M; do
+    IFS=: read -r n t lo hi <<<"$v"
+    name=allreduce_n${n}_rpn${n}_twophase_b512_${lo}_${hi}
+    "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks "$n" --tbs-per-peer "$t" \
+        --threads-per-block 512 --min-size "$lo" --max-size "$hi" --name "$name" -o "$V/$name.json" --quiet || exit 1
 done
 BENCH_PLANS=$V BENCH_MAX=${1:-16384} exec tests/perf/device-run.sh bench
