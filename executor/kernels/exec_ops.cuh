@@ -658,6 +658,8 @@ static __device__ MSCX_DSLOW void mscx_dpublish(const struct mscx_gpu_args *a, c
     struct mscx_gpu_ctx *ctx = a->ctx;
     ctx->pub.ptr[s->parity][0] = (void *)a->in;
     ctx->pub.ptr[s->parity][1] = a->out;
+    ctx->pub.bytes[s->parity][0] = a->in_bytes;
+    ctx->pub.bytes[s->parity][1] = a->out_bytes;
     if (a->sys_scope)
         __threadfence_system();
     else

@@ -51,7 +51,7 @@ __device__ __forceinline__ bool mscx_dport_op(const struct mscx_dstate *s, const
 static __device__ MSCX_DSLOW unsigned long long mscx_dport_push(const struct mscx_dstate *s, uint32_t kind,
                                                                   uint32_t chan, const void *src,
                                                                   uint64_t dst_off, uint64_t len,
-                                                                  uint32_t flags)
+                                                                  uint32_t flags, uint64_t ext = 0)
 {
     struct mscx_gpu_port *p = s->ctx->port;
     struct mscx_pfifo *f = p->fifo;
@@ -71,6 +71,7 @@ static __device__ MSCX_DSLOW unsigned long long mscx_dport_push(const struct msc
     q->block = blockIdx.x;
     q->op = s->op_index;
     q->launch = s->flag;
+    q->reserved = ext;
     __threadfence_system(); /* the fields before seq, as the proxy reads them */
     q->seq = pos + 1ull;
     if (kind != MSCX_PREQ_FLUSH)
@@ -121,8 +122,72 @@ __device__ __forceinline__ uint32_t mscx_dport_pair_chan(const struct mscx_dev_o
 }
 
 /*
+ * One pair of a proxied put whose destination is the peer's input or output
+ * buffer (@p rb, kind MAPPED: same node, mapped here by gpu_ureg.c; kind
+ * NET: another node, resolved by the peer's proxy from its own launch with
+ * this flag). Requests carry real byte offsets in that buffer: the logical
+ * range is cut where a source or destination chunk ends, and only bytes
+ * that are real in both are sent (the geometry rule makes the chunks of the
+ * two agree, docs/design.md). MAPPED also waits for the owner's flag, so its
+ * stream has reached this launch before the copy engine writes there.
+ * Thread 0 only. @return non-zero after giving up.
+ */
+static __device__ __noinline__ int mscx_dport_put_user(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                                       const struct mscx_dpipe *pp, uint32_t c,
+                                                       const struct mscx_dev_operand *so,
+                                                       const struct mscx_dev_operand *dop,
+                                                       const struct mscx_gpu_rbuf *rb)
+{
+    const struct mscx_gpu_geom *g = &s->a->geom[rb->geom];
+    int t = rb->type == MSCX_BUF_OUTPUT;
+    uint64_t dslot = g->slot, dchunk = t ? g->out_chunk : g->in_chunk;
+    uint64_t dsize = t ? s->a->out_bytes : s->a->in_bytes;
+    uint32_t fl = t ? MSCX_PREQ_F_USER_OUT : MSCX_PREQ_F_USER_IN;
+    char *mapped = NULL;
+    if (rb->kind == MSCX_GPU_RBUF_MAPPED) {
+        if (!(mapped = mscx_dpeer_user(s, rb, t)))
+            return 1;
+    } else if (rb->kind != MSCX_GPU_RBUF_NET) {
+        mscx_dfail(s, MSCX_ERR_INTERNAL);
+        return 1;
+    }
+    struct mscx_dopnd src = mscx_dresolve(s, so);
+    uint64_t soff, slen, doff, dlen;
+    mscx_drange(op, so, src.slot, pp, &soff, &slen);
+    mscx_drange(op, dop, dslot, pp, &doff, &dlen);
+    uint64_t len = slen < dlen ? slen : dlen;
+    for (uint64_t x = 0; x < len;) {
+        uint64_t ld = doff + x, davail, savail;
+        uint64_t dreal = mscx_raw_map(ld, dslot, dchunk, dsize, &davail);
+        uint64_t step = dslot - ld % dslot;
+        const char *sp;
+        if (src.raw) {
+            uint64_t ls = soff + x;
+            uint64_t sreal = mscx_raw_map(ls, src.slot, src.chunk, src.size, &savail);
+            uint64_t sstep = src.slot - ls % src.slot;
+            if (sstep < step)
+                step = sstep;
+            sp = src.base + sreal;
+        } else {
+            savail = step;
+            sp = src.base + soff + x;
+        }
+        if (step > len - x)
+            step = len - x;
+        uint64_t n = step < savail ? step : savail;
+        if (n > davail)
+            n = davail;
+        if (n && mscx_dport_push(s, MSCX_PREQ_PUT, c, sp, dreal, n, fl,
+                                 mapped ? (uint64_t)(uintptr_t)(mapped + dreal) : 0ull) == MSCX_DPORT_GIVE_UP)
+            return 1;
+        x += step;
+    }
+    return 0;
+}
+
+/*
  * put, pws, pwsf through the proxy: raw bytes of src[i] to the peer's
- * scratch at dst[i]. A raw source is sent chunk by chunk, real bytes only
+ * scratch at dst[i] (or its input or output buffer: mscx_dport_put_user). A raw source is sent chunk by chunk, real bytes only
  * (the destination's bytes past a chunk's real end are left as they are:
  * every reader drops them).
  */
@@ -137,6 +202,14 @@ static __device__ MSCX_DSLOW int mscx_dport_put(const struct mscx_dstate *s, con
     uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
     for (uint32_t i = 0; i < npair && !bad; i++) {
         uint32_t c = mscx_dport_pair_chan(op, i);
+        const struct mscx_dev_operand *dop = &op->dst[i];
+        if ((dop->flags & MSCX_OPND_REMOTE) && s->ctx->rbuf[dop->rbuf].kind != MSCX_GPU_RBUF_SCRATCH) {
+            bad = mscx_dport_put_user(s, op, pp, c, &op->src[i], dop, &s->ctx->rbuf[dop->rbuf]);
+            if (!bad && op->opcode != MSCX_OP_PUT &&
+                mscx_dport_push(s, MSCX_PREQ_SIGNAL, c, NULL, 0, 0, 0) == MSCX_DPORT_GIVE_UP)
+                bad = 1;
+            continue;
+        }
         struct mscx_dopnd src = mscx_dresolve(s, &op->src[i]);
         uint64_t soff, slen, dso, doff, dlen;
         mscx_drange(op, &op->src[i], src.slot, pp, &soff, &slen);

@@ -392,7 +392,7 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
     }
     /* every rank checks the whole plan, so that all refuse together (one process: one node) */
     if (!ex->group && ((st = mscx_gpu_topology(plan, peers, node)) != MSCX_OK ||
-                       (st = mscx_gpu_ureg_check(plan, peers)) != MSCX_OK))
+                       (st = mscx_gpu_ureg_check(plan, peers, node)) != MSCX_OK))
         goto out;
     for (uint32_t i = 0; i < gpu->nrbuf; i++)
         uslot[i] = UINT32_MAX;
@@ -468,6 +468,12 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
         } else {
             /* another process: the host maps the buffers of each launch (gpu_ureg.c), the flag still comes from pub */
             int other = gp->recs[o].pid != pid || gp->recs[o].host != host;
+            if (!ex->group && node[o] != node[rank]) {
+                /* another node: only proxied port puts reach it (mscx_gpu_topology); its proxy resolves them */
+                rb[i].kind = MSCX_GPU_RBUF_NET;
+                rb[i].pub = NULL;
+                continue;
+            }
             if (other != (uslot[i] != UINT32_MAX) || !peer_ctx[o]) {
                 MSCX_WARN("internal bug: plan %s: rank %u: remote buffer %u of rank %u has no mapping", plan->name,
                           rank, i, o);
@@ -521,7 +527,8 @@ static mscx_status_t gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp
                                     .tok = (unsigned long long *)(d + gp->off_tok[MSCX_CHAN_PORT]),
                                     .ntb = gpu->ntb,
                                     .host = ex->host,
-                                    .timeout_ms = cfg->timeout_ms};
+                                    .timeout_ms = cfg->timeout_ms,
+                                    .pub = (const struct mscx_gpu_pub *)(d + offsetof(struct mscx_gpu_ctx, pub))};
         if ((st = mscx_gpu_port_setup(&ex->net, &ps, &gp->port, &c->port)) != MSCX_OK)
             goto out;
         if (c->port)

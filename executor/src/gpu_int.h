@@ -20,6 +20,9 @@ enum mscx_gpu_rbuf_kind {
     MSCX_GPU_RBUF_USER = 1,    /* pub: the owner's published user pointers (owner in this process) */
     MSCX_GPU_RBUF_MAPPED = 2,  /* owner in another process: pub gives the launch's flag only, the pointer
                                   is args.uptr[uslot] (its buffer mapped through CUDA IPC by the host) */
+    MSCX_GPU_RBUF_NET = 3,     /* owner on another node, reached only by proxied port puts: the kernel names
+                                  the buffer and the byte offset, the owner's proxy resolves its own launch's
+                                  buffer (gpu_proxy.c) */
 };
 
 /* Distinct (owner, input|output) user buffers of other processes one rank's launch can reach. */
@@ -27,8 +30,9 @@ enum mscx_gpu_rbuf_kind {
 
 /* The pointers a rank publishes at each launch, by flag parity. */
 struct mscx_gpu_pub {
-    void *ptr[2][2];  /* [parity][0: input, 1: output] */
-    uint32_t flag[2]; /* [parity]: flag of the launch that published ptr[parity] (release) */
+    void *ptr[2][2];      /* [parity][0: input, 1: output] */
+    uint64_t bytes[2][2]; /* [parity][0: input, 1: output]: their sizes (the owner's proxy checks puts) */
+    uint32_t flag[2];     /* [parity]: flag of the launch that published ptr[parity] and bytes (release) */
     uint32_t pad[2];
 };
 

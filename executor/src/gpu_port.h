@@ -28,7 +28,8 @@ struct gpu_peer {
  * (node = rank / (nranks / N)). Checks, for every rank (so that all ranks
  * refuse together, before any collective step that could hang): memory
  * channels stay within a node; a buffer of a rank on another node is reached
- * only by port put/pws/pwsf/ppkt/rppkt into its scratch; a port op's
+ * only by port put/pws/pwsf/ppkt/rppkt into its scratch, or put/pws/pwsf
+ * into its input or output buffer; a port op's
  * channels are all in-process or all through the proxy; no proxied get
  * (user buffers of other processes of the node are reached through
  * gpu_ureg.h). Refusals are logged with plan, rank,
@@ -55,6 +56,7 @@ struct gpu_port_setup {
     uint32_t ntb;
     struct mscx_gpu_host *host; /* the rank's mapped error block */
     uint64_t timeout_ms;
+    const struct mscx_gpu_pub *pub; /* this rank's publication in its device context (late-bound puts) */
 };
 
 /**

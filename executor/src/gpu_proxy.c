@@ -81,6 +81,7 @@ struct gpu_port {
     struct mscx_gpu_host *host;
     int reported;
     void **lbounce; /* [nchan] RDMA: each link's host bounce ring */
+    struct late_res *late; /* this rank's late-bound region (TCP puts into its user buffers), or NULL */
 };
 
 static mscx_status_t cu(cudaError_t rc, const char *what)
@@ -165,9 +166,13 @@ static mscx_status_t check_op(const struct mscx_plan *plan, const struct gpu_pee
         const struct mscx_rbuf *rb = &g->rbuf[o->rbuf];
         int other_node = node[rb->rank] != node[r];
         int via_proxy = proxied && data_port_op(op->opcode);
-        if (via_proxy && (!is_dst || rb->type != MSCX_BUF_SCRATCH)) {
+        /* raw puts may write the peer's input or output buffer (resolved per launch); packet puts scratch only */
+        int raw_put = op->opcode == MSCX_OP_PUT || op->opcode == MSCX_OP_PUT_WITH_SIGNAL ||
+                      op->opcode == MSCX_OP_PUT_WITH_SIGNAL_AND_FLUSH;
+        if (via_proxy && (!is_dst || (rb->type != MSCX_BUF_SCRATCH && !raw_put))) {
             MSCX_WARN("plan %s: rank %u thread block %u op %u (%s): a port operation to another process must "
-                      "write the peer's scratch buffer (%s operand %u names rank %u's %s buffer); refusing",
+                      "write the peer's scratch buffer, or its input or output buffer with put, pws or pwsf "
+                      "(%s operand %u names rank %u's %s buffer); refusing",
                       plan->name, r, b, j, name, is_dst ? "destination" : "source", is_dst ? k - op->nsrc : k,
                       rb->rank, buf_name(rb->type));
             return MSCX_ERR_UNSUPPORTED;
@@ -254,6 +259,20 @@ static mscx_status_t cl_put(void *link, const void *src, uint64_t dst_off, uint6
     return CU(cudaMemcpyAsync(l->peer_scr + dst_off, src, len, cudaMemcpyDeviceToDevice, l->net->stream));
 }
 
+/* The kernel mapped the peer's buffer of this launch (gpu_ureg.c) and names the address in this process. */
+static mscx_status_t cl_put_user(void *link, const void *src, const struct mscx_puser *dst, uint64_t len,
+                                 uint64_t deadline_ns)
+{
+    struct cuda_link *l = link;
+    (void)deadline_ns;
+    if (!dst->addr) {
+        MSCX_WARN("internal bug: a put into a user buffer of a peer of the same node without its mapped address");
+        return MSCX_ERR_INTERNAL;
+    }
+    MSCX_CHECK(CU(cudaSetDevice(l->net->device)));
+    return CU(cudaMemcpyAsync((void *)(uintptr_t)dst->addr, src, len, cudaMemcpyDeviceToDevice, l->net->stream));
+}
+
 static mscx_status_t cl_signal(void *link, uint64_t deadline_ns)
 {
     struct cuda_link *l = link;
@@ -307,6 +326,7 @@ static mscx_status_t cl_flush(void *link, int local, uint64_t deadline_ns)
 static const struct mscx_plink_ops cuda_link_ops = {
     .name = "cuda",
     .put = cl_put,
+    .put_user = cl_put_user,
     .signal = cl_signal,
     .flush = cl_flush,
     .check = NULL, /* a dead peer on the same host shows as a timeout of the waiting kernel */
@@ -343,6 +363,81 @@ static mscx_status_t rx_add(void *ctx, uint64_t *dst, unsigned mr_flags)
     v++;
     MSCX_CHECK(CU(cudaMemcpyAsync(dst, &v, 8, cudaMemcpyHostToDevice, n->rx_stream)));
     return CU(cudaStreamSynchronize(n->rx_stream));
+}
+
+/*
+ * The late-bound region of one plan context (TCP): puts from other nodes
+ * into this rank's input or output buffer name the launch flag; this rank's
+ * kernel publishes the buffers of each launch (ctx->pub, by flag parity,
+ * flag last with a release) when it starts, so the receiver thread reads
+ * the flag of that parity from device memory: equal, the buffers are that
+ * launch's (read the pointers, then the flag again); older, the launch has
+ * not started here yet (the transport asks again, up to MSCX_TIMEOUT_MS);
+ * newer, the launch's buffers were replaced (an error: it would need the
+ * sender to be two launches behind a receiver that waits for its data).
+ * Called from the TCP receiver thread only.
+ */
+struct late_res {
+    struct gpu_net *n;
+    const struct mscx_gpu_pub *pub; /* device address of this rank's publication */
+    uint32_t rank;
+    char plan[64];
+    struct mscx_tp_mr *mr;
+    struct mscx_late_pub cache[2]; /* by parity: the last publication read whole */
+};
+
+static mscx_status_t read_dev(struct gpu_net *n, void *dst, const void *src, size_t len)
+{
+    MSCX_CHECK(CU(cudaSetDevice(n->device)));
+    MSCX_CHECK(CU(cudaMemcpyAsync(dst, src, len, cudaMemcpyDeviceToHost, n->rx_stream)));
+    return CU(cudaStreamSynchronize(n->rx_stream));
+}
+
+/*
+ * The publication of a parity is read flag first, then the pointers and
+ * sizes, then the flag again: equal both times, they are that launch's (the
+ * next launch of the parity publishes only after this one completed, and a
+ * receiver that waits for this put's signal does not complete before it).
+ */
+static mscx_status_t late_resolve(void *ctx, uint32_t buf, uint32_t launch, uint64_t off, uint64_t len,
+                                  void **dst_p, unsigned *mr_flags_p)
+{
+    struct late_res *lr = ctx;
+    uint32_t par = launch & 1u;
+    struct mscx_late_pub *c = &lr->cache[par];
+    if (c->flag != launch && launch != 0) {
+        struct mscx_late_pub now;
+        memset(&now, 0, sizeof(now));
+        MSCX_CHECK(read_dev(lr->n, &now.flag, &lr->pub->flag[par], 4));
+        if (now.flag == launch) {
+            uint32_t again = 0;
+            MSCX_CHECK(read_dev(lr->n, now.ptr, lr->pub->ptr[par], sizeof(now.ptr)));
+            MSCX_CHECK(read_dev(lr->n, now.bytes, lr->pub->bytes[par], sizeof(now.bytes)));
+            MSCX_CHECK(read_dev(lr->n, &again, &lr->pub->flag[par], 4));
+            if (again != launch)
+                memset(&now, 0, sizeof(now)), now.flag = again;
+        }
+        if (now.flag == launch)
+            *c = now;
+        else
+            return mscx_late_pick(&now, lr->rank, lr->plan, buf, launch, off, len, dst_p);
+    }
+    mscx_status_t st = mscx_late_pick(c, lr->rank, lr->plan, buf, launch, off, len, dst_p);
+    if (st == MSCX_OK)
+        *mr_flags_p = MSCX_TP_MR_GPU;
+    return st;
+}
+
+/* Does a rank on another node reach rank @p rank's input or output buffer (by a proxied port put)? */
+static int late_target(const struct gpu_port_setup *s, uint32_t rank)
+{
+    for (uint32_t r = 0; r < s->plan->nranks; r++) {
+        const struct mscx_gpu *g = &s->plan->gpus[r];
+        for (uint32_t i = 0; s->node[r] != s->node[rank] && i < g->nrbuf; i++)
+            if (g->rbuf[i].rank == rank && g->rbuf[i].type != MSCX_BUF_SCRATCH)
+                return 1;
+    }
+    return 0;
 }
 
 static mscx_status_t stage_d2h(void *ctx, void *dst, const void *src, size_t len)
@@ -561,7 +656,8 @@ static mscx_status_t net_connect(struct gpu_net *n, const struct gpu_port_setup 
                                    .comm_id = comm_id(s->peers, nr),
                                    .copy_to_target = rx_copy,
                                    .add_to_target = rx_add,
-                                   .hook_ctx = n};
+                                   .hook_ctx = n,
+                                   .late_timeout_ms = s->timeout_ms};
         MSCX_CHECK(net_choose(n, s, &p));
         MSCX_CHECK(CU(cudaHostAlloc(&n->bounce, BOUNCE_BYTES, cudaHostAllocDefault)));
         struct mscx_tp_rdesc unused;
@@ -615,7 +711,16 @@ static void port_fail(void *ctx, mscx_status_t st)
 
 void mscx_gpu_port_stop(struct gpu_port *p)
 {
-    if (!p || !p->q)
+    if (!p)
+        return;
+    if (p->late) {
+        /* the receiver thread calls the resolver no more once this returns */
+        if (p->late->mr)
+            p->net->tp->mr_deregister(p->net->ep, p->late->mr);
+        free(p->late);
+        p->late = NULL;
+    }
+    if (!p->q)
         return;
     mscx_proxy_detach(p->q);
     p->q = NULL;
@@ -657,11 +762,14 @@ void mscx_gpu_port_report(struct gpu_port *p, uint32_t rank, const char *plan_na
     MSCX_WARN("rank %u plan %s failed with port channels through the proxy: %s", rank, plan_name, buf);
 }
 
-/* Register this rank's scratch and port tokens for TCP peers and share the descriptors (collective). */
-static mscx_status_t share_regions(struct gpu_net *n, const struct gpu_port_setup *s,
+/*
+ * Register this rank's scratch and port tokens for TCP peers, and its late-bound region @p lr when peers on
+ * other nodes put into its user buffers (NULL: none), and share the descriptors, 3 per rank (collective).
+ */
+static mscx_status_t share_regions(struct gpu_net *n, const struct gpu_port_setup *s, struct late_res *lr,
                                    struct mscx_tp_rdesc *all)
 {
-    struct mscx_tp_rdesc mine[2];
+    struct mscx_tp_rdesc mine[3];
     struct mscx_tp_mr *mr;
     uint32_t ntok = s->plan->gpus[s->rank].nchan[MSCX_CHAN_PORT];
     memset(mine, 0, sizeof(mine));
@@ -674,6 +782,8 @@ static mscx_status_t share_regions(struct gpu_net *n, const struct gpu_port_setu
         if (lst == MSCX_OK && ntok)
             lst = mscx_tp_tcp.mr_register(n->ep, s->tok, (size_t)ntok * 8u,
                                           MSCX_TP_MR_GPU | MSCX_TP_MR_REMOTE_WRITE, -1, &mr, &mine[1]);
+        if (lst == MSCX_OK && lr)
+            lst = mscx_tp_tcp.mr_register_late(n->ep, late_resolve, lr, &lr->mr, &mine[2]);
     } else {
         if (s->scratch_bytes)
             lst = ib_register_gpu(n, s->scratch, s->scratch_bytes, &mr, &mine[0]);
@@ -691,7 +801,7 @@ static mscx_status_t share_regions(struct gpu_net *n, const struct gpu_port_setu
     for (uint32_t r = 0; st == MSCX_OK && r < s->plan->nranks; r++) {
         if (r == s->rank || s->node[r] == s->node[s->rank])
             continue;
-        if ((s->peers[r].scratch_bytes && all[2u * r].len == 0)) {
+        if ((s->peers[r].scratch_bytes && all[3u * r].len == 0) || (late_target(s, r) && all[3u * r + 2u].tp == 0)) {
             MSCX_WARN("plan %s: rank %u could not register its memory for %s; failing with it", s->plan->name, r,
                       n->tp->name);
             st = MSCX_ERR_REMOTE;
@@ -710,6 +820,7 @@ mscx_status_t mscx_gpu_port_setup(struct gpu_net **net_p, const struct gpu_port_
     mscx_status_t st = MSCX_OK;
     struct mscx_tp_rdesc *rd = NULL;
     struct gpu_port *p = NULL;
+    struct late_res *lr = NULL;
     uint8_t *proxied = NULL;
     int any = 0, tcp = 0;
 
@@ -736,15 +847,45 @@ mscx_status_t mscx_gpu_port_setup(struct gpu_net **net_p, const struct gpu_port_
         goto err;
     struct gpu_net *n = *net_p;
     if (tcp) {
-        rd = calloc(2u * nr, sizeof(*rd));
+        rd = calloc(3u * nr, sizeof(*rd));
         if (!rd) {
             st = MSCX_ERR_NO_MEMORY;
             goto err;
         }
-        if ((st = net_connect(n, s)) != MSCX_OK || (st = share_regions(n, s, rd)) != MSCX_OK)
+        if ((st = net_connect(n, s)) != MSCX_OK)
+            goto err;
+        /* the same answer on every rank (same plan, same transport): all refuse together */
+        for (uint32_t r = 0; r < nr; r++) {
+            if (late_target(s, r) && !n->tp->mr_register_late) {
+                MSCX_WARN("plan %s: a port put from another node writes rank %u's input or output buffer, which "
+                          "the %s transport cannot do (it needs the buffer's remote address and key at every "
+                          "launch); use MSCX_TRANSPORT=tcp, or a plan that puts into scratch; refusing",
+                          plan->name, r, n->tp->name);
+                st = MSCX_ERR_UNSUPPORTED;
+                goto err;
+            }
+        }
+        if (late_target(s, rank)) {
+            if (!(lr = calloc(1, sizeof(*lr)))) {
+                st = MSCX_ERR_NO_MEMORY; /* the peers fail in the exchange below (no descriptor) */
+            } else {
+                lr->n = n;
+                lr->pub = s->pub;
+                lr->rank = rank;
+                snprintf(lr->plan, sizeof(lr->plan), "%s", plan->name);
+            }
+        }
+        mscx_status_t rst = share_regions(n, s, lr, rd);
+        if (st == MSCX_OK)
+            st = rst;
+        if (st != MSCX_OK)
             goto err;
     }
     if (!any) {
+        /* nothing proxied on this rank, so no paired channel from another node either: no late puts */
+        if (lr && lr->mr)
+            n->tp->mr_deregister(n->ep, lr->mr);
+        free(lr);
         free(rd);
         free(proxied);
         return MSCX_OK;
@@ -757,6 +898,8 @@ mscx_status_t mscx_gpu_port_setup(struct gpu_net **net_p, const struct gpu_port_
     p->net = n;
     p->nchan = nchan;
     p->host = s->host;
+    p->late = lr;
+    lr = NULL;
     p->links = calloc(nchan, sizeof(*p->links));
     p->lops = calloc(nchan, sizeof(*p->lops));
     struct mscx_pchan *pc = calloc(nchan, sizeof(*pc));
@@ -809,8 +952,9 @@ mscx_status_t mscx_gpu_port_setup(struct gpu_net **net_p, const struct gpu_port_
             struct mscx_ptcp_link_params lp = {.tp = n->tp,
                                                .ep = n->ep,
                                                .conn = n->conn[peer],
-                                               .dst = rd[2u * peer],
-                                               .tok = rd[2u * peer + 1u],
+                                               .dst = rd[3u * peer],
+                                               .tok = rd[3u * peer + 1u],
+                                               .user = rd[3u * peer + 2u],
                                                .tok_off = (uint64_t)ch->pair * 8u,
                                                .bounce_mr = bmr,
                                                .bounce = bounce,
@@ -888,6 +1032,10 @@ mscx_status_t mscx_gpu_port_setup(struct gpu_net **net_p, const struct gpu_port_
     *dev_p = p->dev;
     return MSCX_OK;
 err:
+    if (lr && lr->mr)
+        n->tp->mr_deregister(n->ep, lr->mr);
+    free(lr);
+    mscx_gpu_port_stop(p);
     mscx_gpu_port_free(p);
     free(rd);
     free(proxied);

@@ -117,9 +117,14 @@ static int user_type(uint32_t t)
     return t == MSCX_BUF_INPUT || t == MSCX_BUF_OUTPUT;
 }
 
-/* Distinct (owner, type) user buffers of other processes that rank @p r reaches; fills @p slot when given. */
-static uint32_t rank_slots(const struct mscx_plan *plan, const struct gpu_peer *peers, uint32_t r,
-                           struct uslot_src *slot, uint32_t *uslot)
+/*
+ * Distinct (owner, type) user buffers of other processes of the node that
+ * rank @p r reaches; fills @p slot when given. (A user buffer on another node
+ * is reached only by proxied port puts, which its owner's proxy resolves:
+ * nothing to map.)
+ */
+static uint32_t rank_slots(const struct mscx_plan *plan, const struct gpu_peer *peers, const uint32_t *node,
+                           uint32_t r, struct uslot_src *slot, uint32_t *uslot)
 {
     const struct mscx_gpu *g = &plan->gpus[r];
     struct uslot_src seen[2 * MSCX_GPU_MAX_UPTR];
@@ -128,7 +133,7 @@ static uint32_t rank_slots(const struct mscx_plan *plan, const struct gpu_peer *
         uint32_t o = g->rbuf[i].rank, t = g->rbuf[i].type == MSCX_BUF_OUTPUT;
         if (uslot)
             uslot[i] = UINT32_MAX;
-        if (!user_type(g->rbuf[i].type) || same_proc(&peers[r], &peers[o]))
+        if (!user_type(g->rbuf[i].type) || same_proc(&peers[r], &peers[o]) || node[o] != node[r])
             continue;
         uint32_t k = 0;
         while (k < n && !(seen[k].owner == o && seen[k].type == t))
@@ -146,10 +151,10 @@ static uint32_t rank_slots(const struct mscx_plan *plan, const struct gpu_peer *
     return n;
 }
 
-mscx_status_t mscx_gpu_ureg_check(const struct mscx_plan *plan, const struct gpu_peer *peers)
+mscx_status_t mscx_gpu_ureg_check(const struct mscx_plan *plan, const struct gpu_peer *peers, const uint32_t *node)
 {
     for (uint32_t r = 0; r < plan->nranks; r++) {
-        uint32_t n = rank_slots(plan, peers, r, NULL, NULL);
+        uint32_t n = rank_slots(plan, peers, node, r, NULL, NULL);
         if (n > MSCX_GPU_MAX_UPTR) {
             MSCX_WARN("plan %s: rank %u reaches %s%u input or output buffers of ranks in other processes, more than "
                       "%d; refusing", plan->name, r, n > 2 * MSCX_GPU_MAX_UPTR ? "over " : "",
@@ -205,14 +210,14 @@ mscx_status_t mscx_gpu_ureg_setup(const struct gpu_ureg_setup *s, uint32_t *uslo
         const struct mscx_gpu *g = &plan->gpus[r];
         for (uint32_t i = 0; i < g->nrbuf; i++) {
             uint32_t o = g->rbuf[i].rank;
-            if (!user_type(g->rbuf[i].type) || same_proc(&s->peers[r], &s->peers[o]))
+            if (!user_type(g->rbuf[i].type) || same_proc(&s->peers[r], &s->peers[o]) || s->node[o] != s->node[r])
                 continue;
             role[r] |= 1u;
             role[o] |= g->rbuf[i].type == MSCX_BUF_OUTPUT ? 4u : 2u;
             any = 1;
         }
     }
-    rank_slots(plan, s->peers, rank, NULL, uslot);
+    rank_slots(plan, s->peers, s->node, rank, NULL, uslot);
     if (!any) {
         *u_p = NULL;
         goto out;
@@ -238,7 +243,7 @@ mscx_status_t mscx_gpu_ureg_setup(const struct gpu_ureg_setup *s, uint32_t *uslo
             u->lim.abort = s->abort;
             u->export_need[0] = (role[rank] & 2u) != 0;
             u->export_need[1] = (role[rank] & 4u) != 0;
-            u->nslot = rank_slots(plan, s->peers, rank, u->slot, NULL);
+            u->nslot = rank_slots(plan, s->peers, s->node, rank, u->slot, NULL);
             for (uint32_t k = 0; k < u->nslot; k++) {
                 uint32_t j = 0;
                 while (j < u->nowner && u->owner[j] != u->slot[k].owner)

@@ -34,9 +34,10 @@ struct gpu_ureg_setup {
 /**
  * Check, for every rank of the plan (so that all refuse together, before
  * any collective step), that no rank reaches more than MSCX_GPU_MAX_UPTR
- * distinct user buffers of other processes.
+ * distinct user buffers of other processes of its node (@p node from
+ * mscx_gpu_topology).
  */
-mscx_status_t mscx_gpu_ureg_check(const struct mscx_plan *plan, const struct gpu_peer *peers);
+mscx_status_t mscx_gpu_ureg_check(const struct mscx_plan *plan, const struct gpu_peer *peers, const uint32_t *node);
 
 /**
  * Collective over the bootstrap when some rank of the plan reaches a user

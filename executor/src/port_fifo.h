@@ -42,6 +42,16 @@ enum mscx_preq_kind {
 
 /* FLUSH flag: only the local side must be complete (every source was read), not the landing at the peer. */
 #define MSCX_PREQ_F_LOCAL 0x1u
+/*
+ * PUT flags: the destination is the peer's input (or output) buffer of its
+ * launch with flag `launch`, not its scratch; dst_off is a byte offset in
+ * that buffer (real bytes, not logical). When `reserved` is not zero it is
+ * the address of that buffer mapped in this process (a peer of the same
+ * node, gpu_ureg.c): the cuda link copies there. Otherwise the peer's proxy
+ * resolves the buffer from its own launch `launch` (TCP; docs/transports.md).
+ */
+#define MSCX_PREQ_F_USER_IN 0x2u
+#define MSCX_PREQ_F_USER_OUT 0x4u
 
 struct mscx_preq {
     uint64_t src;     /* PUT*: source address in the requesting process (device memory) */
@@ -49,11 +59,11 @@ struct mscx_preq {
     uint64_t len;     /* PUT*: bytes */
     uint32_t kind;    /* enum mscx_preq_kind */
     uint32_t chan;    /* PUT*, SIGNAL: port channel index of the context */
-    uint32_t flags;   /* FLUSH: MSCX_PREQ_F_* */
+    uint32_t flags;   /* FLUSH: MSCX_PREQ_F_LOCAL; PUT: MSCX_PREQ_F_USER_* */
     uint32_t block;   /* diagnostics: thread block and op index that pushed it, and the launch flag */
     uint32_t op;
-    uint32_t launch;
-    uint64_t reserved;
+    uint32_t launch;  /* PUT to a user buffer: the launch whose buffer it is (same flag on every rank) */
+    uint64_t reserved; /* PUT with MSCX_PREQ_F_USER_*: the mapped destination address, or 0 */
     uint64_t seq; /* written last: position + 1 */
 };
 

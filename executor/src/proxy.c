@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mscx/dev_types.h"
 #include "mscx/log.h"
 #include "proxy_int.h"
 
@@ -79,10 +80,15 @@ static void queue_fail(struct mscx_pqueue *q, mscx_status_t st, const struct msc
     if (r)
         MSCX_WARN("proxy: rank %u plan %s: %s request at fifo position %" PRIu64
                   " (port channel %u to rank %d, "
-                  "thread block %u op %u, launch flag %u, %" PRIu64 " bytes at peer scratch offset %" PRIu64
+                  "thread block %u op %u, launch flag %u, %" PRIu64 " bytes at peer %s offset %" PRIu64
                   ") failed: %s: %s",
                   q->d.rank, q->name, kind_name(r->kind), pos, r->chan, peer == UINT32_MAX ? -1 : (int)peer,
-                  r->block, r->op, r->launch, r->len, r->dst_off, why, mscx_status_str(st));
+                  r->block, r->op, r->launch, r->len,
+                  r->kind != MSCX_PREQ_PUT                ? "scratch"
+                  : (r->flags & MSCX_PREQ_F_USER_IN)  ? "input buffer"
+                  : (r->flags & MSCX_PREQ_F_USER_OUT) ? "output buffer"
+                                                      : "scratch",
+                  r->dst_off, why, mscx_status_str(st));
     else
         MSCX_WARN("proxy: rank %u plan %s: %s: %s", q->d.rank, q->name, why, mscx_status_str(st));
     if (q->d.fail)
@@ -122,6 +128,29 @@ static mscx_status_t exec_req(struct mscx_pqueue *q, const struct mscx_preq *r, 
     case MSCX_PREQ_PUT:
     case MSCX_PREQ_PUT_PKT: {
         int pkt = r->kind == MSCX_PREQ_PUT_PKT;
+        unsigned user = r->flags & (MSCX_PREQ_F_USER_IN | MSCX_PREQ_F_USER_OUT);
+        if (user) {
+            /* the peer's input or output buffer: its size is known where it is resolved, not here */
+            if (pkt || user == (MSCX_PREQ_F_USER_IN | MSCX_PREQ_F_USER_OUT)) {
+                *why = "internal bug: a put into a user buffer that is a packet put or names both buffers";
+                return MSCX_ERR_INTERNAL;
+            }
+            if (!c->ops->put_user) {
+                *why = "internal bug: this link cannot put into a peer's input or output buffer";
+                return MSCX_ERR_INTERNAL;
+            }
+            if (r->len == 0)
+                return MSCX_OK;
+            struct mscx_puser d = {.buf = user == MSCX_PREQ_F_USER_IN ? MSCX_BUF_INPUT : MSCX_BUF_OUTPUT,
+                                   .launch = r->launch,
+                                   .off = r->dst_off,
+                                   .addr = r->reserved};
+            st = c->ops->put_user(c->link, (const void *)(uintptr_t)r->src, &d, r->len, deadline(q));
+            *why = "the link's put into the peer's user buffer failed";
+            q->used[r->chan] = 1;
+            q->active = 1;
+            return st;
+        }
         if (r->dst_off > c->dst_bytes || r->len > c->dst_bytes - r->dst_off) {
             *why = "internal bug: the put reaches past the peer's scratch";
             return MSCX_ERR_INTERNAL;
@@ -366,6 +395,37 @@ uint64_t mscx_pfifo_push_host(struct mscx_pfifo *f, uint64_t *head, const struct
     return pos;
 }
 
+/* ---------------------------------------------------------------- late-bound puts */
+
+mscx_status_t mscx_late_pick(const struct mscx_late_pub *pub, uint32_t rank, const char *plan, uint32_t buf,
+                             uint32_t launch, uint64_t off, uint64_t len, void **dst_p)
+{
+    const char *bn = buf == MSCX_BUF_INPUT ? "input" : "output";
+    if ((buf != MSCX_BUF_INPUT && buf != MSCX_BUF_OUTPUT) || launch == 0) {
+        MSCX_WARN("peer bug: rank %u plan %s: a put names buffer %u of launch %u", rank, plan, buf, launch);
+        return MSCX_ERR_REMOTE;
+    }
+    if (pub->flag != launch) {
+        /* flags wrap (0xffffffff, then 2): compare by distance; 0 was never a launch */
+        if (pub->flag != 0 && (int32_t)(pub->flag - launch) > 0) {
+            MSCX_WARN("rank %u plan %s: a put into this rank's %s buffer of launch %u arrived after launch %u had "
+                      "replaced that launch's buffers; failing",
+                      rank, plan, bn, launch, pub->flag);
+            return MSCX_ERR_INTERNAL;
+        }
+        return MSCX_INPROGRESS;
+    }
+    uint32_t t = buf == MSCX_BUF_OUTPUT;
+    if (!pub->ptr[t] || off > pub->bytes[t] || len > pub->bytes[t] - off) {
+        MSCX_WARN("peer bug: rank %u plan %s: a put into this rank's %s buffer of launch %u (%" PRIu64
+                  " bytes at offset %" PRIu64 ") reaches past its %" PRIu64 " bytes",
+                  rank, plan, bn, launch, len, off, pub->bytes[t]);
+        return MSCX_ERR_REMOTE;
+    }
+    *dst_p = (char *)pub->ptr[t] + off;
+    return MSCX_OK;
+}
+
 /* ---------------------------------------------------------------- network link (TCP or RDMA) */
 
 struct ptcp_link {
@@ -425,6 +485,35 @@ static mscx_status_t ptcp_put(void *link, const void *src, uint64_t dst_off, uin
     return MSCX_OK;
 }
 
+/* The same staging, into the peer's late-bound region: the receiver resolves (buffer, launch) itself. */
+static mscx_status_t ptcp_put_user(void *link, const void *src, const struct mscx_puser *dst, uint64_t len,
+                                   uint64_t deadline_ns)
+{
+    struct ptcp_link *l = link;
+    if (!l->p.tp->put_late || l->p.user.tp == 0) {
+        MSCX_WARN("internal bug: the %s link to rank %u has no late-bound region of the peer", l->p.tp->name,
+                  l->p.peer);
+        return MSCX_ERR_INTERNAL;
+    }
+    for (uint64_t o = 0; o < len;) {
+        uint64_t boff = l->p.async_src ? l->boff : 0;
+        if (boff >= l->p.bounce_bytes) {
+            MSCX_CHECK(l->p.tp->flush(l->p.conn, deadline_ns));
+            l->boff = boff = 0;
+        }
+        uint64_t room = l->p.bounce_bytes - boff;
+        uint64_t n = len - o < room ? len - o : room;
+        char *b = (char *)l->p.bounce + boff;
+        MSCX_CHECK(l->p.stage(l->p.stage_ctx, b, (const char *)src + o, (size_t)n));
+        MSCX_CHECK(l->p.tp->put_late(l->p.conn, l->p.bounce_mr, boff, &l->p.user, dst->buf, dst->launch,
+                                     dst->off + o, n, 0, deadline_ns));
+        if (l->p.async_src)
+            l->boff = (boff + n + 7u) / 8u * 8u;
+        o += n;
+    }
+    return MSCX_OK;
+}
+
 static mscx_status_t ptcp_signal(void *link, uint64_t deadline_ns)
 {
     struct ptcp_link *l = link;
@@ -450,6 +539,7 @@ static mscx_status_t ptcp_check(void *link)
 const struct mscx_plink_ops mscx_plink_tcp = {
     .name = "tcp",
     .put = ptcp_put,
+    .put_user = ptcp_put_user,
     .signal = ptcp_signal,
     .flush = ptcp_flush,
     .check = ptcp_check,

@@ -25,6 +25,14 @@
 extern "C" {
 #endif
 
+/** The destination of a put into a peer's input or output buffer (port_fifo.h, MSCX_PREQ_F_USER_*). */
+struct mscx_puser {
+    uint32_t buf;    /* enum mscx_buf_type: MSCX_BUF_INPUT or MSCX_BUF_OUTPUT */
+    uint32_t launch; /* the launch flag whose buffer it is */
+    uint64_t off;    /* byte offset in that buffer */
+    uint64_t addr;   /* non-zero: the address of that byte, the peer's buffer mapped in this process */
+};
+
 /**
  * How a link moves data for one port channel. Every call returns MSCX_OK or
  * an error it has logged. Calls come from the proxy thread only.
@@ -40,6 +48,12 @@ struct mscx_plink_ops {
     mscx_status_t (*flush)(void *link, int local, uint64_t deadline_ns);
     /** Non-blocking health check (a dead peer); NULL when the link cannot tell. */
     mscx_status_t (*check)(void *link);
+    /**
+     * Issue a put of @p len bytes from @p src into the peer's user buffer @p dst (in issue order with
+     * the other calls). NULL: the link cannot (the request fails as an internal bug: add_plan refuses).
+     */
+    mscx_status_t (*put_user)(void *link, const void *src, const struct mscx_puser *dst, uint64_t len,
+                              uint64_t deadline_ns);
 };
 
 /** One port channel of a queue. */
@@ -84,6 +98,27 @@ void mscx_pqueue_describe(const struct mscx_pqueue *q, char *buf, size_t len);
 uint64_t mscx_pfifo_push_host(struct mscx_pfifo *f, uint64_t *head, const struct mscx_preq *req,
                               uint64_t deadline_ns);
 
+/* ---- puts into a receiver's user buffers, resolved by the receiver (TCP late-bound region) ---- */
+
+/** What the receiving rank's kernel published for the launches of one flag parity (gpu_int.h, mscx_gpu_pub). */
+struct mscx_late_pub {
+    uint32_t flag;      /* the launch that published them; 0: none yet */
+    void *ptr[2];       /* [0: input, 1: output] */
+    uint64_t bytes[2];
+};
+
+/**
+ * Decide where a late put goes: into buffer @p buf (MSCX_BUF_INPUT or
+ * MSCX_BUF_OUTPUT) of launch @p launch, bytes [@p off, @p off + @p len),
+ * given @p pub, the publication of @p launch's parity. @return MSCX_OK with
+ * @p dst_p; MSCX_INPROGRESS when that launch has not published yet (an
+ * older flag, or none); MSCX_ERR_INTERNAL when a newer launch has replaced
+ * it; MSCX_ERR_REMOTE for a bad buffer, flag or range (peer bug). Errors are
+ * logged naming @p rank and @p plan.
+ */
+mscx_status_t mscx_late_pick(const struct mscx_late_pub *pub, uint32_t rank, const char *plan, uint32_t buf,
+                             uint32_t launch, uint64_t off, uint64_t len, void **dst_p);
+
 /* ---- the network link: TCP or RDMA, through the transport.h ops table ---- */
 
 /** Copy @p len bytes of GPU (or host) memory at @p src to host memory @p dst; must be complete on return. */
@@ -95,6 +130,7 @@ struct mscx_ptcp_link_params {
     struct mscx_tp_conn *conn;
     struct mscx_tp_rdesc dst;     /* the peer's scratch */
     struct mscx_tp_rdesc tok;     /* the peer's inbound port tokens */
+    struct mscx_tp_rdesc user;    /* the peer's late-bound region for its user buffers (tp 0: none) */
     uint64_t tok_off;             /* the paired channel's token in tok */
     struct mscx_tp_mr *bounce_mr; /* host staging buffer, registered on ep */
     void *bounce;

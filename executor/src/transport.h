@@ -45,12 +45,13 @@ struct mscx_tp_mr;   /* a locally registered memory region */
 #define MSCX_TP_BLOB_BYTES 128
 /** Magic at the start of every handshake / blob: "MSCXTP01". */
 #define MSCX_TP_MAGIC 0x313050545843534dull
-#define MSCX_TP_PROTO_VERSION 1u
+#define MSCX_TP_PROTO_VERSION 2u /* 2: late-bound puts (put_late) */
 
 /** Register flags. */
 enum mscx_tp_mr_flags {
     MSCX_TP_MR_GPU = 1u << 0,  /* base is device memory (TCP: writes go through copy_to_target) */
     MSCX_TP_MR_REMOTE_WRITE = 1u << 1, /* peers may put / signal into it */
+    MSCX_TP_MR_LATE = 1u << 2, /* late-bound target (mr_register_late): no memory, a resolver */
 };
 
 /** Put flags. */
@@ -80,6 +81,19 @@ typedef mscx_status_t (*mscx_tp_copy_fn)(void *ctx, void *dst, const void *src, 
 /** Signal hook for received signals (TCP): add 1 to the 64-bit word at @p dst. */
 typedef mscx_status_t (*mscx_tp_add_fn)(void *ctx, uint64_t *dst, unsigned mr_flags);
 
+/**
+ * Resolver of a late-bound region (mr_register_late), called by the receiver
+ * for each late put: the receiver's buffer @p buf (an id the caller chose,
+ * e.g. input or output) of its launch @p launch, bytes [@p off, @p off +
+ * @p len). @return MSCX_OK with @p dst_p (the address of byte @p off) and
+ * @p mr_flags_p (MSCX_TP_MR_GPU for device memory, for copy_to_target);
+ * MSCX_INPROGRESS when that launch's buffers are not known yet (asked again
+ * later, up to the endpoint's late_timeout_ms); any other status is an error
+ * the resolver has logged (the connection fails).
+ */
+typedef mscx_status_t (*mscx_tp_resolve_fn)(void *ctx, uint32_t buf, uint32_t launch, uint64_t off, uint64_t len,
+                                            void **dst_p, unsigned *mr_flags_p);
+
 /** Endpoint parameters. Strings are copied. */
 struct mscx_tp_params {
     uint32_t rank, nranks;
@@ -89,6 +103,7 @@ struct mscx_tp_params {
     mscx_tp_copy_fn copy_to_target; /* TCP: NULL for memcpy (host memory only) */
     mscx_tp_add_fn add_to_target;   /* TCP: NULL for a host atomic add */
     void *hook_ctx;
+    uint64_t late_timeout_ms; /* TCP: how long a late put may wait for its launch to be known; 0: no bound */
 };
 
 /**
@@ -130,6 +145,22 @@ struct mscx_transport_ops {
     mscx_status_t (*flush)(struct mscx_tp_conn *conn, uint64_t deadline_ns);
     /** Make progress without blocking; returns the first error of any connection. */
     mscx_status_t (*progress)(struct mscx_tp_ep *ep);
+    /**
+     * Register a late-bound target: puts to it name (buffer, launch, offset)
+     * and the receiver asks @p resolve where they go (see mscx_tp_resolve_fn).
+     * Puts to it wait at the receiver, in order, until resolved; other
+     * connections keep flowing. NULL: the transport cannot do this (ib).
+     */
+    mscx_status_t (*mr_register_late)(struct mscx_tp_ep *ep, mscx_tp_resolve_fn resolve, void *ctx,
+                                      struct mscx_tp_mr **mr_p, struct mscx_tp_rdesc *desc_p);
+    /**
+     * put to a late-bound region @p rd: @p len bytes from @p lmr + @p loff to
+     * byte @p roff of the receiver's buffer @p buf of launch @p launch. Same
+     * ordering as put. NULL where mr_register_late is NULL.
+     */
+    mscx_status_t (*put_late)(struct mscx_tp_conn *conn, struct mscx_tp_mr *lmr, uint64_t loff,
+                              const struct mscx_tp_rdesc *rd, uint32_t buf, uint32_t launch, uint64_t roff,
+                              uint64_t len, unsigned flags, uint64_t deadline_ns);
 };
 
 extern const struct mscx_transport_ops mscx_tp_tcp;

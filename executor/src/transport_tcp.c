@@ -36,14 +36,17 @@
  * bring the bye (orderly close) or its own end (the peer died). */
 #define TCP_CLOSE_GRACE_MS 2000
 
-enum tcp_msg_type { MSG_PUT = 1, MSG_SIGNAL = 2, MSG_FLUSH = 3, MSG_FLUSH_ACK = 4, MSG_BYE = 5 };
+enum tcp_msg_type { MSG_PUT = 1, MSG_SIGNAL = 2, MSG_FLUSH = 3, MSG_FLUSH_ACK = 4, MSG_BYE = 5, MSG_PUT_LATE = 6 };
+
+/* PUT_LATE: the receiver's buffer id sits in flags above the put flags */
+#define MSG_LATE_BUF_SHIFT 16
 
 struct tcp_msg {
     uint32_t type;
     uint32_t flags;
     uint32_t key;
-    uint32_t reserved;
-    uint64_t off; /* FLUSH / FLUSH_ACK: sequence number */
+    uint32_t launch; /* PUT_LATE: the launch whose buffer is the target */
+    uint64_t off;    /* FLUSH / FLUSH_ACK: sequence number */
     uint64_t len;
 };
 _Static_assert(sizeof(struct tcp_msg) == 32, "wire format");
@@ -81,6 +84,8 @@ struct mscx_tp_mr {
     unsigned flags;
     void *base;
     size_t len;
+    mscx_tp_resolve_fn resolve; /* MSCX_TP_MR_LATE */
+    void *rctx;
 };
 
 struct mscx_tp_conn {
@@ -97,7 +102,10 @@ struct mscx_tp_conn {
     struct tcp_msg rx_hdr;
     size_t rx_hdr_got;
     int rx_in_payload;
-    struct mscx_tp_mr *rx_mr;
+    char *rx_dst;          /* where the payload of the current put goes */
+    unsigned rx_mr_flags;  /* the target's MSCX_TP_MR_* (for copy_to_target) */
+    int rx_stalled;        /* a late put waits for its target (the in socket is not read meanwhile) */
+    uint64_t rx_stall_ns;  /* since when */
     uint64_t rx_done; /* payload bytes applied */
     size_t rx_have;   /* payload bytes staged, not yet applied (< 8 between reads for packets) */
     void *stage;
@@ -277,6 +285,51 @@ static struct mscx_tp_mr *mr_lookup(struct mscx_tp_ep *ep, uint32_t key)
     return mr;
 }
 
+static void rx_header(struct mscx_tp_conn *c);
+
+/*
+ * A late put waits (c->rx_stalled) until its region's resolver knows the
+ * target: its payload stays in the socket meanwhile (TCP flow control holds
+ * the sender back), later messages of this connection wait behind it (they
+ * are ordered after it), other connections keep flowing. Bounded by the
+ * endpoint's late_timeout_ms.
+ */
+static void rx_resolve(struct mscx_tp_conn *c)
+{
+    struct mscx_tp_ep *ep = c->ep;
+    const struct tcp_msg *m = &c->rx_hdr;
+    struct mscx_tp_mr *mr = mr_lookup(ep, m->key);
+    if (!mr || !(mr->flags & MSCX_TP_MR_LATE)) {
+        conn_fail(c, MSCX_ERR_REMOTE, "late put: its target region was deregistered", 0);
+        return;
+    }
+    void *dst = NULL;
+    unsigned mf = 0;
+    uint32_t buf = m->flags >> MSG_LATE_BUF_SHIFT;
+    mscx_status_t st = mr->resolve(mr->rctx, buf, m->launch, m->off, m->len, &dst, &mf);
+    if (st == MSCX_INPROGRESS) {
+        uint64_t waited = mscx_tp_now_ns() - c->rx_stall_ns;
+        if (ep->p.late_timeout_ms && waited >= ep->p.late_timeout_ms * 1000000ull) {
+            char why[200];
+            snprintf(why, sizeof(why),
+                     "a put into buffer %u of launch %u (%llu bytes at offset %llu) waited %llu ms for that "
+                     "launch to start here (MSCX_TIMEOUT_MS %llu)",
+                     buf, m->launch, (unsigned long long)m->len, (unsigned long long)m->off,
+                     (unsigned long long)(waited / 1000000ull), (unsigned long long)ep->p.late_timeout_ms);
+            conn_fail(c, MSCX_ERR_TIMEOUT, why, 0);
+        }
+        return;
+    }
+    if (st != MSCX_OK) {
+        conn_fail(c, st, "late put: the target could not be resolved", 0);
+        return;
+    }
+    c->rx_stalled = 0;
+    c->rx_dst = dst;
+    c->rx_mr_flags = mf;
+    c->rx_in_payload = m->len > 0;
+}
+
 /* Check a received header; returns the target region or NULL after failing the connection. */
 static struct mscx_tp_mr *rx_target(struct mscx_tp_conn *c, const struct tcp_msg *m, uint64_t len)
 {
@@ -285,6 +338,12 @@ static struct mscx_tp_mr *rx_target(struct mscx_tp_conn *c, const struct tcp_msg
         conn_fail(c, MSCX_ERR_REMOTE, "peer bug: target region not registered for remote writes", 0);
         return NULL;
     }
+    if ((m->type == MSG_PUT_LATE) != ((mr->flags & MSCX_TP_MR_LATE) != 0)) {
+        conn_fail(c, MSCX_ERR_REMOTE, "peer bug: a late put to a plain region or a plain access to a late one", 0);
+        return NULL;
+    }
+    if (m->type == MSG_PUT_LATE)
+        return mr; /* the resolver checks the range in the buffer it finds */
     if (m->off > mr->len || len > mr->len - m->off) {
         conn_fail(c, MSCX_ERR_REMOTE, "peer bug: access outside the target region", 0);
         return NULL;
@@ -300,12 +359,25 @@ static void rx_header(struct mscx_tp_conn *c)
 
     c->rx_hdr_got = 0;
     switch (m->type) {
-    case MSG_PUT:
-        if (!(c->rx_mr = rx_target(c, m, m->len)))
+    case MSG_PUT: {
+        struct mscx_tp_mr *mr = rx_target(c, m, m->len);
+        if (!mr)
             return;
+        c->rx_dst = (char *)mr->base + m->off;
+        c->rx_mr_flags = mr->flags;
         c->rx_done = 0;
         c->rx_have = 0;
         c->rx_in_payload = m->len > 0;
+        return;
+    }
+    case MSG_PUT_LATE:
+        if (!rx_target(c, m, m->len))
+            return;
+        c->rx_done = 0;
+        c->rx_have = 0;
+        c->rx_stalled = 1;
+        c->rx_stall_ns = mscx_tp_now_ns();
+        rx_resolve(c);
         return;
     case MSG_SIGNAL: {
         struct mscx_tp_mr *mr = rx_target(c, m, 8);
@@ -339,6 +411,13 @@ static void rx_data(struct mscx_tp_conn *c)
     for (;;) {
         if (conn_err(c) != MSCX_OK)
             return;
+        if (c->rx_stalled) {
+            rx_resolve(c);
+            if (c->rx_stalled)
+                return;
+            if (!c->rx_in_payload)
+                continue; /* an empty late put */
+        }
         char *buf;
         size_t want;
         if (!c->rx_in_payload) {
@@ -374,9 +453,8 @@ static void rx_data(struct mscx_tp_conn *c)
         int pkt = (c->rx_hdr.flags & MSCX_TP_PUT_PACKET) != 0;
         size_t ready = pkt ? c->rx_have & ~(size_t)7 : c->rx_have;
         if (ready) {
-            struct mscx_tp_mr *mr = c->rx_mr;
-            mscx_status_t st = ep->copy(ep->p.hook_ctx, (char *)mr->base + c->rx_hdr.off + c->rx_done, c->stage,
-                                        ready, c->rx_hdr.flags, mr->flags);
+            mscx_status_t st = ep->copy(ep->p.hook_ctx, c->rx_dst + c->rx_done, c->stage, ready,
+                                        c->rx_hdr.flags & MSCX_TP_PUT_PACKET, c->rx_mr_flags);
             if (st != MSCX_OK) {
                 conn_fail(c, st, "copy to the target failed", 0);
                 return;
@@ -517,6 +595,7 @@ static void *rx_thread(void *arg)
         pfd[k++] = (struct pollfd){.fd = ep->wake[0], .events = POLLIN};
         pfd[k++] = (struct pollfd){.fd = ep->listen_fd, .events = POLLIN};
         uint64_t now = mscx_tp_now_ns();
+        int stalled = 0;
         for (uint32_t r = 0; r < n; r++) {
             struct mscx_tp_conn *c = ep->conns[r];
             if (c && c->err == MSCX_OK && c->ack_closed &&
@@ -526,8 +605,10 @@ static void *rx_thread(void *arg)
             if (!c || c->err != MSCX_OK)
                 continue;
             if (c->in_fd >= 0) {
+                /* a stalled put's payload stays in the socket: poll for errors only, retry below */
+                stalled |= c->rx_stalled;
                 who[k] = c;
-                pfd[k++] = (struct pollfd){.fd = c->in_fd, .events = POLLIN};
+                pfd[k++] = (struct pollfd){.fd = c->in_fd, .events = c->rx_stalled ? 0 : POLLIN};
             }
             if (c->out_fd >= 0 && !c->ack_closed) {
                 who[k] = c;
@@ -536,7 +617,16 @@ static void *rx_thread(void *arg)
         }
         pthread_mutex_unlock(&ep->lock);
 
-        int rc = poll(pfd, k, 100);
+        int rc = poll(pfd, k, stalled ? 1 : 100);
+        for (nfds_t i = 2; stalled && i < k; i++) {
+            if (pfd[i].fd != who[i]->in_fd || !who[i]->rx_stalled)
+                continue;
+            if (pfd[i].revents & (POLLERR | POLLHUP))
+                conn_fail(who[i], MSCX_ERR_REMOTE, "peer closed while a late put waited for its target", 0);
+            else
+                rx_data(who[i]);
+            pfd[i].revents = 0;
+        }
         if (rc > 0) {
             if (pfd[0].revents) {
                 char b[64];
@@ -700,6 +790,9 @@ static void tcp_ep_destroy(struct mscx_tp_ep *ep)
 
 /* ---------------------------------------------------------------- memory */
 
+static mscx_status_t mr_add(struct mscx_tp_ep *ep, struct mscx_tp_mr *mr, struct mscx_tp_mr **mr_p,
+                            struct mscx_tp_rdesc *desc_p);
+
 static mscx_status_t tcp_mr_register(struct mscx_tp_ep *ep, void *base, size_t len, unsigned flags, int dmabuf_fd,
                                      struct mscx_tp_mr **mr_p, struct mscx_tp_rdesc *desc_p)
 {
@@ -719,7 +812,14 @@ static mscx_status_t tcp_mr_register(struct mscx_tp_ep *ep, void *base, size_t l
     }
     mr->base = base;
     mr->len = len;
-    mr->flags = flags;
+    mr->flags = flags & ~(unsigned)MSCX_TP_MR_LATE;
+    return mr_add(ep, mr, mr_p, desc_p);
+}
+
+/* Give @p mr an id (its key) and describe it; frees it on failure. */
+static mscx_status_t mr_add(struct mscx_tp_ep *ep, struct mscx_tp_mr *mr, struct mscx_tp_mr **mr_p,
+                            struct mscx_tp_rdesc *desc_p)
+{
     pthread_mutex_lock(&ep->lock);
     if (ep->nmr >= ep->cap) {
         uint32_t cap = ep->cap ? ep->cap * 2 : 16;
@@ -740,14 +840,32 @@ static mscx_status_t tcp_mr_register(struct mscx_tp_ep *ep, void *base, size_t l
     pthread_mutex_unlock(&ep->lock);
 
     memset(desc_p, 0, sizeof(*desc_p));
-    desc_p->addr = (uintptr_t)base;
-    desc_p->len = len;
+    desc_p->addr = (uintptr_t)mr->base;
+    desc_p->len = mr->len;
     desc_p->key = mr->id;
     desc_p->owner = ep->p.rank;
-    desc_p->flags = flags;
+    desc_p->flags = mr->flags;
     desc_p->tp = 'T';
     *mr_p = mr;
     return MSCX_OK;
+}
+
+static mscx_status_t tcp_mr_register_late(struct mscx_tp_ep *ep, mscx_tp_resolve_fn resolve, void *ctx,
+                                          struct mscx_tp_mr **mr_p, struct mscx_tp_rdesc *desc_p)
+{
+    if (!ep || !resolve || !mr_p || !desc_p) {
+        MSCX_WARN("caller bug: bad tcp late-bound registration");
+        return MSCX_ERR_INVALID_ARG;
+    }
+    struct mscx_tp_mr *mr = calloc(1, sizeof(*mr));
+    if (!mr) {
+        MSCX_WARN("tcp: out of memory");
+        return MSCX_ERR_NO_MEMORY;
+    }
+    mr->flags = MSCX_TP_MR_LATE | MSCX_TP_MR_REMOTE_WRITE;
+    mr->resolve = resolve;
+    mr->rctx = ctx;
+    return mr_add(ep, mr, mr_p, desc_p);
 }
 
 static void tcp_mr_deregister(struct mscx_tp_ep *ep, struct mscx_tp_mr *mr)
@@ -927,6 +1045,38 @@ static mscx_status_t tcp_put(struct mscx_tp_conn *c, struct mscx_tp_mr *lmr, uin
     return send_all(c, c->out_fd, (const char *)lmr->base + loff, (size_t)len, 0, deadline_ns);
 }
 
+static mscx_status_t tcp_put_late(struct mscx_tp_conn *c, struct mscx_tp_mr *lmr, uint64_t loff,
+                                  const struct mscx_tp_rdesc *rd, uint32_t buf, uint32_t launch, uint64_t roff,
+                                  uint64_t len, unsigned flags, uint64_t deadline_ns)
+{
+    MSCX_CHECK(conn_err(c));
+    if (!rd || rd->tp != 'T' || rd->owner != c->peer || !(rd->flags & MSCX_TP_MR_LATE)) {
+        MSCX_WARN("caller bug: tcp late put to peer %u names no late-bound region of that peer", c->peer);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    if (!lmr || loff > lmr->len || len > lmr->len - loff || (lmr->flags & (MSCX_TP_MR_GPU | MSCX_TP_MR_LATE))) {
+        MSCX_WARN("caller bug: tcp late put source outside the local host region");
+        return MSCX_ERR_INVALID_ARG;
+    }
+    if (buf > 0xffffu || (flags & ~(unsigned)MSCX_TP_PUT_PACKET)) {
+        MSCX_WARN("caller bug: tcp late put to peer %u: buffer id %u or flags %#x out of range", c->peer, buf,
+                  flags);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    if ((flags & MSCX_TP_PUT_PACKET) && (roff % 8 || len % 8)) {
+        MSCX_WARN("caller bug: packet put to peer %u not in whole aligned 8-byte units", c->peer);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    struct tcp_msg m = {.type = MSG_PUT_LATE,
+                        .flags = flags | (buf << MSG_LATE_BUF_SHIFT),
+                        .key = rd->key,
+                        .launch = launch,
+                        .off = roff,
+                        .len = len};
+    MSCX_CHECK(send_all(c, c->out_fd, &m, sizeof(m), len > 0, deadline_ns));
+    return send_all(c, c->out_fd, (const char *)lmr->base + loff, (size_t)len, 0, deadline_ns);
+}
+
 static mscx_status_t tcp_signal(struct mscx_tp_conn *c, const struct mscx_tp_rdesc *rd, uint64_t roff,
                                 uint64_t deadline_ns)
 {
@@ -998,4 +1148,6 @@ const struct mscx_transport_ops mscx_tp_tcp = {
     .signal = tcp_signal,
     .flush = tcp_flush,
     .progress = tcp_progress,
+    .mr_register_late = tcp_mr_register_late,
+    .put_late = tcp_put_late,
 };

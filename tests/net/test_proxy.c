@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "mscx/env.h"
+#include "mscx/dev_types.h"
 #include "mscx/log.h"
 #include "net_pair.h"
 #include "proxy_int.h"
@@ -89,7 +90,19 @@ static mscx_status_t rl_flush(void *link, int local, uint64_t dl)
     return MSCX_OK;
 }
 
-static const struct mscx_plink_ops rec_ops = {"rec", rl_put, rl_signal, rl_flush, NULL};
+static const struct mscx_plink_ops rec_ops = {"rec", rl_put, rl_signal, rl_flush, NULL, NULL};
+
+/* put_user records 'u': dst_off = offset, flags = buffer, local = launch, src = the mapped address */
+static mscx_status_t rl_put_user(void *link, const void *src, const struct mscx_puser *dst, uint64_t len,
+                                 uint64_t dl)
+{
+    (void)dl;
+    (void)src;
+    rec_add(link, (struct rec_call){'u', 0, dst->addr, dst->off, len, dst->buf, (int)dst->launch});
+    return MSCX_OK;
+}
+
+static const struct mscx_plink_ops rec_user_ops = {"rec", rl_put, rl_signal, rl_flush, NULL, rl_put_user};
 
 struct failbox {
     _Atomic int st;
@@ -600,6 +613,116 @@ START_TEST(proxy_ib_dead_peer)
 END_TEST
 #endif
 
+/*
+ * Puts into a peer's input or output buffer (MSCX_PREQ_F_USER_*): the proxy
+ * hands buffer, launch flag, offset and mapped address to the link's
+ * put_user, in FIFO order with the other requests, without the scratch
+ * bound; a link without put_user, a packet put or both buffers at once fail
+ * the queue with a WARN naming the request.
+ */
+START_TEST(proxy_user_puts)
+{
+    struct rec_setup s;
+    rec_setup(&s);
+    s.chan[0].ops = &rec_user_ops;
+    mscx_proxy_detach(s.q);
+    struct mscx_pqueue_desc d = {s.fifo, 3, s.chan, 5, "unit-plan", DL_MS, on_fail, &s.fb};
+    ck_assert_int_eq(mscx_proxy_attach(&d, &s.q), MSCX_OK);
+    struct mscx_preq r;
+    memset(&r, 0, sizeof(r));
+    r.kind = MSCX_PREQ_PUT;
+    r.chan = 0;
+    r.src = 0x1000;
+    r.dst_off = 5u << 20; /* past the peer's scratch (1 MiB): not checked for user buffers */
+    r.len = 96;
+    r.flags = MSCX_PREQ_F_USER_OUT;
+    r.launch = 41;
+    r.reserved = 0;
+    mscx_pfifo_push_host(s.fifo, &s.head, &r, mscx_tp_deadline(DL_MS));
+    r.flags = MSCX_PREQ_F_USER_IN;
+    r.reserved = 0xabc000;
+    r.dst_off = 8;
+    mscx_pfifo_push_host(s.fifo, &s.head, &r, mscx_tp_deadline(DL_MS));
+    push(s.fifo, &s.head, MSCX_PREQ_SIGNAL, 0, 0, 0, 0, 0);
+    uint64_t f = push(s.fifo, &s.head, MSCX_PREQ_FLUSH, 0, 0, 0, 0, 0);
+    ck_assert_int_eq(wait_u64(&s.fifo->done, f + 1, DL_MS), 0);
+    ck_assert_uint_eq(s.rec.n, 4);
+    ck_assert_int_eq(s.rec.call[0].what, 'u');
+    ck_assert_uint_eq(s.rec.call[0].flags, MSCX_BUF_OUTPUT);
+    ck_assert_int_eq(s.rec.call[0].local, 41);
+    ck_assert_uint_eq(s.rec.call[0].dst_off, 5u << 20);
+    ck_assert_uint_eq(s.rec.call[0].len, 96);
+    ck_assert_uint_eq(s.rec.call[0].src, 0);
+    ck_assert_int_eq(s.rec.call[1].what, 'u');
+    ck_assert_uint_eq(s.rec.call[1].flags, MSCX_BUF_INPUT);
+    ck_assert_uint_eq(s.rec.call[1].src, 0xabc000);
+    ck_assert_int_eq(s.rec.call[2].what, 's');
+    ck_assert_int_eq(s.rec.call[3].what, 'f');
+    ck_assert_int_eq(atomic_load(&s.fb.calls), 0);
+    rec_teardown(&s);
+
+    static const struct {
+        uint32_t chan, kind, flags;
+        const char *warn;
+    } bad[] = {
+        {2, MSCX_PREQ_PUT, MSCX_PREQ_F_USER_OUT, "this link cannot put into a peer's input or output buffer"},
+        {2, MSCX_PREQ_PUT_PKT, MSCX_PREQ_F_USER_OUT, "is a packet put"},
+        {2, MSCX_PREQ_PUT, MSCX_PREQ_F_USER_OUT | MSCX_PREQ_F_USER_IN, "names both buffers"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        rec_setup(&s);
+        mscx_test_allow_warn(bad[i].warn);
+        push(s.fifo, &s.head, bad[i].kind, bad[i].chan, 0x100, 0, 64, bad[i].flags);
+        ck_assert_int_eq(wait_int(&s.fb.calls, DL_MS), 0);
+        ck_assert_int_eq(atomic_load(&s.fb.st), MSCX_ERR_INTERNAL);
+        ck_assert_msg(strstr(mscx_test_last_warn(), "buffer offset 0)") != NULL ||
+                          strstr(mscx_test_last_warn(), "scratch offset 0)") != NULL,
+                      "warn: %s", mscx_test_last_warn());
+        ck_assert_msg(strstr(mscx_test_last_warn(), bad[i].warn) != NULL, "warn: %s", mscx_test_last_warn());
+        rec_teardown(&s);
+    }
+}
+END_TEST
+
+/* The receiver's decision for a late put, from the publication of the launch's parity. */
+START_TEST(proxy_late_pick)
+{
+    static char in[64], out[128];
+    struct mscx_late_pub pub = {.flag = 7, .ptr = {in, out}, .bytes = {64, 128}};
+    void *dst = NULL;
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_OUTPUT, 7, 100, 28, &dst), MSCX_OK);
+    ck_assert_ptr_eq(dst, out + 100);
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_INPUT, 7, 0, 64, &dst), MSCX_OK);
+    ck_assert_ptr_eq(dst, in);
+    /* not published yet: an older launch of the parity, or none, or one before a wrap */
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_OUTPUT, 9, 0, 8, &dst), MSCX_INPROGRESS);
+    pub.flag = 0;
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_OUTPUT, 9, 0, 8, &dst), MSCX_INPROGRESS);
+    pub.flag = 0xffffffffu;
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_OUTPUT, 3, 0, 8, &dst), MSCX_INPROGRESS);
+    ck_assert_ptr_eq(dst, in); /* untouched */
+    /* replaced by a newer launch (across the wrap too) */
+    mscx_test_allow_warn("had replaced that launch's buffers");
+    pub.flag = 9;
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_OUTPUT, 7, 0, 8, &dst), MSCX_ERR_INTERNAL);
+    ck_assert_msg(strstr(mscx_test_last_warn(), "output buffer of launch 7 arrived after launch 9"), "%s",
+                  mscx_test_last_warn());
+    pub.flag = 3;
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_OUTPUT, 0xffffffffu, 0, 8, &dst), MSCX_ERR_INTERNAL);
+    /* out of range, bad buffer, launch 0 */
+    pub.flag = 7;
+    mscx_test_allow_warn("peer bug");
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_OUTPUT, 7, 100, 29, &dst), MSCX_ERR_REMOTE);
+    ck_assert_msg(strstr(mscx_test_last_warn(), "rank 1 plan p: a put into this rank's output buffer of launch 7 "
+                                                "(29 bytes at offset 100) reaches past its 128 bytes"),
+                  "%s", mscx_test_last_warn());
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_INPUT, 7, 65, 0, &dst), MSCX_ERR_REMOTE);
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", 2, 7, 0, 8, &dst), MSCX_ERR_REMOTE);
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_INPUT, 0, 0, 8, &dst), MSCX_ERR_REMOTE);
+    ck_assert_ptr_eq(dst, in);
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("proxy");
@@ -611,6 +734,8 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, proxy_laps_in_order);
     tcase_add_test(tc, proxy_flush_waits_for_link);
     tcase_add_test(tc, proxy_bad_requests_fail_the_queue);
+    tcase_add_test(tc, proxy_user_puts);
+    tcase_add_test(tc, proxy_late_pick);
     suite_add_tcase(s, tc);
     tc = mscx_tcase("tcp");
     tcase_add_test(tc, proxy_tcp_signal_after_put);
