@@ -132,7 +132,7 @@ __device__ __forceinline__ uint32_t mscx_dport_pair_chan(const struct mscx_dev_o
  * stream has reached this launch before the copy engine writes there.
  * Thread 0 only. @return non-zero after giving up.
  */
-static __device__ __noinline__ int mscx_dport_put_user(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+static __device__ MSCX_DSLOW int mscx_dport_put_user(const struct mscx_dstate *s, const struct mscx_dev_op *op,
                                                        const struct mscx_dpipe *pp, uint32_t c,
                                                        const struct mscx_dev_operand *so,
                                                        const struct mscx_dev_operand *dop,
