@@ -14,9 +14,11 @@ typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 #define MSCX_KFN_SMALL_BOUND 512u
 
 /* exec_k_<format>_<i>.cu, generated from exec_k.cu.in (i = 6 * variant + dtype, or + 5 for copy-only) */
-#define MSCX_KFN_EACH(X, f)                                                                                  \
-    X(f, 0) X(f, 1) X(f, 2) X(f, 3) X(f, 4) X(f, 5) X(f, 6) X(f, 7) X(f, 8) X(f, 9) X(f, 10) X(f, 11) X(f, 12) \
-        X(f, 13) X(f, 14) X(f, 15) X(f, 16) X(f, 17)
+/* clang-format off */
+#define MSCX_KFN_EACH(X, f)                                                          \
+    X(f, 0) X(f, 1) X(f, 2) X(f, 3) X(f, 4) X(f, 5) X(f, 6) X(f, 7) X(f, 8)          \
+    X(f, 9) X(f, 10) X(f, 11) X(f, 12) X(f, 13) X(f, 14) X(f, 15) X(f, 16) X(f, 17)
+/* clang-format on */
 #define MSCX_KFN_DECL(f, i) mscx_kfn mscx_gpu_kfn_##f##_##i(void);
 #define MSCX_KFN_SET(f, i) t[i] = mscx_gpu_kfn_##f##_##i();
 
@@ -89,7 +91,8 @@ extern "C" int mscx_gpu_kernel_occupancy(uint32_t nthreads, uint32_t smem_bytes)
         int n = 0;
         if (!mscx_kfn_fits(i % MSCX_KFN_COUNT, nthreads))
             continue;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fns[i], (int)nthreads, smem_bytes) != cudaSuccess)
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fns[i], (int)nthreads, smem_bytes) !=
+            cudaSuccess)
             return -1;
         if (best < 0 || n < best)
             best = n;

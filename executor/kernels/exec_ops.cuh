@@ -27,8 +27,14 @@
 
 typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 
-/* Packet lines of different sources one thread loads before it waits for any (compiled REDPKT entries). */
+/*
+ * Packet lines of different sources one thread loads before it waits for any
+ * (compiled REDPKT entries); a build may set it (fewer registers, see
+ * tests/perf/kernel-variants.sh).
+ */
+#ifndef MSCX_KLINE_BATCH
 #define MSCX_KLINE_BATCH 8
+#endif
 
 /* Slice of operands of @p size chunks with slot @p slot, computed once per op. */
 struct mscx_dref {

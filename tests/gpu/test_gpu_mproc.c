@@ -17,13 +17,14 @@
  *            a collective: every survivor must end with MSCX_ERR_TIMEOUT or
  *            MSCX_ERR_REMOTE within MSCX_TIMEOUT_MS (+ slack), nothing hangs
  *   ureg     MSCCL++ DSL op plans whose ops read or write a peer's input or
- *            output buffer (put, get, read-reduce ...), one rank per process:
- *            user buffers registered across processes (gpu_ureg.c). Every
- *            rank's input and output are compared with the host executor over
- *            launches with reused, new and freed-and-reallocated buffers, a
- *            CUDA graph captured with registered buffers and replayed, and
- *            two refusals that must be the same on every rank: managed
- *            memory, and a new buffer under capture
+ *            output buffer (put, get, read-reduce, port-channel put ...), one
+ *            rank per process: user buffers registered across processes
+ *            (gpu_ureg.c). Every rank's input and output are compared with
+ *            the host executor over launches with reused, new and
+ *            freed-and-reallocated buffers, a CUDA graph captured with
+ *            registered buffers and replayed, and two refusals that must be
+ *            the same on every rank: managed memory, and a new buffer under
+ *            capture
  * A plan path after the mode replaces the mode's plan; the process count is
  * the plan's rank count (twonode: MSCX_VIRTUAL_NODES when set, else the
  * plan's ranks / its ranks per node).
@@ -899,14 +900,19 @@ int main(int argc, char **argv)
     }
     if (strcmp(g_mode, "ureg") == 0 && !path) {
         /*
-         * The DSL's op demonstrations that reach peers' user buffers through
-         * memory channels. (put_with_signal*_test write a peer's input through
-         * port channels: across processes the proxy reaches scratch only, and
-         * add_plan refuses them.)
+         * The DSL's op demonstrations that reach peers' user buffers: through
+         * memory channels, and (put_with_signal*_test) through port channels,
+         * whose proxy copies into the peer's mapped input over the cuda link.
          */
-        static const char *const names[] = {"put_test",          "get_test",      "read_reduce_test",
-                                            "read_reduce_send_test", "reduce_send_test", "get_fuse_test",
-                                            "put_fuse_test"};
+        static const char *const names[] = {"put_test",
+                                            "get_test",
+                                            "read_reduce_test",
+                                            "read_reduce_send_test",
+                                            "reduce_send_test",
+                                            "get_fuse_test",
+                                            "put_fuse_test",
+                                            "put_with_signal_test",
+                                            "put_with_signal_and_flush_test"};
         const char *ref = MSCX_SOURCE_ROOT "/../shared/reference";
         if (access(ref, R_OK) != 0) /* device machines get a copy of the reference plans in .deps/ref */
             ref = MSCX_SOURCE_ROOT "/.deps/ref";

@@ -9,7 +9,8 @@
 # --layout rows|cols, docs/perf/tp8-vs-dsl.md) for 8 and 4 ranks, 64 KB-1 MB:
 # rows with G = ranks is the DSL's allreduce_pkt written by our generator;
 # and the shipped 1024-thread two-phase plans with 512 threads (_b512_).
-# Results under OUT (default out): variants/ and bench.txt.
+# Results under OUT (default out): variants/ and bench.txt (GEN_ONLY=1:
+# only the variants, no bench).
 #   tests/perf/bench-variants.sh [MAX_BYTES]     (default 16384)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -49,4 +50,17 @@ for v in 2:8:16K:256K 4:4:16K:1M 8:1:64K:1M; do
     "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks "$n" --tbs-per-peer "$t" \
         --threads-per-block 512 --min-size "$lo" --max-size "$hi" --name "$name" -o "$V/$name.json" --quiet || exit 1
 done
+# 8 ranks above 64 KB at 512 threads: two blocks per peer, rows and columns
+for v in t2 rows8 cols8; do
+    name=allreduce_n8_rpn8_twophase_${v}b512_64K_1M
+    case $v in
+    t2) a="--tbs-per-peer 2" ;;
+    rows8) a="--blocks 8 --layout rows" ;;
+    cols8) a="--blocks 8 --layout cols" ;;
+    esac
+    # shellcheck disable=SC2086
+    "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks 8 $a --threads-per-block 512 \
+        --min-size 64K --max-size 1M --name "$name" -o "$V/$name.json" --quiet || exit 1
+done
+[ "${GEN_ONLY:-0}" = 1 ] && exit 0
 BENCH_PLANS=$V BENCH_MAX=${1:-16384} exec tests/perf/device-run.sh bench

@@ -5,8 +5,10 @@
 # side by side in one call. Each variant gets its own build directory
 # (bd-kv<N>, only the benchmark targets); the shipped build is BUILD (bd).
 # For each build: mscx-bench-launch (the real fast kernel rows), then
-# mscx-bench-gpu over the generated plans up to MAX bytes (default 65536)
-# for RANKS (default "2 8"). Results: OUT/kv-<name>.txt.
+# mscx-bench-gpu over the plans in PLANS (default plans/; e.g. the folder
+# tests/perf/bench-variants.sh writes) up to MAX bytes (default 65536) for
+# RANKS (default "2 8"), the DSL's allreduce_pkt too when WHICH is empty
+# (default gen: ours only). Results: OUT/kv-<name>.txt.
 #   tests/perf/kernel-variants.sh "-DMSCX_KBOUND=512 -DMSCX_KSLOW_INLINE" ...
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -15,6 +17,8 @@ BUILD=${BUILD:-bd}
 OUT=${OUT:-out}
 MAX=${MAX:-65536}
 RANKS=${RANKS:-2 8}
+PLANS=${PLANS:-plans}
+WHICH=${WHICH-gen}
 mkdir -p "$OUT"
 [ -d .deps/debs ] && eval "$(tools/device-deps.sh --unpack)"
 targets="tools/mscx-bench-gpu tools/mscx-bench-launch"
@@ -36,8 +40,8 @@ run_one() { # name build-dir
         echo "## $1"
         timeout 120 "$2/tools/mscx-bench-launch" 2>&1 | grep -E "^\| (launch|executor|plain|empty, 7 x 512, 16)"
         for n in $RANKS; do
-            MSCX_BENCH_RANKS=$n MSCX_BENCH_PLANS=gen timeout 150 "$2/tools/mscx-bench-gpu" .deps/ref/mscclpp-algo-plans \
-                plans "$MAX" 2>&1 | grep -E "^\| (plan|[a-z])"
+            MSCX_BENCH_RANKS=$n MSCX_BENCH_PLANS=$WHICH timeout 150 "$2/tools/mscx-bench-gpu" \
+                .deps/ref/mscclpp-algo-plans "$PLANS" "$MAX" 2>&1 | grep -E "^\| (plan|[a-z])"
         done
     } >"$OUT/kv-$1.txt" 2>&1
     cat "$OUT/kv-$1.txt"
