@@ -506,9 +506,18 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
     switch (k->kind) {
     case MSCX_KOP_PACK: {
         const char *ps = P[o];
-        char *lines = P[o + 1];
-        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
-            mscx_dline_store<PKT>(lines + 2u * pl * u, mscx_dvload<pl>(ps + (uint64_t)u * pl), flag);
+        const uint32_t nd = k->ndst;
+        if (nd == 1) {
+            char *lines = P[o + 1];
+            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
+                mscx_dline_store<PKT>(lines + 2u * pl * u, mscx_dvload<pl>(ps + (uint64_t)u * pl), flag);
+            return 0;
+        }
+        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+            const uint4 v = mscx_dvload<pl>(ps + (uint64_t)u * pl);
+            for (uint32_t j = 0; j < nd; j++)
+                mscx_dline_store<PKT>(P[o + 1 + j] + 2u * pl * u, v, flag);
+        }
         return 0;
     }
     case MSCX_KOP_UNPACK: {

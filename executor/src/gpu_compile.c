@@ -348,6 +348,74 @@ static uint32_t kp_fuse_unpack(struct mscx_kprog *kp, uint32_t kb, uint32_t ke)
     return fused;
 }
 
+/*
+ * Entries [kb, ke) of one block: PACK entries in a row that read the same
+ * flat source over the same units (a put-packets op with several
+ * destinations compiles to one PACK per pair) become one PACK with all
+ * their destinations, so each thread loads a unit once and stores it to
+ * every destination. Each thread keeps its units and, per destination, the
+ * order of its stores. Only entries laid out as kp_op makes them (operands
+ * in a row: source, destination) and without a barrier between them are
+ * merged; the merged-away entries become SKIPs.
+ */
+static uint32_t kp_fuse_pack(struct mscx_kprog *kp, uint32_t kb, uint32_t ke)
+{
+    uint32_t fused = 0;
+    for (uint32_t i = kb; i < ke; i++) {
+        struct mscx_kop *p = &kp->kop[i];
+        if (p->kind != MSCX_KOP_PACK || p->nsrc != 1 || p->ndst != 1)
+            continue;
+        const struct mscx_kopnd *src = &kp->opnd[p->opnd];
+        uint32_t j = i + 1;
+        while (j < ke && j - i < UINT8_MAX) {
+            const struct mscx_kop *q = &kp->kop[j];
+            if (q->kind != MSCX_KOP_PACK || q->sync || q->nsrc != 1 || q->ndst != 1 || q->units != p->units ||
+                q->opnd != p->opnd + 2u * (j - i) || !kp_same(src, &kp->opnd[q->opnd]))
+                break;
+            j++;
+        }
+        if (j == i + 1)
+            continue;
+        /* [src, d0, src, d1, ...] -> [src, d0, d1, ...]: each destination moves to an earlier slot */
+        for (uint32_t m = i + 1; m < j; m++) {
+            struct mscx_kop *q = &kp->kop[m];
+            kp->opnd[p->opnd + 1u + (m - i)] = kp->opnd[q->opnd + 1u];
+            q->kind = MSCX_KOP_SKIP;
+            q->units = 0;
+            q->nsrc = q->ndst = 0;
+        }
+        p->ndst = (uint8_t)(j - i);
+        fused += j - i - 1;
+        i = j - 1;
+    }
+    return fused;
+}
+
+/*
+ * Drop the SKIP entries that fusion left (a SKIP's barrier moves to the
+ * entry after it; a SKIP that ends its block stays, with its barrier), so
+ * that the kernel does not pay a loop step for them.
+ */
+static void kp_compact(struct mscx_kprog *kp, uint32_t ntb)
+{
+    uint32_t out = 0;
+    for (uint32_t b = 0; b < ntb; b++) {
+        uint32_t kb = kp->kbegin[b], ke = kp->kbegin[b + 1], pending = 0;
+        kp->kbegin[b] = (uint16_t)out;
+        for (uint32_t i = kb; i < ke; i++) {
+            struct mscx_kop k = kp->kop[i];
+            if (k.kind == MSCX_KOP_SKIP && i + 1 < ke) {
+                pending |= k.sync;
+                continue;
+            }
+            k.sync |= (uint8_t)pending;
+            pending = 0;
+            kp->kop[out++] = k;
+        }
+    }
+    kp->kbegin[ntb] = (uint16_t)out;
+}
+
 int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
                      const struct mscx_kp_rbuf *rbuf, const struct mscx_gpu_args *a, struct mscx_kprog *kp)
 {
@@ -404,8 +472,11 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
     kp->kbegin[gpu->ntb] = (uint16_t)k.nkop;
     kp->pbegin[gpu->ntb] = (uint16_t)k.nopnd;
     for (uint32_t b = 0; b < gpu->ntb; b++)
-        if (!(kp->interp_mask & (1u << b)))
+        if (!(kp->interp_mask & (1u << b))) {
             kp_fuse_unpack(kp, kp->kbegin[b], kp->kbegin[b + 1]);
+            kp_fuse_pack(kp, kp->kbegin[b], kp->kbegin[b + 1]);
+        }
+    kp_compact(kp, gpu->ntb);
     return 1;
 }
 

@@ -148,7 +148,7 @@ struct mscx_gpu_ctx {
 
 enum mscx_kop_kind {
     MSCX_KOP_GENERIC = 0, /* run ops[obase[b] + op] in the interpreter */
-    MSCX_KOP_PACK,        /* src[0] raw/flat -> dst[0] lines */
+    MSCX_KOP_PACK,        /* src[0] raw/flat -> dst[0..ndst) lines */
     MSCX_KOP_UNPACK,      /* src[0] lines -> dst[0] flat */
     MSCX_KOP_FWD,         /* src[0] lines -> dst[0..ndst) lines */
     MSCX_KOP_REDPKT,      /* src[0] flat, or lines if lsrc0, (+) src[1..] lines -> dst[0] flat (if ndst), dst[1..] lines */

@@ -133,7 +133,8 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
             switch (k->kind) {
             case MSCX_KOP_PACK:
                 check_opnd(c, k, 0, n * pl, "raw source");
-                check_opnd(c, k, 1, n * 2 * pl, "lines");
+                for (uint32_t j = 0; j < k->ndst; j++)
+                    check_opnd(c, k, 1 + j, n * 2 * pl, "lines");
                 break;
             case MSCX_KOP_UNPACK:
                 check_opnd(c, k, 0, n * 2 * pl, "lines");
@@ -165,6 +166,9 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
                 generic++;
                 continue;
             case MSCX_KOP_SKIP:
+                /* fusion's SKIPs are dropped (kp_compact), except one that ends its block */
+                ck_assert_msg(i + 1 == kp->kbegin[b + 1], "%s rank %u block %u: a SKIP at entry %u of [%u, %u)",
+                              c->plan->name, c->rank, b, i, kp->kbegin[b], kp->kbegin[b + 1]);
                 continue;
             default:
                 ck_abort_msg("unknown entry kind %u", k->kind);
@@ -255,7 +259,7 @@ START_TEST(test_compile_shipped_plans)
     mscx_test_plans_begin(&it);
     ck_assert_uint_gt(it.n, 30);
     uint64_t launches = 0, compiled_launches = 0;
-    uint32_t entries = 0, fused_total = 0;
+    uint32_t entries = 0, fused_total = 0, packs_merged = 0;
     for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
         uint64_t mn, mx;
         mscx_plan_size_range(plan, &mn, &mx);
@@ -297,6 +301,19 @@ START_TEST(test_compile_shipped_plans)
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             ck_assert_msg(generic == 0, "%s rank %u, %llu bytes: %u ops left to the interpreter",
                                           plan->name, r, (unsigned long long)sizes[s], generic);
+                        /*
+                         * and each of their blocks sends its slice to every peer from one PACK entry
+                         * (kp_fuse_pack: the put-packets op has a pair per peer)
+                         */
+                        if (oneshot && (sizes[s] == mn || sizes[s] == mx))
+                            for (uint32_t b = 0; b < gpu->ntb; b++) {
+                                const struct mscx_kop *k0 = &c->kp.kop[c->kp.kbegin[b]];
+                                ck_assert_msg(k0->kind == MSCX_KOP_PACK && k0->ndst >= plan->nranks - 1,
+                                              "%s rank %u block %u, %llu bytes: first entry kind %u with %u "
+                                              "destinations", plan->name, r, b, (unsigned long long)sizes[s],
+                                              k0->kind, k0->ndst);
+                                packs_merged++;
+                            }
                     }
                 }
             }
@@ -305,8 +322,9 @@ START_TEST(test_compile_shipped_plans)
         }
     }
     printf("gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked, "
-           "%u unpacks fused, largest encoded program %zu bytes\n", it.n, (unsigned long long)launches,
-           (unsigned long long)compiled_launches, entries, fused_total, g_max_encoded);
+           "%u unpacks fused, %u one-shot blocks with one PACK to all peers, largest encoded program %zu bytes\n",
+           it.n, (unsigned long long)launches, (unsigned long long)compiled_launches, entries, fused_total,
+           packs_merged, g_max_encoded);
     ck_assert_uint_gt(compiled_launches, launches / 2);
 }
 END_TEST

@@ -433,7 +433,7 @@ static void entry_operands(const struct emu *e, const struct loc *L, struct opnd
         int line = 0, raw16 = 0;
         switch (k->kind) {
         case MSCX_KOP_PACK:
-            line = j == 1;
+            line = j >= 1;
             break;
         case MSCX_KOP_UNPACK:
             line = j == 0;
@@ -493,7 +493,8 @@ static void entry_run(struct emu *e, const struct loc *L, const struct opnd *P)
     case MSCX_KOP_PACK:
         for (uint64_t u = 0; u < k->units; u++) {
             vload(P[0].p + u * pl, pl, w);
-            line_store(P[1].p + u * ll, pkt, w, flag);
+            for (uint32_t j = 0; j < nd; j++)
+                line_store(P[1 + j].p + u * ll, pkt, w, flag);
         }
         break;
     case MSCX_KOP_UNPACK:
