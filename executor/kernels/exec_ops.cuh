@@ -557,27 +557,40 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         if (!RED)
             return 0;
         const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
+        /* bit i: source i is read flat, not as lines (fsrc: a pack fused in; 0 when none) */
+        const uint32_t fmask = k->fsrc ? 1u << k->fsrc : 0u;
         const char *p0 = P[o];
         const bool l0 = k->lsrc0;
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
             uint64_t x = (uint64_t)u * pl;
             uint4 acc = make_uint4(0, 0, 0, 0);
-            /* the lines of up to MSCX_KLINE_BATCH sources are loaded at once, then folded in source order */
+            /*
+             * The lines of up to MSCX_KLINE_BATCH sources are loaded at once,
+             * then folded in source order. The flat source (fmask) is loaded
+             * where it is folded, its payload being what its packed line would
+             * carry: loaded with the lines, it cost the fast kernel 8 bytes
+             * more stack frame (ptxas, sm_90); the one-shot's puts have just
+             * read the same bytes, so it should mostly hit in cache (not
+             * measured on a GPU).
+             */
             uint32_t j = l0 ? 0u : 1u;
             if (!l0)
                 acc = mscx_dvload<pl>(p0 + x);
             for (; j < ns; j += MSCX_KLINE_BATCH) {
                 uint4 raw[MSCX_KLINE_BATCH];
+                const uint32_t fb = fmask >> j;
 #pragma unroll
                 for (uint32_t q = 0; q < MSCX_KLINE_BATCH; q++)
-                    if (j + q < ns)
+                    if (j + q < ns && !(fb & (1u << q)))
                         raw[q] = mscx_dline_peek<PKT>(P[o + j + q] + 2u * x);
 #pragma unroll
                 for (uint32_t q = 0; q < MSCX_KLINE_BATCH; q++) {
                     if (j + q >= ns)
                         break;
                     uint4 v;
-                    if (mscx_dline_ready<PKT>(raw[q], flag))
+                    if (fb & (1u << q))
+                        v = mscx_dvload<pl>(P[o + j + q] + x);
+                    else if (mscx_dline_ready<PKT>(raw[q], flag))
                         v = mscx_dline_payload<PKT>(raw[q]);
                     else if (mscx_dline_read<PKT>(s, P[o + j + q] + 2u * x, &v))
                         return 1;

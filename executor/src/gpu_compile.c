@@ -312,6 +312,37 @@ static int kp_same(const struct mscx_kopnd *x, const struct mscx_kopnd *y)
 }
 
 /*
+ * Operand j of entry k: 1 when it is flat data (a user buffer may hold it),
+ * 0 when it is packet lines; *ext_p its extent in bytes. The one place that
+ * says so: the peepholes below and the user-buffer checks use it.
+ */
+static int kp_opnd_flat(const struct mscx_kop *k, uint32_t j, uint32_t pl, uint64_t *ext_p)
+{
+    uint64_t flat = (uint64_t)k->units * pl, lines = 2u * flat;
+    int flat_op;
+    switch (k->kind) {
+    case MSCX_KOP_PACK:
+        flat_op = j == 0;
+        break;
+    case MSCX_KOP_UNPACK:
+        flat_op = j == 1;
+        break;
+    case MSCX_KOP_REDPKT:
+        flat_op = (j == 0 && !k->lsrc0) || (k->fsrc && j == k->fsrc) || j == k->nsrc;
+        break;
+    case MSCX_KOP_COPY:
+    case MSCX_KOP_REDUCE:
+        *ext_p = (uint64_t)k->units * 16u;
+        return 1;
+    default: /* FWD */
+        flat_op = 0;
+        break;
+    }
+    *ext_p = flat_op ? flat : lines;
+    return flat_op;
+}
+
+/*
  * Entries [kb, ke) of one block: an UNPACK of lines A into flat X directly
  * followed by a REDPKT whose flat source and first destination are that X,
  * over the same units, becomes one REDPKT that starts from A's lines (the
@@ -416,6 +447,204 @@ static void kp_compact(struct mscx_kprog *kp, uint32_t ntb)
     kp->kbegin[ntb] = (uint16_t)out;
 }
 
+/* ---- a pack into the rank's own scratch read flat by a later reduction ---- */
+
+/* Bytes [lo, hi) of one memory of the rank; input and output count as one (an in-place call aliases them). */
+struct kp_span {
+    uint32_t space; /* MSCX_KB_IN (input or output), MSCX_KB_SCRATCH, MSCX_KB_RBUF + k */
+    uint64_t lo, hi;
+};
+
+static struct kp_span kp_span_of(const struct mscx_kprog *kp, const struct mscx_kop *k, uint32_t j,
+                                 uint32_t pl)
+{
+    const struct mscx_kopnd *d = &kp->opnd[k->opnd + j];
+    uint64_t ext;
+    kp_opnd_flat(k, j, pl, &ext);
+    return (struct kp_span){d->base == MSCX_KB_OUT ? MSCX_KB_IN : d->base, d->off, d->off + ext};
+}
+
+static int kp_meet(const struct kp_span *a, const struct kp_span *b)
+{
+    return a->space == b->space && a->lo < b->hi && b->lo < a->hi;
+}
+
+/*
+ * Whether some op of the plan reads a peer's memory (get, read-reduce, a
+ * multicast load: any remote or switch source). Such a peer could read the
+ * lines of a pack this pass removes; the pass judges only this rank's
+ * program, so it gives up on such plans altogether.
+ */
+static int kp_plan_reads_peers(const struct mscx_plan *plan)
+{
+    if (plan->has_multicast)
+        return 1;
+    for (uint32_t q = 0; q < plan->nranks; q++)
+        for (uint32_t i = 0; i < plan->gpus[q].nops; i++) {
+            const struct mscx_dev_op *op = &plan->gpus[q].ops[i];
+            if (op->opcode == MSCX_OP_GET || op->opcode == MSCX_OP_READ_REDUCE ||
+                op->opcode == MSCX_OP_READ_REDUCE_SEND || op->opcode == MSCX_OP_MULTI_LOAD_REDUCE_STORE)
+                return 1;
+            for (uint32_t s = 0; s < op->nsrc; s++)
+                if (op->src[s].flags & (MSCX_OPND_REMOTE | MSCX_OPND_SWITCH))
+                    return 1;
+        }
+    return 0;
+}
+
+/*
+ * Whether some op of any rank (this one through its remote-buffer table
+ * included) may write @p sp, bytes of rank @p rank's own memory: a write
+ * into its user buffers at all, or into its scratch across @p sp (lines of
+ * packet ops at twice the logical offset, whole operands, slices ignored).
+ * @p slot: the rank's chunk slot at this launch (its scratch's geometry).
+ */
+static int kp_peer_writes(const struct mscx_plan *plan, uint32_t rank, uint64_t slot,
+                          const struct kp_span *sp)
+{
+    for (uint32_t q = 0; q < plan->nranks; q++) {
+        const struct mscx_gpu *g = &plan->gpus[q];
+        for (uint32_t i = 0; i < g->nops; i++) {
+            const struct mscx_dev_op *op = &g->ops[i];
+            for (uint32_t d = 0; d < op->ndst; d++) {
+                const struct mscx_dev_operand *o = &op->dst[d];
+                if (o->flags & MSCX_OPND_SWITCH)
+                    return 1;
+                if (!(o->flags & MSCX_OPND_REMOTE))
+                    continue;
+                if (o->rbuf >= g->nrbuf)
+                    return 1;
+                if (g->rbuf[o->rbuf].rank != rank)
+                    continue;
+                if (g->rbuf[o->rbuf].type != MSCX_BUF_SCRATCH || (op->flags & MSCX_OPF_IN_PIPELINE))
+                    return 1; /* user-buffer chunk mapping, pipeline strides: not judged here */
+                if (sp->space != MSCX_KB_SCRATCH)
+                    continue;
+                uint64_t lo = (uint64_t)o->index * slot, hi = lo + (uint64_t)o->size * slot;
+                if (mscx_opcode_is_packet(op->opcode)) { /* a peer's scratch in a packet op: lines */
+                    lo *= 2u;
+                    hi *= 2u;
+                }
+                if (lo < sp->hi && sp->lo < hi)
+                    return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * Whether REDPKT entry @p ri (block @p b) may read source @p j, the lines L
+ * that PACK entry @p pi of the same block wrote from flat X, as X itself:
+ * the same bits whenever X holds at ri what it held at pi and nothing else
+ * ever looks at L.
+ */
+static int kp_fold_ok(const struct mscx_kprog *kp, uint32_t ntb, uint32_t b, uint32_t pi, uint32_t ri,
+                      uint32_t j, uint32_t pl)
+{
+    const struct mscx_kop *p = &kp->kop[pi], *r = &kp->kop[ri];
+    const struct kp_span X = kp_span_of(kp, p, 0, pl), L = kp_span_of(kp, p, 1, pl);
+    if (X.space >= MSCX_KB_RBUF)
+        return 0; /* a peer's memory: it may change between the two */
+    if (kp_meet(&X, &L))
+        return 0;
+    for (uint32_t bb = 0; bb < ntb; bb++)
+        for (uint32_t e = kp->kbegin[bb]; e < kp->kbegin[bb + 1]; e++) {
+            const struct mscx_kop *k = &kp->kop[e];
+            /* a SKIP moves nothing (a fused unpack keeps its operands) */
+            if (e == pi || k->kind == MSCX_KOP_SKIP)
+                continue;
+            for (uint32_t jj = 0; jj < (uint32_t)k->nsrc + k->ndst; jj++) {
+                if (e == ri && jj == j)
+                    continue;
+                const struct kp_span s = kp_span_of(kp, k, jj, pl);
+                if (kp_meet(&s, &L))
+                    return 0; /* L is read or written elsewhere: it must keep the pack's lines */
+                if (!kp_meet(&s, &X))
+                    continue;
+                if (e == ri) {
+                    /* the flat destination may be X exactly: thread u reads unit u before it writes it */
+                    if (jj == r->nsrc && s.lo == X.lo && s.hi == X.hi)
+                        continue;
+                    return 0; /* another source is X, or a destination overlaps it elsewhere */
+                }
+                if (jj < k->nsrc)
+                    continue; /* another read of X changes nothing */
+                if (bb != b || (pi < e && e < ri))
+                    return 0; /* X may change between the pack and the reduction */
+            }
+        }
+    return 1;
+}
+
+/*
+ * A PACK of flat X into lines L of the rank's own scratch, read back by a
+ * later REDPKT of the same block over the same units as one of its line
+ * sources (src[1..]): the REDPKT reads X flat there instead (fsrc) and the
+ * PACK becomes a SKIP that keeps its barrier. The one-shot AllReduce has
+ * this shape on every rank after 0: it packs its own input into its own
+ * slot only to fold that slot back in rank order. The payload of a line is
+ * the flat unit it was packed from, bit for bit, and each thread handles
+ * the same units in both entries, so X gives the same values when nothing
+ * writes X between the two and nothing else reads or writes L (kp_fold_ok),
+ * and no peer can read or write them. At most one such source per REDPKT
+ * (the kernel tests one index). Runs on the whole rank's program after
+ * kp_fuse_unpack; @p slot is the rank's chunk slot at this launch.
+ * @return the packs folded
+ */
+static uint32_t kp_fold_pack(struct mscx_kprog *kp, uint32_t ntb, const struct mscx_plan *plan, uint32_t rank,
+                             const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl)
+{
+    uint32_t folded = 0;
+    int judged = 0;
+    if (kp->interp_mask)
+        return 0; /* an interpreter block's accesses are not in the program */
+    for (uint32_t b = 0; b < ntb; b++)
+        for (uint32_t ri = kp->kbegin[b]; ri < kp->kbegin[b + 1]; ri++) {
+            struct mscx_kop *r = &kp->kop[ri];
+            if (r->kind != MSCX_KOP_REDPKT)
+                continue;
+            for (uint32_t j = 1; j < r->nsrc && !r->fsrc; j++) {
+                struct mscx_kopnd *s = &kp->opnd[r->opnd + j];
+                if (s->base != MSCX_KB_SCRATCH)
+                    continue;
+                /* the block's last PACK before r into these lines (an earlier one fails kp_fold_ok) */
+                uint32_t pi = UINT32_MAX;
+                for (uint32_t e = kp->kbegin[b]; e < ri; e++)
+                    if (kp->kop[e].kind == MSCX_KOP_PACK && kp_same(&kp->opnd[kp->kop[e].opnd + 1], s))
+                        pi = e;
+                if (pi == UINT32_MAX)
+                    continue;
+                struct mscx_kop *p = &kp->kop[pi];
+                if (p->units != r->units)
+                    continue;
+                if (!judged) { /* once per program, and only where there is a candidate */
+                    judged = 1;
+                    if (kp_plan_reads_peers(plan))
+                        return folded;
+                    for (uint32_t bb = 0; bb < ntb; bb++)
+                        for (uint32_t e = kp->kbegin[bb]; e < kp->kbegin[bb + 1]; e++) {
+                            /* a data op left to the interpreter: its bytes are not known here */
+                            const struct mscx_dev_op *op = &ops[kp->obase[bb] + kp->kop[e].op];
+                            if (kp->kop[e].kind == MSCX_KOP_GENERIC && op->nsrc + op->ndst > 0)
+                                return folded;
+                        }
+                }
+                const struct mscx_kopnd *x = &kp->opnd[p->opnd];
+                const struct kp_span X = kp_span_of(kp, p, 0, pl), L = kp_span_of(kp, p, 1, pl);
+                if (!kp_fold_ok(kp, ntb, b, pi, ri, j, pl) || kp_peer_writes(plan, rank, slot, &L) ||
+                    kp_peer_writes(plan, rank, slot, &X))
+                    continue;
+                *s = *x;
+                r->fsrc = (uint8_t)j;
+                p->kind = MSCX_KOP_SKIP;
+                p->units = 0;
+                folded++;
+            }
+        }
+    return folded;
+}
+
 int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
                      const struct mscx_kp_rbuf *rbuf, const struct mscx_gpu_args *a, struct mscx_kprog *kp)
 {
@@ -472,10 +701,13 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
     kp->kbegin[gpu->ntb] = (uint16_t)k.nkop;
     kp->pbegin[gpu->ntb] = (uint16_t)k.nopnd;
     for (uint32_t b = 0; b < gpu->ntb; b++)
-        if (!(kp->interp_mask & (1u << b))) {
+        if (!(kp->interp_mask & (1u << b)))
             kp_fuse_unpack(kp, kp->kbegin[b], kp->kbegin[b + 1]);
+    /* the pack folded into a reduction first: merging packs would hide it among a peer-bound PACK's destinations */
+    kp_fold_pack(kp, gpu->ntb, plan, rank, ops, a->geom[0].slot, k.pl);
+    for (uint32_t b = 0; b < gpu->ntb; b++)
+        if (!(kp->interp_mask & (1u << b)))
             kp_fuse_pack(kp, kp->kbegin[b], kp->kbegin[b + 1]);
-        }
     kp_compact(kp, gpu->ntb);
     return 1;
 }
@@ -491,36 +723,6 @@ struct kp_acc {
     uint8_t wr;        /* a destination */
     uint8_t self;      /* a write: a COPY of exactly these bytes onto themselves */
 };
-
-/*
- * Operand j of entry k: 1 when it is flat data (a user buffer may hold it),
- * 0 when it is packet lines; *ext_p its extent in bytes.
- */
-static int kp_opnd_flat(const struct mscx_kop *k, uint32_t j, uint32_t pl, uint64_t *ext_p)
-{
-    uint64_t flat = (uint64_t)k->units * pl, lines = 2u * flat;
-    int flat_op;
-    switch (k->kind) {
-    case MSCX_KOP_PACK:
-        flat_op = j == 0;
-        break;
-    case MSCX_KOP_UNPACK:
-        flat_op = j == 1;
-        break;
-    case MSCX_KOP_REDPKT:
-        flat_op = (j == 0 && !k->lsrc0) || j == k->nsrc;
-        break;
-    case MSCX_KOP_COPY:
-    case MSCX_KOP_REDUCE:
-        *ext_p = (uint64_t)k->units * 16u;
-        return 1;
-    default: /* FWD */
-        flat_op = 0;
-        break;
-    }
-    *ext_p = flat_op ? flat : lines;
-    return flat_op;
-}
 
 static int kp_user(uint32_t base)
 {

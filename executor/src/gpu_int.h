@@ -151,7 +151,8 @@ enum mscx_kop_kind {
     MSCX_KOP_PACK,        /* src[0] raw/flat -> dst[0..ndst) lines */
     MSCX_KOP_UNPACK,      /* src[0] lines -> dst[0] flat */
     MSCX_KOP_FWD,         /* src[0] lines -> dst[0..ndst) lines */
-    MSCX_KOP_REDPKT,      /* src[0] flat, or lines if lsrc0, (+) src[1..] lines -> dst[0] flat (if ndst), dst[1..] lines */
+    MSCX_KOP_REDPKT,      /* src[0] flat, or lines if lsrc0, (+) src[1..] lines (src[fsrc] flat if fsrc)
+                             -> dst[0] flat (if ndst), dst[1..] lines */
     MSCX_KOP_COPY,        /* src[0] flat -> dst[0] flat, 16-byte units */
     MSCX_KOP_REDUCE,      /* src[0..] flat folded -> dst[0..] flat, 16-byte units */
     MSCX_KOP_SKIP,        /* nothing to move (zero units); still a sync point when marked */
@@ -168,6 +169,10 @@ struct mscx_kopnd {
     uint32_t off;  /* bytes from the base: a real offset (flat operands) or a line offset (packet operands) */
 };
 
+/*
+ * One compiled entry: 16 bytes, one word of a block record (the kernel
+ * stages it with a single 16-byte load, see mscx_kstage).
+ */
 struct mscx_kop {
     uint8_t kind;   /* enum mscx_kop_kind */
     uint8_t opcode; /* enum mscx_opcode of the op (trace, errors) */
@@ -176,9 +181,12 @@ struct mscx_kop {
     uint8_t lsrc0;  /* REDPKT: src[0] is lines (an unpack fused in), not flat */
     uint16_t op;    /* index of the op in its block */
     uint16_t opnd;  /* first operand in mscx_kprog.opnd: nsrc sources, then ndst destinations */
-    uint16_t pad2;
+    uint8_t fsrc;   /* REDPKT: 0, or the one source in [1, nsrc) that is flat, not lines (a pack into the
+                       rank's own scratch fused in: the pack's flat source, read here instead of its lines) */
+    uint8_t pad2;
     uint32_t units; /* units (payload bytes of a line, or 16 for COPY/REDUCE) of this block's slice */
 };
+MSCX_STATIC_ASSERT(sizeof(struct mscx_kop) == 16, "a compiled entry is one 16-byte word of its record");
 
 struct mscx_kprog {
     uint32_t interp_mask;                     /* blocks that run the interpreter */

@@ -6,8 +6,9 @@
  * inside their buffers (input, output, this launch's scratch half, the
  * owner's half of a peer's scratch), with the byte counts each kind touches.
  * Whether the compiled program computes what the interpreter computes is
- * checked on the GPU (gpu suite, bit for bit against the host executor);
- * this test guards memory safety and that the one-shot plans compile whole.
+ * checked on the GPU (gpu suite, bit for bit against the host executor)
+ * and by test_gpu_kpemu.c on the host; this test guards memory safety, that
+ * the one-shot plans compile whole, and where the peepholes apply.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -113,8 +114,12 @@ static void check_opnd(const struct ctx *c, const struct mscx_kop *k, uint32_t j
                   o->base, o->off, (unsigned long long)bytes, (unsigned long long)have);
 }
 
-/* Check every entry; @return entries that stayed in the interpreter. */
-static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32_t *nfused_p)
+/*
+ * Check every entry; @return entries that stayed in the interpreter.
+ * *nfused_p counts unpacks fused into a reduction, *nfolded_p packs read flat by one.
+ */
+static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32_t *nfused_p,
+                              uint32_t *nfolded_p)
 {
     const struct mscx_gpu *gpu = &c->plan->gpus[c->rank];
     const struct mscx_kprog *kp = &c->kp;
@@ -147,8 +152,12 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
                 break;
             case MSCX_KOP_REDPKT:
                 check_opnd(c, k, 0, k->lsrc0 ? n * 2 * pl : n * pl, k->lsrc0 ? "fused source lines" : "raw source");
+                ck_assert_uint_lt(k->fsrc, k->nsrc);
                 for (uint32_t j = 1; j < k->nsrc; j++)
-                    check_opnd(c, k, j, n * 2 * pl, "source lines");
+                    if (j == k->fsrc)
+                        check_opnd(c, k, j, n * pl, "fused pack's raw source");
+                    else
+                        check_opnd(c, k, j, n * 2 * pl, "source lines");
                 if (k->ndst > 0)
                     check_opnd(c, k, k->nsrc, n * pl, "raw destination");
                 for (uint32_t j = 1; j < k->ndst; j++)
@@ -176,6 +185,7 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
             ck_assert_uint_gt(n, 0);
             compiled++;
             *nfused_p += k->kind == MSCX_KOP_REDPKT && k->lsrc0;
+            *nfolded_p += k->kind == MSCX_KOP_REDPKT && k->fsrc;
         }
     }
     *ncompiled_p += compiled;
@@ -259,7 +269,7 @@ START_TEST(test_compile_shipped_plans)
     mscx_test_plans_begin(&it);
     ck_assert_uint_gt(it.n, 30);
     uint64_t launches = 0, compiled_launches = 0;
-    uint32_t entries = 0, fused_total = 0, packs_merged = 0;
+    uint32_t entries = 0, fused_total = 0, packs_merged = 0, folded_total = 0;
     for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
         uint64_t mn, mx;
         mscx_plan_size_range(plan, &mn, &mx);
@@ -289,13 +299,20 @@ START_TEST(test_compile_shipped_plans)
                         if (!on)
                             continue;
                         compiled_launches++;
-                        uint32_t fused = 0;
-                        uint32_t generic = check_program(c, &entries, &fused);
+                        uint32_t fused = 0, folded = 0;
+                        uint32_t generic = check_program(c, &entries, &fused, &folded);
                         fused_total += fused;
+                        folded_total += folded;
                         /* ranks after 0 of the one-shot AllReduce unpack rank 0's packets, then fold: one entry */
                         if (oneshot && r > 0)
                             ck_assert_msg(fused > 0, "%s rank %u, %llu bytes: the unpack was not fused", plan->name,
                                           r, (unsigned long long)sizes[s]);
+                        /* ... and read their input where they packed it into their own slot (rank 0 has
+                           no such pack); an op left to the interpreter stops that (its bytes are unknown) */
+                        if (oneshot)
+                            ck_assert_msg(r > 0 && generic == 0 ? folded > 0 : folded == 0,
+                                          "%s rank %u, %llu bytes: %u packs read flat", plan->name, r,
+                                          (unsigned long long)sizes[s], folded);
                         check_encoding(c);
                         /* the one-shot plans are what small messages run: at the range ends nothing may be left */
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
@@ -308,7 +325,7 @@ START_TEST(test_compile_shipped_plans)
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             for (uint32_t b = 0; b < gpu->ntb; b++) {
                                 const struct mscx_kop *k0 = &c->kp.kop[c->kp.kbegin[b]];
-                                ck_assert_msg(k0->kind == MSCX_KOP_PACK && k0->ndst >= plan->nranks - 1,
+                                ck_assert_msg(k0->kind == MSCX_KOP_PACK && k0->ndst == plan->nranks - 1,
                                               "%s rank %u block %u, %llu bytes: first entry kind %u with %u "
                                               "destinations", plan->name, r, b, (unsigned long long)sizes[s],
                                               k0->kind, k0->ndst);
@@ -322,9 +339,10 @@ START_TEST(test_compile_shipped_plans)
         }
     }
     printf("gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked, "
-           "%u unpacks fused, %u one-shot blocks with one PACK to all peers, largest encoded program %zu bytes\n",
+           "%u unpacks fused, %u packs read flat by a reduction, %u one-shot blocks with one PACK to all peers, "
+           "largest encoded program %zu bytes\n",
            it.n, (unsigned long long)launches, (unsigned long long)compiled_launches, entries, fused_total,
-           packs_merged, g_max_encoded);
+           folded_total, packs_merged, g_max_encoded);
     ck_assert_uint_gt(compiled_launches, launches / 2);
 }
 END_TEST
@@ -491,6 +509,216 @@ START_TEST(test_alias_rules)
 }
 END_TEST
 
+/* ---- kp_fold_pack: a pack into the rank's own scratch read flat by the reduction ---- */
+
+/* Compile @p rank of @p plan for @p msg bytes (fp32, @p pkt) into c->kp, as gpu_exec.c would. */
+static void compile_rank(struct ctx *c, const struct mscx_plan *plan, uint32_t rank, uint64_t msg,
+                         enum mscx_pkt_format pkt)
+{
+    const struct mscx_gpu *gpu = &plan->gpus[rank];
+    struct mscx_dev_op *img = malloc((gpu->nops ? gpu->nops : 1) * sizeof(*img));
+    ck_assert_ptr_nonnull(img);
+    memcpy(img, gpu->ops, gpu->nops * sizeof(*img));
+    mscx_gpu_mark_syncs(plan, rank, img);
+    memset(c, 0, sizeof(*c));
+    c->plan = plan;
+    c->rank = rank;
+    ck_assert_int_eq(setup(c, msg, MSCX_DT_FP32, pkt), 0);
+    ck_assert_int_eq(mscx_gpu_compile(plan, rank, img, c->rb, &c->a, &c->kp), 1);
+    free(img);
+}
+
+/* Entries of c->kp's block @p b that came from ops of @p opcode and are of @p kind. */
+static uint32_t count_kind(const struct ctx *c, uint32_t b, uint32_t opcode, uint32_t kind)
+{
+    uint32_t n = 0;
+    for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++)
+        n += c->kp.kop[e].opcode == opcode && c->kp.kop[e].kind == kind;
+    return n;
+}
+
+/* PACK entries of block @p b that write the rank's own scratch (a cpkt's pack, merged or not). */
+static uint32_t own_scratch_packs(const struct ctx *c, uint32_t b)
+{
+    uint32_t n = 0;
+    for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++) {
+        const struct mscx_kop *k = &c->kp.kop[e];
+        if (k->kind == MSCX_KOP_PACK)
+            for (uint32_t j = 0; j < k->ndst; j++)
+                n += c->kp.opnd[k->opnd + 1 + j].base == MSCX_KB_SCRATCH;
+    }
+    return n;
+}
+
+/*
+ * The shipped 8-rank one-shot AllReduce at 1 KB: rank 1 packs its input
+ * into its own slot (cpkt) only to fold that slot back in rank order; its
+ * reduction reads the input there instead, and the pack is gone (a SKIP,
+ * then dropped by kp_compact). Its puts to the 7 peers are one PACK
+ * (kp_fuse_pack). Rank 0 has no such pack and keeps its program.
+ */
+START_TEST(test_fold_pack_oneshot)
+{
+    struct mscx_plan *plan = NULL;
+    char err[MSCX_PLAN_ERR_LEN];
+    ck_assert_msg(mscx_plan_load(mscx_test_src("plans/allreduce_n8_rpn8_oneshot_1K_4K.json"), &plan, err,
+                                 sizeof(err)) == MSCX_OK,
+                  "%s", err);
+    struct ctx *c = calloc(1, sizeof(*c));
+    ck_assert_ptr_nonnull(c);
+    for (int pk = 0; pk < 2; pk++) {
+        const enum mscx_pkt_format pkt = pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16;
+        compile_rank(c, plan, 1, 1024, pkt);
+        const uint32_t ntb = plan->gpus[1].ntb;
+        ck_assert_uint_gt(ntb, 0);
+        for (uint32_t b = 0; b < ntb; b++) {
+            ck_assert_uint_eq(own_scratch_packs(c, b), 0);
+            ck_assert_uint_eq(count_kind(c, b, MSCX_OP_COPY_PACKETS, MSCX_KOP_SKIP), 0);
+            /* the puts to the peers: one PACK with 7 destinations, then the reduction, nothing else */
+            ck_assert_uint_eq(c->kp.kbegin[b + 1] - c->kp.kbegin[b], 2);
+            const struct mscx_kop *p = &c->kp.kop[c->kp.kbegin[b]], *r = p + 1;
+            ck_assert_uint_eq(p->kind, MSCX_KOP_PACK);
+            ck_assert_uint_eq(p->opcode, MSCX_OP_PUT_PACKETS);
+            ck_assert_uint_eq(p->ndst, 7);
+            ck_assert_uint_eq(r->kind, MSCX_KOP_REDPKT);
+            /* src[0] is slot 0's lines (the unpack fused in), src[1] was slot 1: now the input */
+            ck_assert_uint_eq(r->lsrc0, 1);
+            ck_assert_uint_eq(r->fsrc, 1);
+            const struct mscx_kopnd *x = &c->kp.opnd[p->opnd], *f = &c->kp.opnd[r->opnd + r->fsrc];
+            ck_assert_uint_eq(x->base, MSCX_KB_IN);
+            ck_assert_uint_eq(f->base, x->base);
+            ck_assert_uint_eq(f->off, x->off);
+            /* the one destination is that input, in place */
+            ck_assert_uint_eq(r->ndst, 1);
+            ck_assert_uint_eq(c->kp.opnd[r->opnd + r->nsrc].off, x->off);
+        }
+    compile_rank(c, plan, 0, 1024, pkt);
+        for (uint32_t b = 0; b < plan->gpus[0].ntb; b++)
+            for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++) {
+                const struct mscx_kop *k = &c->kp.kop[e];
+                ck_assert_uint_ne(k->kind, MSCX_KOP_SKIP);
+                ck_assert_uint_eq(k->fsrc, 0);
+                ck_assert_uint_eq(k->lsrc0, 0);
+                ck_assert(k->kind == (k->opcode == MSCX_OP_PUT_PACKETS ? MSCX_KOP_PACK : MSCX_KOP_REDPKT));
+            }
+    }
+    /*
+     * 1028 bytes (not 16 per rank): a clipped tail leaves some ops to the
+     * interpreter, whose bytes the compiler does not know; no pack is read
+     * flat then, though the unpack still fuses.
+     */
+    compile_rank(c, plan, 1, 1028, MSCX_PKT_LL16);
+    uint32_t generic = 0;
+    for (uint32_t e = 0; e < c->kp.kbegin[plan->gpus[1].ntb]; e++) {
+        generic += c->kp.kop[e].kind == MSCX_KOP_GENERIC;
+        ck_assert_uint_eq(c->kp.kop[e].fsrc, 0);
+        if (c->kp.kop[e].opcode == MSCX_OP_COPY_PACKETS)
+            ck_assert_uint_ne(c->kp.kop[e].kind, MSCX_KOP_SKIP);
+    }
+    ck_assert_uint_gt(generic, 0);
+    free(c);
+    mscx_plan_destroy(plan);
+}
+END_TEST
+
+/*
+ * The 2-rank one-shot AllReduce written by hand (one thread block per rank),
+ * with @p extra1 added to rank 1's ops after its cpkt and @p extra0 to
+ * rank 0's after its ppkt (each "" or one op with a leading comma).
+ */
+static struct mscx_plan *hand_oneshot(const char *extra0, const char *extra1)
+{
+    static const char fmt[] =
+        "{\"name\": \"hand_oneshot\", \"collective\": \"allreduce\", \"protocol\": \"LL\", \"inplace\": true,"
+        " \"reuse_resources\": false, \"num_threads_per_block\": 512, \"use_double_scratch_buffer\": true,"
+        " \"buffer_alignment\": 16, \"min_message_size\": 1024, \"max_message_size\": 16384, \"gpus\": ["
+        "{\"id\": 0, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": 2,"
+        " \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [1]}],"
+        " \"remote_buffers\": [{\"rank\": 1, \"type\": \"s\", \"access_channel_types\": [\"memory\"]}],"
+        " \"semaphores\": [], \"threadblocks\": [{\"id\": 0, \"ops\": ["
+        "{\"name\": \"ppkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}],"
+        " \"dst_buff\": [{\"buffer_id\": 0, \"index\": 0, \"size\": 1}], \"channel_type\": \"memory\"}%s,"
+        "{\"name\": \"repkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1},"
+        " {\"type\": \"s\", \"index\": 1, \"size\": 1}],"
+        " \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}], \"reduce_op\": \"sum\"}],"
+        " \"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [0]}],"
+        " \"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", \"remote_buffer_ids\": [0]}]}]},"
+        "{\"id\": 1, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": 2,"
+        " \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [0]}],"
+        " \"remote_buffers\": [{\"rank\": 0, \"type\": \"s\", \"access_channel_types\": [\"memory\"]}],"
+        " \"semaphores\": [], \"threadblocks\": [{\"id\": 0, \"ops\": ["
+        "{\"name\": \"ppkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}],"
+        " \"dst_buff\": [{\"buffer_id\": 0, \"index\": 1, \"size\": 1}], \"channel_type\": \"memory\"},"
+        "{\"name\": \"cpkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}],"
+        " \"dst_buff\": [{\"type\": \"s\", \"index\": 1, \"size\": 1}]}%s,"
+        "{\"name\": \"upkt\", \"src_buff\": [{\"type\": \"s\", \"index\": 0, \"size\": 1}],"
+        " \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}]},"
+        "{\"name\": \"repkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1},"
+        " {\"type\": \"s\", \"index\": 1, \"size\": 1}],"
+        " \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}], \"reduce_op\": \"sum\"}],"
+        " \"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [0]}],"
+        " \"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", \"remote_buffer_ids\": [0]}]}]}]}";
+    char json[8192], err[MSCX_PLAN_ERR_LEN];
+    struct mscx_plan *plan = NULL;
+    int n = snprintf(json, sizeof(json), fmt, extra0, extra1);
+    ck_assert(n > 0 && (size_t)n < sizeof(json));
+    ck_assert_msg(mscx_plan_load_buffer(json, (size_t)n, "hand_oneshot", &plan, err, sizeof(err)) == MSCX_OK,
+                  "%s", err);
+    return plan;
+}
+
+/* Rank 1 of @p plan at 1 KB (LL16): 1 when its cpkt's pack was folded into the reduction (read flat). */
+static int hand_folded(const struct mscx_plan *plan)
+{
+    struct ctx *c = calloc(1, sizeof(*c));
+    ck_assert_ptr_nonnull(c);
+    compile_rank(c, plan, 1, 1024, MSCX_PKT_LL16);
+    uint32_t folded = 0;
+    for (uint32_t e = 0; e < c->kp.kbegin[plan->gpus[1].ntb]; e++)
+        folded += c->kp.kop[e].fsrc != 0;
+    /* never one without the other: folded, the cpkt's pack into the own slot is gone */
+    ck_assert_uint_eq(folded, !own_scratch_packs(c, 0));
+    free(c);
+    return folded > 0;
+}
+
+START_TEST(test_fold_pack_refused)
+{
+    struct mscx_plan *plan;
+    /* the shape as generated: folded (so each refusal below is that change's doing) */
+    plan = hand_oneshot("", "");
+    ck_assert_int_eq(hand_folded(plan), 1);
+    mscx_plan_destroy(plan);
+    /* rank 1 also forwards its slot's packets to the peer (rppkt reads them): the slot must keep them */
+    plan = hand_oneshot("",
+                        ",{\"name\": \"rppkt\", \"src_buff\": [{\"type\": \"s\", \"index\": 1, \"size\": 1}],"
+                        " \"dst_buff\": [{\"buffer_id\": 0, \"index\": 1, \"size\": 1}],"
+                        " \"channel_type\": \"memory\"}");
+    ck_assert_int_eq(hand_folded(plan), 0);
+    mscx_plan_destroy(plan);
+    /* rank 0 reads rank 1's scratch through a memory channel (get): a peer could read the slot */
+    plan = hand_oneshot(
+        ",{\"name\": \"get\", \"src_buff\": [{\"buffer_id\": 0, \"index\": 1, \"size\": 1}],"
+        " \"dst_buff\": [{\"type\": \"s\", \"index\": 1, \"size\": 1}], \"channel_type\": \"memory\"}",
+        "");
+    ck_assert_int_eq(hand_folded(plan), 0);
+    mscx_plan_destroy(plan);
+    /* rank 1 overwrites its input between the pack and the reduction: the pack's bytes are gone */
+    plan =
+        hand_oneshot("", ",{\"name\": \"copy\", \"src_buff\": [{\"type\": \"s\", \"index\": 0, \"size\": 1}],"
+                         " \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}]}");
+    ck_assert_int_eq(hand_folded(plan), 0);
+    mscx_plan_destroy(plan);
+    /* rank 0 puts packets into rank 1's slot 1 (its ppkt aimed there): a peer writes the lines */
+    plan = hand_oneshot(
+        ",{\"name\": \"ppkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}],"
+        " \"dst_buff\": [{\"buffer_id\": 0, \"index\": 1, \"size\": 1}], \"channel_type\": \"memory\"}",
+        "");
+    ck_assert_int_eq(hand_folded(plan), 0);
+    mscx_plan_destroy(plan);
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("gpu-compile");
@@ -498,6 +726,8 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_compile_shipped_plans);
     tcase_add_test(tc, test_split_rules);
     tcase_add_test(tc, test_alias_rules);
+    tcase_add_test(tc, test_fold_pack_oneshot);
+    tcase_add_test(tc, test_fold_pack_refused);
     suite_add_tcase(s, tc);
     return s;
 }

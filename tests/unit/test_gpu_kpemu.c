@@ -74,6 +74,7 @@ struct emu {
     int split; /* an out-of-place call on an in-place AllReduce plan: split programs, separate buffers */
     char what[256]; /* plan, size, dtype, operator, format: for messages */
     uint64_t entries_run, units_run, skewed;
+    uint64_t fsrc_run; /* REDPKT entries run that read a fused pack's flat source (fsrc) */
 };
 
 static const char *kind_name(uint32_t k)
@@ -441,8 +442,8 @@ static void entry_operands(const struct emu *e, const struct loc *L, struct opnd
         case MSCX_KOP_FWD:
             line = 1;
             break;
-        case MSCX_KOP_REDPKT:
-            line = j == 0 ? k->lsrc0 : j != k->nsrc;
+        case MSCX_KOP_REDPKT: /* src[0] flat unless lsrc0, src[fsrc] flat, dst[0] flat, the rest lines */
+            line = j == 0 ? k->lsrc0 : j < k->nsrc ? j != k->fsrc : j != k->nsrc;
             break;
         default: /* COPY, REDUCE */
             raw16 = 1;
@@ -519,7 +520,10 @@ static void entry_run(struct emu *e, const struct loc *L, const struct opnd *P)
             else
                 vload(P[0].p + u * pl, pl, w);
             for (uint32_t j = 1; j < ns; j++) {
-                line_read(P[j].p + u * ll, pkt, v);
+                if (k->fsrc && j == k->fsrc) /* a fused pack: the flat bytes its lines were packed from */
+                    vload(P[j].p + u * pl, pl, v);
+                else
+                    line_read(P[j].p + u * ll, pkt, v);
                 vreduce(e, w, v, nw);
             }
             if (nd > 0)
@@ -553,6 +557,7 @@ static void entry_run(struct emu *e, const struct loc *L, const struct opnd *P)
     }
     e->entries_run++;
     e->units_run += k->units;
+    e->fsrc_run += k->kind == MSCX_KOP_REDPKT && k->fsrc;
 }
 
 /* ---- the schedule ---- */
@@ -723,6 +728,7 @@ static void compare(const struct emu *e, const struct mscx_test_ref *c)
 
 struct stats {
     uint64_t cases, emulated, ranks, launches, entries, units, not_whole, skewed, split, nosplit, alias, noalias;
+    uint64_t fsrc; /* of entries: reductions that read a fused pack's source flat */
 };
 
 /*
@@ -752,7 +758,7 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
     struct mscx_hostexec_cfg cfg = {e->in_bytes, e->out_bytes, dt, op, pkt, LAUNCHES, 0, 0, NULL, NULL, NULL};
     mscx_status_t rs = mscx_test_ref_run(e->plan, &cfg, MSCX_TEST_DATA_SPREAD, &c, err, sizeof(err));
     ck_assert_msg(rs == MSCX_OK, "%s: host executor: %s", e->what, err);
-    uint64_t ent0 = e->entries_run, un0 = e->units_run, sk0 = e->skewed;
+    uint64_t ent0 = e->entries_run, un0 = e->units_run, sk0 = e->skewed, fs0 = e->fsrc_run;
     emu_run(e, (uint32_t)(msg * 31u + dt * 7u + op * 3u + pkt));
     compare(e, &c);
     /* the same call out of place, as mscx_exec_launch runs it on an in-place AllReduce plan: split programs */
@@ -798,6 +804,7 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
     st->entries += e->entries_run - ent0;
     st->units += e->units_run - un0;
     st->skewed += e->skewed - sk0;
+    st->fsrc += e->fsrc_run - fs0;
     return 1;
 }
 
@@ -903,17 +910,22 @@ START_TEST(test_kp_emulate_shipped_plans)
     printf(
         "gpu program emulation: %u of %zu plans have whole programs; %llu shapes emulated (%llu not whole: "
         "interpreter), %llu rank programs, %llu launches (%llu started while a peer was a launch behind), "
-        "%llu entries, %llu units: outputs and inputs bit-identical to the host executor's; out-of-place calls "
-        "on in-place AllReduce plans: %llu shapes split and emulated, %llu not split (staging); in-place calls on "
+        "%llu entries (%llu reductions reading a fused pack's source flat), %llu units: outputs and inputs "
+        "bit-identical to the host executor's; out-of-place calls "
+        "on in-place AllReduce plans: %llu shapes split and emulated, %llu not split (staging); in-place "
+        "calls on "
         "out-of-place plans: %llu shapes emulated on aliased buffers, %llu staged\n",
         nqual, it.n, (unsigned long long)st.emulated, (unsigned long long)st.not_whole,
         (unsigned long long)st.ranks, (unsigned long long)st.launches, (unsigned long long)st.skewed,
-        (unsigned long long)st.entries, (unsigned long long)st.units, (unsigned long long)st.split,
-        (unsigned long long)st.nosplit, (unsigned long long)st.alias, (unsigned long long)st.noalias);
+        (unsigned long long)st.entries, (unsigned long long)st.fsrc, (unsigned long long)st.units,
+        (unsigned long long)st.split, (unsigned long long)st.nosplit, (unsigned long long)st.alias,
+        (unsigned long long)st.noalias);
     /* the one-node AllReduce one-shot and two-phase plans of 2, 4 and 8 ranks are all among them */
     ck_assert_msg(fast_mask == 0x3fu, "one-node AllReduce one-shot/two-phase coverage %#x, want 0x3f",
                   fast_mask);
     ck_assert_uint_gt(st.skewed, 0);
+    /* the one-shot plans' ranks after 0 read their own input flat in the reduction (kp_fold_pack) */
+    ck_assert_uint_gt(st.fsrc, 0);
     ck_assert_uint_gt(st.split, 0);
     ck_assert_uint_gt(st.alias, 0);
 }
