@@ -217,7 +217,7 @@ int main(int argc, char **argv)
     size_t len;
     const char *origin = "synthetic";
 
-    const char *sim_plan = "plans/allreduce_n8_rpn8_oneshot_1K_4K.json";
+    const char *sim_plan = "plans/allreduce_n8_rpn8_oneshot_1K_16K.json";
     if (argc >= 3 && strcmp(argv[1], "--sim-plan") == 0) {
         sim_plan = argv[2];
         argv += 2;

@@ -38,19 +38,17 @@ struct pg_entry {
     uint32_t nranks, rpn;
     uint64_t min, max;
     uint32_t tpp, nthreads;
+    uint32_t blocks;    /* oneshot, twophase: blocks per rank (0: tpp x peers) */
+    const char *layout; /* twophase with blocks: "rows" or "cols" */
 };
 
 static const struct pg_entry pg_shipped[] = {
     /* one rank */
-    {"allreduce", "copy", 1, 1, K1, M1, 1, 512},
-    {"allgather", "copy", 1, 1, K1, M1, 1, 512},
-    {"reducescatter", "copy", 1, 1, K1, M1, 1, 512},
+    {"allreduce", "copy", 1, 1, K1, M1, 1, 512, 0, NULL},
+    {"allgather", "copy", 1, 1, K1, M1, 1, 512, 0, NULL},
+    {"reducescatter", "copy", 1, 1, K1, M1, 1, 512, 0, NULL},
     /* one node */
     /*
-     * AllReduce crossovers from mscx-bench-gpu on one H200 (in-process ranks,
-     * CUDA graphs; docs/perf/2026-11-29-1xH200/): two-phase with one block
-     * per peer is as fast as one-shot from 1 KB at 8 ranks and from 4 KB at
-     * 4, and faster above; at 64 KB and more it needs more blocks per peer.
      * Upper ends for 2 ranks from the 2 x H200 sweep (tools/multigpu/sweep.sh,
      * one process per GPU, docs/perf/2026-11-29-2xH200/): stock NCCL is
      * faster from 512 KB (AllReduce, AllGather) and 512 KB (ReduceScatter,
@@ -58,50 +56,61 @@ static const struct pg_entry pg_shipped[] = {
      * than NCCL at 64 KB, the multi-block ones faster from there. 4 and 8
      * ranks keep the 1 MB start of the issue until a sweep on 4 or 8 GPUs.
      */
-    {"allreduce", "oneshot", 2, 2, K1, 16 * K1, 2, 512},
-    {"allreduce", "twophase", 2, 2, 16 * K1 + 1, 256 * K1, 8, 1024},
-    {"allreduce", "oneshot", 4, 4, K1, 4 * K1, 1, 512},
-    {"allreduce", "twophase", 4, 4, 4 * K1 + 1, 16 * K1, 1, 512},
-    {"allreduce", "twophase", 4, 4, 16 * K1 + 1, M1, 4, 1024},
-    {"allreduce", "oneshot", 8, 8, K1, 4 * K1, 1, 512},
-    {"allreduce", "twophase", 8, 8, 4 * K1 + 1, 64 * K1, 1, 512},
     /*
-     * 8 ranks above 64 KB: one block per peer, not two. Side by side on one
-     * H200 (mscx-bench-gpu, graph, us): 256 KB 11.23 vs 14.23 with two
-     * (the DSL's allreduce_pkt: 11.97), 1 MB 36.61 vs 37.58 (DSL: 31.56).
+     * 1 KB-1 MB on 2, 4 and 8 ranks: chosen side by side with the MSCCL++
+     * DSL's allreduce_pkt on one H200 (mscx-bench-gpu, in-process ranks,
+     * CUDA graphs, tests/perf/bench-select.sh, docs/perf/2026-11-30-h200-s15,
+     * calls 5-6; us, ours vs the DSL's):
+     *   2 ranks: one-shot, 2 blocks of 1024 threads: 1 KB 2.22 vs 2.70,
+     *            16 KB 2.58 vs 2.97; two-phase, 8 blocks per peer: 64 KB
+     *            3.33 vs 5.51, 256 KB 4.89 vs 16.29
+     *   4 ranks: one-shot, 4 blocks of 512: 1 KB 2.94 vs 4.04, 16 KB 3.22 vs
+     *            3.81; two-phase, 4 blocks per peer of 1024: 64 KB 4.20 vs
+     *            4.84, 1 MB 12.32 vs 33.25
+     *   8 ranks: one-shot, 4 blocks of 512: 1 KB 3.56 vs 6.90, 16 KB 4.53
+     *            vs 5.05; above 16 KB the DSL's own structure (two-phase,
+     *            rows, 8 blocks of 1024, --layout rows): 64 KB 5.46 vs 5.47,
+     *            256 KB 7.87 vs 7.86, 1 MB 22.15 vs 22.07 (the same plan:
+     *            equal within noise; one block per peer was 6.02 at 64 KB
+     *            and 25.83 at 1 MB)
      */
-    {"allreduce", "twophase", 8, 8, 64 * K1 + 1, M1, 1, 1024},
-    {"allgather", "allpairs", 2, 2, K1, 32 * K1, 1, 512},
-    {"allgather", "allpairs", 2, 2, 32 * K1 + 1, 512 * K1, 8, 1024},
-    {"allgather", "allpairs", 4, 4, K1, 64 * K1, 1, 512},
-    {"allgather", "allpairs", 4, 4, 64 * K1 + 1, M1, 4, 1024},
-    {"allgather", "allpairs", 8, 8, K1, 64 * K1, 1, 512},
-    {"allgather", "allpairs", 8, 8, 64 * K1 + 1, M1, 2, 1024},
-    {"reducescatter", "allpairs", 2, 2, K1, 32 * K1, 1, 512},
-    {"reducescatter", "allpairs", 2, 2, 32 * K1 + 1, 256 * K1, 8, 1024},
-    {"reducescatter", "allpairs", 4, 4, K1, 64 * K1, 1, 512},
-    {"reducescatter", "allpairs", 4, 4, 64 * K1 + 1, M1, 4, 1024},
-    {"reducescatter", "allpairs", 8, 8, K1, 64 * K1, 1, 512},
-    {"reducescatter", "allpairs", 8, 8, 64 * K1 + 1, M1, 2, 1024},
+    {"allreduce", "oneshot", 2, 2, K1, 16 * K1, 2, 1024, 0, NULL},
+    {"allreduce", "twophase", 2, 2, 16 * K1 + 1, 256 * K1, 8, 1024, 0, NULL},
+    {"allreduce", "oneshot", 4, 4, K1, 16 * K1, 1, 512, 4, NULL},
+    {"allreduce", "twophase", 4, 4, 16 * K1 + 1, M1, 4, 1024, 0, NULL},
+    {"allreduce", "oneshot", 8, 8, K1, 16 * K1, 1, 512, 4, NULL},
+    {"allreduce", "twophase", 8, 8, 16 * K1 + 1, M1, 1, 1024, 8, "rows"},
+    {"allgather", "allpairs", 2, 2, K1, 32 * K1, 1, 512, 0, NULL},
+    {"allgather", "allpairs", 2, 2, 32 * K1 + 1, 512 * K1, 8, 1024, 0, NULL},
+    {"allgather", "allpairs", 4, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allgather", "allpairs", 4, 4, 64 * K1 + 1, M1, 4, 1024, 0, NULL},
+    {"allgather", "allpairs", 8, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allgather", "allpairs", 8, 8, 64 * K1 + 1, M1, 2, 1024, 0, NULL},
+    {"reducescatter", "allpairs", 2, 2, K1, 32 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "allpairs", 2, 2, 32 * K1 + 1, 256 * K1, 8, 1024, 0, NULL},
+    {"reducescatter", "allpairs", 4, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "allpairs", 4, 4, 64 * K1 + 1, M1, 4, 1024, 0, NULL},
+    {"reducescatter", "allpairs", 8, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "allpairs", 8, 8, 64 * K1 + 1, M1, 2, 1024, 0, NULL},
     /* two nodes */
-    {"allreduce", "hier2", 4, 2, K1, 64 * K1, 1, 512},
-    {"allreduce", "hier2", 4, 2, 64 * K1 + 1, 2 * M1, 8, 1024},
-    {"allreduce", "hier2", 8, 4, K1, 64 * K1, 1, 512},
-    {"allreduce", "hier2", 8, 4, 64 * K1 + 1, 2 * M1, 4, 1024},
-    {"allreduce", "hier2", 16, 8, K1, 64 * K1, 1, 512},
-    {"allreduce", "hier2", 16, 8, 64 * K1 + 1, 2 * M1, 1, 1024},
-    {"allgather", "hier2", 4, 2, K1, 64 * K1, 1, 512},
-    {"allgather", "hier2", 4, 2, 64 * K1 + 1, 2 * M1, 8, 1024},
-    {"allgather", "hier2", 8, 4, K1, 64 * K1, 1, 512},
-    {"allgather", "hier2", 8, 4, 64 * K1 + 1, 2 * M1, 4, 1024},
-    {"allgather", "hier2", 16, 8, K1, 64 * K1, 1, 512},
-    {"allgather", "hier2", 16, 8, 64 * K1 + 1, 2 * M1, 1, 1024},
-    {"reducescatter", "hier2", 4, 2, K1, 64 * K1, 1, 512},
-    {"reducescatter", "hier2", 4, 2, 64 * K1 + 1, 2 * M1, 8, 1024},
-    {"reducescatter", "hier2", 8, 4, K1, 64 * K1, 1, 512},
-    {"reducescatter", "hier2", 8, 4, 64 * K1 + 1, 2 * M1, 4, 1024},
-    {"reducescatter", "hier2", 16, 8, K1, 64 * K1, 1, 512},
-    {"reducescatter", "hier2", 16, 8, 64 * K1 + 1, 2 * M1, 1, 1024},
+    {"allreduce", "hier2", 4, 2, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allreduce", "hier2", 4, 2, 64 * K1 + 1, 2 * M1, 8, 1024, 0, NULL},
+    {"allreduce", "hier2", 8, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allreduce", "hier2", 8, 4, 64 * K1 + 1, 2 * M1, 4, 1024, 0, NULL},
+    {"allreduce", "hier2", 16, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allreduce", "hier2", 16, 8, 64 * K1 + 1, 2 * M1, 1, 1024, 0, NULL},
+    {"allgather", "hier2", 4, 2, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allgather", "hier2", 4, 2, 64 * K1 + 1, 2 * M1, 8, 1024, 0, NULL},
+    {"allgather", "hier2", 8, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allgather", "hier2", 8, 4, 64 * K1 + 1, 2 * M1, 4, 1024, 0, NULL},
+    {"allgather", "hier2", 16, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allgather", "hier2", 16, 8, 64 * K1 + 1, 2 * M1, 1, 1024, 0, NULL},
+    {"reducescatter", "hier2", 4, 2, K1, 64 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "hier2", 4, 2, 64 * K1 + 1, 2 * M1, 8, 1024, 0, NULL},
+    {"reducescatter", "hier2", 8, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "hier2", 8, 4, 64 * K1 + 1, 2 * M1, 4, 1024, 0, NULL},
+    {"reducescatter", "hier2", 16, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "hier2", 16, 8, 64 * K1 + 1, 2 * M1, 1, 1024, 0, NULL},
 };
 
 static void usage(FILE *f)
@@ -237,6 +246,7 @@ static int generate_all(const char *dir, const struct pg_opts *o)
         struct pg_params par = {
             .algo = e->algo, .nranks = e->nranks, .rpn = e->rpn, .min_size = e->min, .max_size = e->max,
             .tbs_per_peer = e->tpp, .nthreads = e->nthreads, .packet = "ll16",
+            .blocks = e->blocks, .layout = e->layout,
         };
         struct pg_plan p;
         char path[4096];

@@ -561,7 +561,7 @@ START_TEST(test_fold_pack_oneshot)
 {
     struct mscx_plan *plan = NULL;
     char err[MSCX_PLAN_ERR_LEN];
-    ck_assert_msg(mscx_plan_load(mscx_test_src("plans/allreduce_n8_rpn8_oneshot_1K_4K.json"), &plan, err,
+    ck_assert_msg(mscx_plan_load(mscx_test_src("plans/allreduce_n8_rpn8_oneshot_1K_16K.json"), &plan, err,
                                  sizeof(err)) == MSCX_OK,
                   "%s", err);
     struct ctx *c = calloc(1, sizeof(*c));
