@@ -39,7 +39,7 @@ struct pg_entry {
     uint64_t min, max;
     uint32_t tpp, nthreads;
     uint32_t blocks;    /* oneshot, twophase: blocks per rank (0: tpp x peers) */
-    const char *layout; /* twophase with blocks: "rows" or "cols" */
+    const char *layout; /* twophase with blocks: "rows", "peer" or "cols" */
 };
 
 static const struct pg_entry pg_shipped[] = {
@@ -69,17 +69,19 @@ static const struct pg_entry pg_shipped[] = {
      *            4.84, 1 MB 12.32 vs 33.25
      *   8 ranks: one-shot, 4 blocks of 512: 1 KB 3.56 vs 6.90, 16 KB 4.53
      *            vs 5.05; above 16 KB the DSL's own structure (two-phase,
-     *            rows, 8 blocks of 1024, --layout rows): 64 KB 5.46 vs 5.47,
-     *            256 KB 7.87 vs 7.86, 1 MB 22.15 vs 22.07 (the same plan:
-     *            equal within noise; one block per peer was 6.02 at 64 KB
-     *            and 25.83 at 1 MB)
+     *            rows, 8 blocks of 1024): 64 KB 5.46 vs 5.47, 256 KB 7.87 vs
+     *            7.86, 1 MB 22.15 vs 22.07 (the same plan: equal within
+     *            noise; one block per peer was 6.02 at 64 KB and 25.83 at
+     *            1 MB). Shipped with --layout peer (the same ops per block;
+     *            each peer's share scattered and gathered by one block), so
+     *            that out-of-place calls run split instead of staged.
      */
     {"allreduce", "oneshot", 2, 2, K1, 16 * K1, 2, 1024, 0, NULL},
     {"allreduce", "twophase", 2, 2, 16 * K1 + 1, 256 * K1, 8, 1024, 0, NULL},
     {"allreduce", "oneshot", 4, 4, K1, 16 * K1, 1, 512, 4, NULL},
     {"allreduce", "twophase", 4, 4, 16 * K1 + 1, M1, 4, 1024, 0, NULL},
     {"allreduce", "oneshot", 8, 8, K1, 16 * K1, 1, 512, 4, NULL},
-    {"allreduce", "twophase", 8, 8, 16 * K1 + 1, M1, 1, 1024, 8, "rows"},
+    {"allreduce", "twophase", 8, 8, 16 * K1 + 1, M1, 1, 1024, 8, "peer"},
     {"allgather", "allpairs", 2, 2, K1, 32 * K1, 1, 512, 0, NULL},
     {"allgather", "allpairs", 2, 2, 32 * K1 + 1, 512 * K1, 8, 1024, 0, NULL},
     {"allgather", "allpairs", 4, 4, K1, 64 * K1, 1, 512, 0, NULL},
@@ -118,8 +120,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: mscx-plangen --coll allreduce|allgather|reducescatter --algo ALGO --ranks N\n"
             "                    [--ranks-per-node P] [--min-size S] [--max-size S] [--tbs-per-peer T]\n"
-            "                    [--threads-per-block B] [--blocks G] [--layout rows|cols] [--packet ll16|ll8]\n"
-            "                    [--name NAME] [--no-fuse]\n"
+            "                    [--threads-per-block B] [--blocks G] [--layout rows|peer|cols]\n"
+            "                    [--packet ll16|ll8] [--name NAME] [--no-fuse]\n"
             "                    [-o FILE]\n"
             "       mscx-plangen --all DIR [--no-fuse]\n"
             "algorithms: copy (one rank); oneshot, twophase (allreduce, one node);\n"
@@ -128,8 +130,10 @@ static void usage(FILE *f)
             "--blocks G: oneshot with G thread blocks per rank (default: tbs-per-peer x (ranks - 1));\n"
             "            twophase with G blocks per rank, each rank's share in G sub-chunks (block b reduces\n"
             "            sub-chunk b), no per-peer slicing; --layout rows (default: the scatter and gather of\n"
-            "            a peer's share are one op each, the MSCCL++ DSL's allreduce_pkt when G = ranks) or\n"
-            "            cols (block b scatters, reduces and gathers sub-chunk b of every rank)\n"
+            "            a peer's share are one op each, the MSCCL++ DSL's allreduce_pkt when G = ranks), peer\n"
+            "            (as rows, a peer's share scattered and gathered by one block: out-of-place calls\n"
+            "            run split, not staged) or cols (block b scatters, reduces and gathers sub-chunk b of\n"
+            "            every rank)\n"
             "--raw writes the builder's JSON without validation or fusion (debugging)\n");
 }
 

@@ -841,12 +841,15 @@ START_TEST(test_kp_emulate_shipped_plans)
         }
         /*
          * Sizes: the range ends (the low end rounded up to 16 bytes, and to
-         * 16 bytes per rank, where the per-rank chunks have no clipped tail),
-         * an odd multiple of 16 bytes per rank inside, and one inside that
-         * is not a multiple of 16 bytes (its clipped tail leaves ops to the
-         * interpreter: reported, not emulated).
+         * 16 bytes per input chunk (at least one chunk per rank), where the
+         * chunks have no clipped tail), an odd multiple of that inside, and
+         * one inside that is not a multiple of 16 bytes (its clipped tail
+         * leaves ops to the interpreter: reported, not emulated). The
+         * two-phase rows8 plan has 8 chunks per rank: 1 KB at 8 ranks.
          */
-        const uint64_t g = 16u * plan->nranks, mid = (mn + mx) / 2u;
+        const uint32_t nchunks = plan->gpus[0].input_chunks > plan->nranks ? plan->gpus[0].input_chunks
+                                                                             : plan->nranks;
+        const uint64_t g = 16u * nchunks, mid = (mn + mx) / 2u;
         const uint64_t sizes[] = {(mn + 15u) / 16u * 16u, (mn + g - 1u) / g * g, (mid / g | 1u) * g,
                                   mid / 16u * 16u + 4u, mx / 16u * 16u};
         int bit = fast_allreduce_bit(plan);

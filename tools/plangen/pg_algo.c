@@ -206,6 +206,12 @@ static int pg_ar_twophase(struct pg_plan *p, uint32_t N, uint32_t T)
  *   rows (the MSCCL++ DSL's allreduce_pkt when G = N): the scatter of the
  *     q-th peer's row (G chunks, one ppkt) runs on block q % G and the
  *     unpack of peer p's row on block p % G, each in one op.
+ *   peer: as rows, but the unpack of a peer's row runs on the block that
+ *     scattered that row (block q % G for the q-th peer), so each input row
+ *     is read and written by one block: an out-of-place call can run the
+ *     program split (reads from the input, writes to the output,
+ *     mscx_gpu_kp_split) instead of staging a copy first. Same ops per
+ *     block as rows.
  *   cols: block b handles column b alone, a two-phase allreduce of the
  *     contiguous piece [b * N, (b + 1) * N) with one block per rank: it
  *     sends chunk (p, b) to every peer p, reduces and broadcasts its own,
@@ -226,7 +232,7 @@ static uint32_t pg_tp_scr(bool cols, uint32_t N, uint32_t G, uint32_t slot, uint
     return cols ? b * (N - 1) + slot : slot * G + b;
 }
 
-static int pg_ar_twophase_split(struct pg_plan *p, uint32_t N, uint32_t G, bool cols)
+static int pg_ar_twophase_split(struct pg_plan *p, uint32_t N, uint32_t G, bool cols, bool peer_rows)
 {
     const uint32_t R = (N - 1) * G;
     pg_plan_chunks(p, N * G, N * G, 2 * R);
@@ -271,7 +277,7 @@ static int pg_ar_twophase_split(struct pg_plan *p, uint32_t N, uint32_t G, bool 
                           pg_whole);
             } else {
                 for (uint32_t o = 0; o < N; o++)
-                    if (o != g && o % G == b)
+                    if (o != g && (peer_rows ? pg_slot(o, g) : o) % G == b) /* pg_slot(o, g): o is g's q-th peer */
                         pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', R + pg_slot(o, g) * G, G)),
                               pg_arr1(pg_loc('i', o * G, G)), NULL, NULL, false, pg_whole);
             }
@@ -539,13 +545,14 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
         return pg_fail("ranks must be a positive multiple of ranks per node, tbs-per-peer positive", par);
     bool split = par->blocks && strcmp(a, "twophase") == 0;
     bool cols = par->layout && strcmp(par->layout, "cols") == 0;
+    bool peer_rows = par->layout && strcmp(par->layout, "peer") == 0;
     if (par->blocks && strcmp(a, "oneshot") != 0 && !split)
         return pg_fail("--blocks is for the oneshot and twophase algorithms (the others slice per peer: "
                        "--tbs-per-peer)", par);
     if (par->blocks > 64)
         return pg_fail("--blocks above 64", par);
-    if (par->layout && (!split || (strcmp(par->layout, "rows") != 0 && !cols)))
-        return pg_fail("--layout is rows or cols, for twophase with --blocks", par);
+    if (par->layout && (!split || (strcmp(par->layout, "rows") != 0 && !cols && !peer_rows)))
+        return pg_fail("--layout is rows, peer or cols, for twophase with --blocks", par);
     if (copy != (N == 1))
         return pg_fail("the copy algorithm is for one rank, and one rank needs it", par);
     if (!copy && hier != (N > P))
@@ -566,10 +573,10 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
         /* a range that starts just past a round size is labelled by that size: (64K, 1M] */
         pg_size_label(par->min_size % 1024 == 1 ? par->min_size - 1 : par->min_size, lo, sizeof(lo));
         pg_size_label(par->max_size, hi, sizeof(hi));
-        /* twophase --blocks G: the layout and G are part of the name (twophase_rows8, twophase_cols8) */
+        /* twophase --blocks G: the layout and G are part of the name (twophase_rows8, _peer8, _cols8) */
         char lay[16] = "";
         if (split)
-            snprintf(lay, sizeof(lay), "_%s%u", cols ? "cols" : "rows", par->blocks);
+            snprintf(lay, sizeof(lay), "_%s%u", cols ? "cols" : peer_rows ? "peer" : "rows", par->blocks);
         int len = snprintf(p->name, sizeof(p->name), "%s_n%u_rpn%u_%s%s_%s_%s", mscx_coll_name(par->coll), N, P, a,
                            lay, lo, hi);
         if (len < 0 || (size_t)len >= sizeof(p->name)) {
@@ -583,7 +590,7 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
     else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "oneshot") == 0 && !hier)
         rc = pg_ar_oneshot(p, N, T, par->blocks);
     else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "twophase") == 0 && split)
-        rc = pg_ar_twophase_split(p, N, par->blocks, cols);
+        rc = pg_ar_twophase_split(p, N, par->blocks, cols, peer_rows);
     else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "twophase") == 0)
         rc = pg_ar_twophase(p, N, T);
     else if (par->coll == MSCX_COLL_ALLREDUCE && hier)
