@@ -454,7 +454,9 @@ void mscx_plink_tcp_destroy(void *link)
 }
 
 /*
- * The source is staged into the host bounce buffer piece by piece.
+ * The source is staged into the host bounce buffer piece by piece, and each
+ * piece is written with @p w (bytes [@p o, o + n) of the source, staged at
+ * bounce offset @p boff) to where @p dst says.
  * TCP: the transport's put returns once the bytes are in the socket, so the
  * bounce buffer may be reused as soon as it returns.
  * RDMA (async_src): the NIC reads the bounce buffer after the put returns, so
@@ -463,10 +465,12 @@ void mscx_plink_tcp_destroy(void *link)
  * Pieces and ring offsets stay multiples of 8, so a packet put's 8-byte units
  * never straddle two writes.
  */
-static mscx_status_t ptcp_put(void *link, const void *src, uint64_t dst_off, uint64_t len, unsigned tp_flags,
-                              uint64_t deadline_ns)
+typedef mscx_status_t (*ptcp_write_fn)(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o, uint64_t n,
+                                       uint64_t deadline_ns);
+
+static mscx_status_t ptcp_staged(struct ptcp_link *l, const void *src, uint64_t len, ptcp_write_fn w,
+                                 const void *dst, uint64_t deadline_ns)
 {
-    struct ptcp_link *l = link;
     for (uint64_t o = 0; o < len;) {
         uint64_t boff = l->p.async_src ? l->boff : 0;
         if (boff >= l->p.bounce_bytes) {
@@ -477,7 +481,7 @@ static mscx_status_t ptcp_put(void *link, const void *src, uint64_t dst_off, uin
         uint64_t n = len - o < room ? len - o : room;
         char *b = (char *)l->p.bounce + boff;
         MSCX_CHECK(l->p.stage(l->p.stage_ctx, b, (const char *)src + o, (size_t)n));
-        MSCX_CHECK(l->p.tp->put(l->p.conn, l->p.bounce_mr, boff, &l->p.dst, dst_off + o, n, tp_flags, deadline_ns));
+        MSCX_CHECK(w(l, dst, boff, o, n, deadline_ns));
         if (l->p.async_src)
             l->boff = (boff + n + 7u) / 8u * 8u;
         o += n;
@@ -485,7 +489,35 @@ static mscx_status_t ptcp_put(void *link, const void *src, uint64_t dst_off, uin
     return MSCX_OK;
 }
 
-/* The same staging, into the peer's late-bound region: the receiver resolves (buffer, launch) itself. */
+/* Where a put into the peer's registered region goes. */
+struct ptcp_region_dst {
+    uint64_t off;
+    unsigned tp_flags;
+};
+
+static mscx_status_t ptcp_write_region(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o, uint64_t n,
+                                       uint64_t deadline_ns)
+{
+    const struct ptcp_region_dst *d = dst;
+    return l->p.tp->put(l->p.conn, l->p.bounce_mr, boff, &l->p.dst, d->off + o, n, d->tp_flags, deadline_ns);
+}
+
+static mscx_status_t ptcp_put(void *link, const void *src, uint64_t dst_off, uint64_t len, unsigned tp_flags,
+                              uint64_t deadline_ns)
+{
+    const struct ptcp_region_dst d = {dst_off, tp_flags};
+    return ptcp_staged(link, src, len, ptcp_write_region, &d, deadline_ns);
+}
+
+/* Into the peer's late-bound region: the receiver resolves (buffer, launch) itself. */
+static mscx_status_t ptcp_write_late(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o, uint64_t n,
+                                     uint64_t deadline_ns)
+{
+    const struct mscx_puser *u = dst;
+    return l->p.tp->put_late(l->p.conn, l->p.bounce_mr, boff, &l->p.user, u->buf, u->launch, u->off + o, n, 0,
+                             deadline_ns);
+}
+
 static mscx_status_t ptcp_put_user(void *link, const void *src, const struct mscx_puser *dst, uint64_t len,
                                    uint64_t deadline_ns)
 {
@@ -495,23 +527,7 @@ static mscx_status_t ptcp_put_user(void *link, const void *src, const struct msc
                   l->p.peer);
         return MSCX_ERR_INTERNAL;
     }
-    for (uint64_t o = 0; o < len;) {
-        uint64_t boff = l->p.async_src ? l->boff : 0;
-        if (boff >= l->p.bounce_bytes) {
-            MSCX_CHECK(l->p.tp->flush(l->p.conn, deadline_ns));
-            l->boff = boff = 0;
-        }
-        uint64_t room = l->p.bounce_bytes - boff;
-        uint64_t n = len - o < room ? len - o : room;
-        char *b = (char *)l->p.bounce + boff;
-        MSCX_CHECK(l->p.stage(l->p.stage_ctx, b, (const char *)src + o, (size_t)n));
-        MSCX_CHECK(l->p.tp->put_late(l->p.conn, l->p.bounce_mr, boff, &l->p.user, dst->buf, dst->launch,
-                                     dst->off + o, n, 0, deadline_ns));
-        if (l->p.async_src)
-            l->boff = (boff + n + 7u) / 8u * 8u;
-        o += n;
-    }
-    return MSCX_OK;
+    return ptcp_staged(l, src, len, ptcp_write_late, dst, deadline_ns);
 }
 
 static mscx_status_t ptcp_signal(void *link, uint64_t deadline_ns)
