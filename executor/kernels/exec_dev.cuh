@@ -23,8 +23,9 @@
  * count of the full and the lean kernel (1024; a smaller bound gives each
  * thread more registers); MSCX_KSLOW_INLINE, the cold helpers inlined
  * instead of called, so that no state is passed by address and needs a
- * stack frame (set by the translation units of the lean kernel for blocks
- * of at most 512 threads, see exec_k.cu.in).
+ * stack frame (set by the translation units of both lean kernels, see
+ * exec_k.cu.in); MSCX_KSTAGE_EARLY (experimental, off), the lean kernel
+ * stages its record before the programmatic-launch wait (exec_ops.cuh).
  */
 #ifndef MSCX_KBOUND
 #define MSCX_KBOUND 1024

@@ -783,6 +783,34 @@ __device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const s
     }
 }
 
+/* Entries [0, @p nk) of a block's staged program; @p sptr its operands resolved for this launch. */
+template <uint32_t PKT, uint32_t DT, bool RED, bool FAST>
+__device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struct mscx_gpu_args *a,
+                                              struct mscx_dtrace *tr, uint32_t nk, uint32_t obase,
+                                              const struct mscx_kop *skop, char *const *sptr)
+{
+    for (uint32_t i = 0; i < nk; i++) {
+        const struct mscx_kop *k = &skop[i];
+        char *const *P = &sptr[k->opnd];
+        s->op_index = k->op;
+        s->opcode = k->opcode;
+        /*
+         * One call site for traced and untraced runs: the entry's code is
+         * inlined once (two sites doubled the fast kernel to 60 KB of SASS).
+         * Traced: the block's start of the entry to its last thread's end.
+         */
+        const bool traced = tr->recs != NULL;
+        if (k->sync || traced)
+            __syncthreads();
+        const uint64_t t0 = traced ? mscx_dtime() : 0;
+        mscx_kop_run<PKT, DT, RED, FAST>(s, a, k, obase, P);
+        if (traced) {
+            __syncthreads();
+            mscx_dtrace_rec(tr, k->op, k->opcode, t0);
+        }
+    }
+}
+
 /*
  * The compiled program of block @p blk. The block stages its record in
  * shared memory: every thread loads a different 16-byte word, all loads
@@ -805,28 +833,60 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
     __syncthreads();
     if (tr->recs)
         mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
-    const uint32_t nk = shead.nk, obase = shead.obase;
-    for (uint32_t i = 0; i < nk; i++) {
-        const struct mscx_kop *k = &skop[i];
-        char *const *P = &sptr[k->opnd];
-        s->op_index = k->op;
-        s->opcode = k->opcode;
-        /*
-         * One call site for traced and untraced runs: the entry's code is
-         * inlined once (two sites doubled the fast kernel to 60 KB of SASS).
-         * Traced: the block's start of the entry to its last thread's end.
-         */
-        const bool traced = tr->recs != NULL;
-        if (k->sync || traced)
-            __syncthreads();
-        const uint64_t t0 = traced ? mscx_dtime() : 0;
-        mscx_kop_run<PKT, DT, RED, FAST>(s, a, k, obase, P);
-        if (traced) {
-            __syncthreads();
-            mscx_dtrace_rec(tr, k->op, k->opcode, t0);
+    mscx_run_kops<PKT, DT, RED, FAST>(s, a, tr, shead.nk, shead.obase, skop, sptr);
+}
+
+#ifdef MSCX_KSTAGE_EARLY
+/*
+ * Experimental (a build knob, off in what ships; not yet measured): the lean
+ * kernel stages its record before the programmatic-launch wait, with each
+ * scratch operand resolved for both flag parities, since nothing in the
+ * record depends on the kernel ahead. After the wait only the block's flag
+ * is read; the barrier of the staging is off that path.
+ */
+struct mscx_kstaged {
+    struct mscx_kblk_head head;
+    struct mscx_kop kop[MSCX_KP_MAX_OPS];
+    char *ptr[2][MSCX_KP_MAX_OPND]; /* [launch flag parity][operand] */
+};
+
+__device__ __forceinline__ void mscx_kstage_both(const struct mscx_gpu_args *a, uint32_t t, uint4 w,
+                                                 struct mscx_kstaged *st)
+{
+    const uint32_t km = a->kmax_ops;
+    if (t == 0) {
+        st->head = *reinterpret_cast<const struct mscx_kblk_head *>(&w);
+    } else if (t <= km) {
+        st->kop[t - 1] = *reinterpret_cast<const struct mscx_kop *>(&w);
+    } else {
+        uint64_t v0 = ((uint64_t)w.y << 32) | w.x, v1 = ((uint64_t)w.w << 32) | w.z;
+        uint64_t tag = v0 >> MSCX_KPTR_TAG_SHIFT;
+        const uint32_t j = t - 1 - km;
+        if (tag == 0) {
+            st->ptr[0][j] = (char *)(uintptr_t)v0;
+            st->ptr[1][j] = (char *)(uintptr_t)v1;
+        } else {
+            char *p = (tag == 1 ? (char *)a->in : (char *)a->out) + (v0 & MSCX_KPTR_OFF_MASK);
+            st->ptr[0][j] = p;
+            st->ptr[1][j] = p;
         }
     }
 }
+
+__device__ __forceinline__ const struct mscx_kstaged *mscx_kstage_early(const struct mscx_gpu_args *a, uint32_t blk,
+                                                                        uint4 w0)
+{
+    __shared__ struct mscx_kstaged st;
+    const uint4 *rec = reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blk * a->kstride);
+    const uint32_t nwords = a->kstride / 16u;
+    if (threadIdx.x < nwords)
+        mscx_kstage_both(a, threadIdx.x, w0, &st);
+    for (uint32_t t = threadIdx.x + blockDim.x; t < nwords; t += blockDim.x)
+        mscx_kstage_both(a, t, __ldg(rec + t), &st);
+    __syncthreads();
+    return &st;
+}
+#endif
 
 /*
  * The executor kernel. FAST: the instantiation for launches whose program is
@@ -851,6 +911,11 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     uint4 w0 = make_uint4(0, 0, 0, 0);
     if (compiled && threadIdx.x < args.kstride / 16u)
         w0 = __ldg(reinterpret_cast<const uint4 *>(args.kprog + (uint64_t)blockIdx.x * args.kstride) + threadIdx.x);
+#ifdef MSCX_KSTAGE_EARLY
+    const struct mscx_kstaged *staged = NULL;
+    if constexpr (FAST)
+        staged = mscx_kstage_early(&args, blockIdx.x, w0);
+#endif
     mscx_pdl_wait();
     mscx_pdl_allow();
     mscx_dtrace_begin(&args, &tr);
@@ -864,7 +929,14 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     s.opcode = 0;
     s.rop = args.op;
     if constexpr (FAST) {
+#ifdef MSCX_KSTAGE_EARLY
+        if (tr.recs)
+            mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
+        mscx_run_kops<PKT, DT, RED, true>(&s, &args, &tr, staged->head.nk, staged->head.obase, staged->kop,
+                                           staged->ptr[s.parity]);
+#else
         mscx_run_compiled<PKT, DT, RED, true>(&s, &args, &tr, blockIdx.x, w0);
+#endif
     } else {
         if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
             mscx_dpublish(&args, &s);
