@@ -684,38 +684,37 @@ static int hand_folded(const struct mscx_plan *plan)
 
 START_TEST(test_fold_pack_refused)
 {
-    struct mscx_plan *plan;
-    /* the shape as generated: folded (so each refusal below is that change's doing) */
-    plan = hand_oneshot("", "");
-    ck_assert_int_eq(hand_folded(plan), 1);
-    mscx_plan_destroy(plan);
-    /* rank 1 also forwards its slot's packets to the peer (rppkt reads them): the slot must keep them */
-    plan = hand_oneshot("",
-                        ",{\"name\": \"rppkt\", \"src_buff\": [{\"type\": \"s\", \"index\": 1, \"size\": 1}],"
-                        " \"dst_buff\": [{\"buffer_id\": 0, \"index\": 1, \"size\": 1}],"
-                        " \"channel_type\": \"memory\"}");
-    ck_assert_int_eq(hand_folded(plan), 0);
-    mscx_plan_destroy(plan);
-    /* rank 0 reads rank 1's scratch through a memory channel (get): a peer could read the slot */
-    plan = hand_oneshot(
-        ",{\"name\": \"get\", \"src_buff\": [{\"buffer_id\": 0, \"index\": 1, \"size\": 1}],"
-        " \"dst_buff\": [{\"type\": \"s\", \"index\": 1, \"size\": 1}], \"channel_type\": \"memory\"}",
-        "");
-    ck_assert_int_eq(hand_folded(plan), 0);
-    mscx_plan_destroy(plan);
-    /* rank 1 overwrites its input between the pack and the reduction: the pack's bytes are gone */
-    plan =
-        hand_oneshot("", ",{\"name\": \"copy\", \"src_buff\": [{\"type\": \"s\", \"index\": 0, \"size\": 1}],"
-                         " \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}]}");
-    ck_assert_int_eq(hand_folded(plan), 0);
-    mscx_plan_destroy(plan);
-    /* rank 0 puts packets into rank 1's slot 1 (its ppkt aimed there): a peer writes the lines */
-    plan = hand_oneshot(
-        ",{\"name\": \"ppkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}],"
-        " \"dst_buff\": [{\"buffer_id\": 0, \"index\": 1, \"size\": 1}], \"channel_type\": \"memory\"}",
-        "");
-    ck_assert_int_eq(hand_folded(plan), 0);
-    mscx_plan_destroy(plan);
+    static const struct {
+        const char *extra0, *extra1; /* added to rank 0's and rank 1's ops (see hand_oneshot) */
+        int folded;
+    } cases[] = {
+        /* the shape as generated: folded (so each refusal below is that change's doing) */
+        {"", "", 1},
+        /* rank 1 also forwards its slot's packets to the peer (rppkt reads them): the slot must keep them */
+        {"",
+         ",{\"name\": \"rppkt\", \"src_buff\": [{\"type\": \"s\", \"index\": 1, \"size\": 1}],"
+         " \"dst_buff\": [{\"buffer_id\": 0, \"index\": 1, \"size\": 1}], \"channel_type\": \"memory\"}",
+         0},
+        /* rank 0 reads rank 1's scratch through a memory channel (get): a peer could read the slot */
+        {",{\"name\": \"get\", \"src_buff\": [{\"buffer_id\": 0, \"index\": 1, \"size\": 1}],"
+         " \"dst_buff\": [{\"type\": \"s\", \"index\": 1, \"size\": 1}], \"channel_type\": \"memory\"}",
+         "", 0},
+        /* rank 1 overwrites its input between the pack and the reduction: the pack's bytes are gone */
+        {"",
+         ",{\"name\": \"copy\", \"src_buff\": [{\"type\": \"s\", \"index\": 0, \"size\": 1}],"
+         " \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}]}",
+         0},
+        /* rank 0 puts packets into rank 1's slot 1 (its ppkt aimed there): a peer writes the lines */
+        {",{\"name\": \"ppkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}],"
+         " \"dst_buff\": [{\"buffer_id\": 0, \"index\": 1, \"size\": 1}], \"channel_type\": \"memory\"}",
+         "", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct mscx_plan *plan = hand_oneshot(cases[i].extra0, cases[i].extra1);
+        ck_assert_msg(hand_folded(plan) == cases[i].folded, "case %zu: folded %d, expected %d", i,
+                      hand_folded(plan), cases[i].folded);
+        mscx_plan_destroy(plan);
+    }
 }
 END_TEST
 
