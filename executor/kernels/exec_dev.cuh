@@ -26,6 +26,11 @@
  * stack frame (set by the translation units of both lean kernels, see
  * exec_k.cu.in); MSCX_KSTAGE_EARLY (experimental, off), the lean kernel
  * stages its record before the programmatic-launch wait (exec_ops.cuh).
+ * Measurement only, never in a shipped build (tests/perf/kernel-variants.sh):
+ * MSCX_KEXP_SUMONLY (every reduction sums), MSCX_KEXP_PKTONLY (compiled
+ * entries other than PACK and REDPKT do nothing), MSCX_KEXP_NOTRACE (the
+ * trace compiled out): how much of a launch the kernel's code size and its
+ * unused paths cost.
  */
 #ifndef MSCX_KBOUND
 #define MSCX_KBOUND 1024
@@ -83,6 +88,9 @@ __device__ __forceinline__ void mscx_dtrace_begin(const struct mscx_gpu_args *a,
     t->cap = a->trace_cap;
     t->n = 0;
     t->t0 = 0;
+#ifdef MSCX_KEXP_NOTRACE /* measurement only: the trace compiled out */
+    return;
+#endif
     if (a->trace_cap) {
         t->t0 = mscx_dtime();
         t->recs = a->trace + (uint64_t)blockIdx.x * a->trace_cap;
@@ -393,6 +401,9 @@ template <uint32_t DT, uint32_t OP, uint32_t NW> __device__ __forceinline__ uint
 /* The operator is uniform across the launch, so this switch is a uniform branch (one instantiation per dtype). */
 template <uint32_t DT, uint32_t NW> __device__ __forceinline__ uint4 mscx_dreduce(uint32_t op, uint4 a, uint4 b)
 {
+#ifdef MSCX_KEXP_SUMONLY /* measurement only (code size): wrong for other operators, never in a shipped build */
+    return mscx_dreduce_t<DT, MSCX_REDOP_SUM, NW>(a, b);
+#endif
     switch (op) {
     case MSCX_REDOP_PROD:
         return mscx_dreduce_t<DT, MSCX_REDOP_PROD, NW>(a, b);

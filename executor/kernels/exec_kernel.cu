@@ -15,9 +15,13 @@ typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 
 /* exec_k_<format>_<i>.cu, generated from exec_k.cu.in (i = 6 * variant + dtype, or + 5 for copy-only) */
 /* clang-format off */
+#ifdef MSCX_KSUBSET_FP32 /* meson -Dkernel_subset=fp32 (benchmark builds): fp32 and copy-only kernels only */
+#define MSCX_KFN_EACH(X, f) X(f, 0) X(f, 5) X(f, 6) X(f, 11) X(f, 12) X(f, 17)
+#else
 #define MSCX_KFN_EACH(X, f)                                                          \
     X(f, 0) X(f, 1) X(f, 2) X(f, 3) X(f, 4) X(f, 5) X(f, 6) X(f, 7) X(f, 8)          \
     X(f, 9) X(f, 10) X(f, 11) X(f, 12) X(f, 13) X(f, 14) X(f, 15) X(f, 16) X(f, 17)
+#endif
 /* clang-format on */
 #define MSCX_KFN_DECL(f, i) mscx_kfn mscx_gpu_kfn_##f##_##i(void);
 #define MSCX_KFN_SET(f, i) t[i] = mscx_gpu_kfn_##f##_##i();
@@ -27,13 +31,18 @@ MSCX_KFN_EACH(MSCX_KFN_DECL, ll16)
 MSCX_KFN_EACH(MSCX_KFN_DECL, ll8)
 }
 
+/* the table of one format; an instantiation this build does not have (kernel_subset) is NULL */
 static void mscx_gpu_kfns_ll16(mscx_kfn *t)
 {
+    for (int i = 0; i < MSCX_KFN_COUNT; i++)
+        t[i] = NULL;
     MSCX_KFN_EACH(MSCX_KFN_SET, ll16)
 }
 
 static void mscx_gpu_kfns_ll8(mscx_kfn *t)
 {
+    for (int i = 0; i < MSCX_KFN_COUNT; i++)
+        t[i] = NULL;
     MSCX_KFN_EACH(MSCX_KFN_SET, ll8)
 }
 
@@ -60,6 +69,8 @@ extern "C" int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t
                                       int pdl, void *stream)
 {
     mscx_kfn fn = mscx_pick(args, nthreads);
+    if (!fn)
+        return (int)cudaErrorInvalidDeviceFunction; /* not in this build (kernel_subset) */
     void *params[1] = {(void *)args};
     /* the interpreter's op staging: none when every block runs the compiled program */
     int interp = !args->kprog || args->interp_mask != 0;
@@ -89,7 +100,7 @@ extern "C" int mscx_gpu_kernel_occupancy(uint32_t nthreads, uint32_t smem_bytes)
     int best = -1;
     for (int i = 0; i < 2 * MSCX_KFN_COUNT; i++) {
         int n = 0;
-        if (!mscx_kfn_fits(i % MSCX_KFN_COUNT, nthreads))
+        if (!fns[i] || !mscx_kfn_fits(i % MSCX_KFN_COUNT, nthreads))
             continue;
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fns[i], (int)nthreads, smem_bytes) !=
             cudaSuccess)

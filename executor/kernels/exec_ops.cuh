@@ -503,6 +503,10 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     const uint32_t nw = pl / 4u;
     const uint32_t n = k->units, o = 0, flag = s->flag;
+#ifdef MSCX_KEXP_PKTONLY
+    if (k->kind != MSCX_KOP_PACK && k->kind != MSCX_KOP_REDPKT)
+        return 0;
+#endif
     switch (k->kind) {
     case MSCX_KOP_PACK: {
         const char *ps = P[o];

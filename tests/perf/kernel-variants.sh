@@ -9,7 +9,9 @@
 # mscx-bench-gpu over the plans in PLANS (default plans/; e.g. the folder
 # tests/perf/bench-variants.sh writes) up to MAX bytes (default 65536) for
 # RANKS (default "2 8"), the DSL's allreduce_pkt too when WHICH is empty
-# (default gen: ours only). Results: OUT/kv-<name>.txt.
+# (default gen: ours only). Results: OUT/kv-<name>.txt. The variant builds
+# compile only the fp32 and copy-only kernels (meson -Dkernel_subset=fp32,
+# KSUBSET; the benchmarks run fp32): a sixth of the kernel build.
 #   tests/perf/kernel-variants.sh "-DMSCX_KBOUND=512 -DMSCX_KSLOW_INLINE" ...
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -20,6 +22,7 @@ MAX=${MAX:-65536}
 RANKS=${RANKS:-2 8}
 PLANS=${PLANS:-plans}
 WHICH=${WHICH-gen}
+KSUBSET=${KSUBSET:-fp32}
 mkdir -p "$OUT"
 [ -d .deps/debs ] && eval "$(tools/device-deps.sh --unpack)"
 targets="tools/mscx-bench-gpu tools/mscx-bench-launch"
@@ -31,7 +34,7 @@ i=0
 for v in "$@"; do
     i=$((i + 1))
     d=bd-kv$i
-    { [ -f "$d/build.ninja" ] || meson setup "$d" -Dgpu_arch=sm_90 "-Dcuda_args=$v"; ninja -C "$d" $targets; } \
+    { [ -f "$d/build.ninja" ] || meson setup "$d" -Dgpu_arch=sm_90 -Dkernel_subset="$KSUBSET" -Dtests=disabled "-Dcuda_args=$v"; ninja -C "$d" $targets; } \
         >"$OUT/kv-build-$i.log" 2>&1 &
     pids="$pids $!"
 done
