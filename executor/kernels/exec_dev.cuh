@@ -24,13 +24,9 @@
  * thread more registers); MSCX_KSLOW_INLINE, the cold helpers inlined
  * instead of called, so that no state is passed by address and needs a
  * stack frame (set by the translation units of both lean kernels, see
- * exec_k.cu.in); MSCX_KSTAGE_EARLY (experimental, off), the lean kernel
- * stages its record before the programmatic-launch wait (exec_ops.cuh).
- * Measurement only, never in a shipped build (tests/perf/kernel-variants.sh):
- * MSCX_KEXP_SUMONLY (every reduction sums), MSCX_KEXP_PKTONLY (compiled
- * entries other than PACK and REDPKT do nothing), MSCX_KEXP_NOTRACE (the
- * trace compiled out): how much of a launch the kernel's code size and its
- * unused paths cost.
+ * exec_k.cu.in). Measurement only, never in a shipped build
+ * (tests/perf/kernel-variants.sh): MSCX_KEXP_SUMONLY, every reduction sums
+ * whatever the operator, to tell what a kernel per operator would save.
  */
 #ifndef MSCX_KBOUND
 #define MSCX_KBOUND 1024
@@ -88,9 +84,6 @@ __device__ __forceinline__ void mscx_dtrace_begin(const struct mscx_gpu_args *a,
     t->cap = a->trace_cap;
     t->n = 0;
     t->t0 = 0;
-#ifdef MSCX_KEXP_NOTRACE /* measurement only: the trace compiled out */
-    return;
-#endif
     if (a->trace_cap) {
         t->t0 = mscx_dtime();
         t->recs = a->trace + (uint64_t)blockIdx.x * a->trace_cap;

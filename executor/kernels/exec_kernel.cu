@@ -10,17 +10,31 @@
 
 typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 
-#define MSCX_KFN_COUNT 18 /* per packet format: 6 full, 6 lean, 6 lean for blocks of at most 512 threads */
+/*
+ * Per packet format, MSCX_KV_COUNT variants of MSCX_KV_WIDTH instantiations
+ * each (the five dtypes of reducing plans, then copy-only): the full kernel
+ * (interpreter and compiled programs), the lean kernel (compiled programs
+ * only), the lean kernel for blocks of at most MSCX_KFN_SMALL_BOUND threads,
+ * and both lean ones again holding only the packet entry kinds and no trace.
+ */
+enum { MSCX_KV_FULL, MSCX_KV_LEAN, MSCX_KV_LEAN_SMALL, MSCX_KV_PKT, MSCX_KV_PKT_SMALL, MSCX_KV_COUNT };
+#define MSCX_KV_WIDTH 6
+#define MSCX_KV_COPY 5 /* index in a variant of the copy-only kernel */
+#define MSCX_KFN_COUNT (MSCX_KV_COUNT * MSCX_KV_WIDTH)
 #define MSCX_KFN_SMALL_BOUND 512u
 
 /* exec_k_<format>_<i>.cu, generated from exec_k.cu.in (i = 6 * variant + dtype, or + 5 for copy-only) */
 /* clang-format off */
 #ifdef MSCX_KSUBSET_FP32 /* meson -Dkernel_subset=fp32 (benchmark builds): fp32 and copy-only kernels only */
-#define MSCX_KFN_EACH(X, f) X(f, 0) X(f, 5) X(f, 6) X(f, 11) X(f, 12) X(f, 17)
+#define MSCX_KFN_EACH(X, f)                                                          \
+    X(f, 0) X(f, 5) X(f, 6) X(f, 11) X(f, 12) X(f, 17) X(f, 18) X(f, 23) X(f, 24)    \
+    X(f, 29)
 #else
 #define MSCX_KFN_EACH(X, f)                                                          \
     X(f, 0) X(f, 1) X(f, 2) X(f, 3) X(f, 4) X(f, 5) X(f, 6) X(f, 7) X(f, 8)          \
-    X(f, 9) X(f, 10) X(f, 11) X(f, 12) X(f, 13) X(f, 14) X(f, 15) X(f, 16) X(f, 17)
+    X(f, 9) X(f, 10) X(f, 11) X(f, 12) X(f, 13) X(f, 14) X(f, 15) X(f, 16) X(f, 17)  \
+    X(f, 18) X(f, 19) X(f, 20) X(f, 21) X(f, 22) X(f, 23) X(f, 24) X(f, 25) X(f, 26) \
+    X(f, 27) X(f, 28) X(f, 29)
 #endif
 /* clang-format on */
 #define MSCX_KFN_DECL(f, i) mscx_kfn mscx_gpu_kfn_##f##_##i(void);
@@ -49,9 +63,15 @@ static void mscx_gpu_kfns_ll8(mscx_kfn *t)
 /* whether instantiation @p i (of one format) can run blocks of @p nthreads */
 static bool mscx_kfn_fits(int i, uint32_t nthreads)
 {
-    return i < 12 || nthreads <= MSCX_KFN_SMALL_BOUND;
+    int v = i / MSCX_KV_WIDTH;
+    return (v != MSCX_KV_LEAN_SMALL && v != MSCX_KV_PKT_SMALL) || nthreads <= MSCX_KFN_SMALL_BOUND;
 }
 
+/*
+ * The variant: the full kernel unless the program is the whole launch
+ * (args.fast), then the packet kernel when every entry is a packet kind and
+ * nothing is traced (args.kpkt), and the one for small blocks when they are.
+ */
 static mscx_kfn mscx_pick(const struct mscx_gpu_args *a, uint32_t nthreads)
 {
     mscx_kfn tab[MSCX_KFN_COUNT];
@@ -59,9 +79,17 @@ static mscx_kfn mscx_pick(const struct mscx_gpu_args *a, uint32_t nthreads)
         mscx_gpu_kfns_ll8(tab);
     else
         mscx_gpu_kfns_ll16(tab);
-    uint32_t base = !a->fast ? 0u : nthreads <= MSCX_KFN_SMALL_BOUND ? 12u : 6u;
+    int v = MSCX_KV_FULL;
+    if (a->fast) {
+        bool small = nthreads <= MSCX_KFN_SMALL_BOUND;
+        if (a->kpkt && a->trace_cap == 0)
+            v = small ? MSCX_KV_PKT_SMALL : MSCX_KV_PKT;
+        else
+            v = small ? MSCX_KV_LEAN_SMALL : MSCX_KV_LEAN;
+    }
+    uint32_t base = (uint32_t)v * MSCX_KV_WIDTH;
     if (!a->reduce)
-        return tab[base + 5];
+        return tab[base + MSCX_KV_COPY];
     return tab[base + (a->dtype <= MSCX_DT_UINT32 ? a->dtype : (uint32_t)MSCX_DT_FP32)];
 }
 

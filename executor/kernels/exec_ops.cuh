@@ -495,28 +495,37 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
 
 /* ---- the compiled program (struct mscx_kblk records): offsets resolved by the host ---- */
 
+/*
+ * The compiled entries a kernel holds: every kind and the trace (MSCX_KSET_ALL),
+ * or only the packet kinds (PACK, UNPACK, FWD, REDPKT, SKIP) and no trace
+ * (MSCX_KSET_PKT: the packet programs of the shipped AllReduce, AllGather and
+ * ReduceScatter plans). The packet kernel is about half the code of the other
+ * lean one; with it, its record staged before the wait, a one-shot launch
+ * took 0.3-0.7 us less on one H200 (docs/perf/2026-11-30-h200-s16).
+ */
+#define MSCX_KSET_ALL 0
+#define MSCX_KSET_PKT 1
+
 /* Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths. */
-template <uint32_t PKT, uint32_t DT, bool RED, bool FAST>
+template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
 __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                             const struct mscx_kop *k, uint32_t obase, char *const *P)
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     const uint32_t nw = pl / 4u;
     const uint32_t n = k->units, o = 0, flag = s->flag;
-#ifdef MSCX_KEXP_PKTONLY
-    if (k->kind != MSCX_KOP_PACK && k->kind != MSCX_KOP_REDPKT)
-        return 0;
-#endif
+    if constexpr (KSET == MSCX_KSET_PKT) {
+        /* the host runs only packet programs here (args.kpkt); anything else is a bug, never skipped silently */
+        if (k->kind != MSCX_KOP_PACK && k->kind != MSCX_KOP_UNPACK && k->kind != MSCX_KOP_FWD &&
+            k->kind != MSCX_KOP_REDPKT && k->kind != MSCX_KOP_SKIP) {
+            mscx_dfail(s, MSCX_ERR_INTERNAL);
+            return 1;
+        }
+    }
     switch (k->kind) {
     case MSCX_KOP_PACK: {
         const char *ps = P[o];
         const uint32_t nd = k->ndst;
-        if (nd == 1) {
-            char *lines = P[o + 1];
-            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
-                mscx_dline_store<PKT>(lines + 2u * pl * u, mscx_dvload<pl>(ps + (uint64_t)u * pl), flag);
-            return 0;
-        }
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
             const uint4 v = mscx_dvload<pl>(ps + (uint64_t)u * pl);
             for (uint32_t j = 0; j < nd; j++)
@@ -609,6 +618,8 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         return 0;
     }
     case MSCX_KOP_COPY: {
+        if constexpr (KSET == MSCX_KSET_PKT)
+            return 0; /* not reached (above) */
         const char *ps = P[o];
         char *pd = P[o + 1];
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
@@ -616,8 +627,8 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         return 0;
     }
     case MSCX_KOP_REDUCE: {
-        if (!RED)
-            return 0;
+        if (!RED || KSET == MSCX_KSET_PKT)
+            return 0; /* not reduced here, or not reached (above) */
         const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
             uint64_t x = (uint64_t)u * 16u;
@@ -767,6 +778,19 @@ __device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const str
  * shared memory: the head, an entry, or an operand resolved to a pointer for
  * this launch (scratch half by flag parity, user buffers against in/out).
  */
+/* An operand word of a record as pointers for launches of flag parity 0 and 1 (the same for user buffers). */
+__device__ __forceinline__ void mscx_kptr(const struct mscx_gpu_args *a, uint4 w, char **p0, char **p1)
+{
+    uint64_t v0 = ((uint64_t)w.y << 32) | w.x, v1 = ((uint64_t)w.w << 32) | w.z;
+    uint64_t tag = v0 >> MSCX_KPTR_TAG_SHIFT;
+    if (tag == 0) {
+        *p0 = (char *)(uintptr_t)v0;
+        *p1 = (char *)(uintptr_t)v1;
+    } else {
+        *p0 = *p1 = (tag == 1 ? (char *)a->in : (char *)a->out) + (v0 & MSCX_KPTR_OFF_MASK);
+    }
+}
+
 __device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const struct mscx_gpu_args *a, uint32_t t,
                                             uint4 w, struct mscx_kblk_head *head, struct mscx_kop *kop, char **ptr)
 {
@@ -776,19 +800,14 @@ __device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const s
     } else if (t <= km) {
         kop[t - 1] = *reinterpret_cast<const struct mscx_kop *>(&w);
     } else {
-        uint64_t v0 = ((uint64_t)w.y << 32) | w.x, v1 = ((uint64_t)w.w << 32) | w.z;
-        uint64_t tag = v0 >> MSCX_KPTR_TAG_SHIFT;
-        char *p;
-        if (tag == 0)
-            p = (char *)(uintptr_t)(s->parity ? v1 : v0);
-        else
-            p = (tag == 1 ? (char *)a->in : (char *)a->out) + (v0 & MSCX_KPTR_OFF_MASK);
-        ptr[t - 1 - km] = p;
+        char *p0, *p1;
+        mscx_kptr(a, w, &p0, &p1);
+        ptr[t - 1 - km] = s->parity ? p1 : p0;
     }
 }
 
 /* Entries [0, @p nk) of a block's staged program; @p sptr its operands resolved for this launch. */
-template <uint32_t PKT, uint32_t DT, bool RED, bool FAST>
+template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
 __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                               struct mscx_dtrace *tr, uint32_t nk, uint32_t obase,
                                               const struct mscx_kop *skop, char *const *sptr)
@@ -803,11 +822,11 @@ __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struc
          * inlined once (two sites doubled the fast kernel to 60 KB of SASS).
          * Traced: the block's start of the entry to its last thread's end.
          */
-        const bool traced = tr->recs != NULL;
+        const bool traced = KSET == MSCX_KSET_ALL && tr->recs != NULL;
         if (k->sync || traced)
             __syncthreads();
         const uint64_t t0 = traced ? mscx_dtime() : 0;
-        mscx_kop_run<PKT, DT, RED, FAST>(s, a, k, obase, P);
+        mscx_kop_run<PKT, DT, RED, FAST, KSET>(s, a, k, obase, P);
         if (traced) {
             __syncthreads();
             mscx_dtrace_rec(tr, k->op, k->opcode, t0);
@@ -837,16 +856,15 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
     __syncthreads();
     if (tr->recs)
         mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
-    mscx_run_kops<PKT, DT, RED, FAST>(s, a, tr, shead.nk, shead.obase, skop, sptr);
+    mscx_run_kops<PKT, DT, RED, FAST, MSCX_KSET_ALL>(s, a, tr, shead.nk, shead.obase, skop, sptr);
 }
 
-#ifdef MSCX_KSTAGE_EARLY
 /*
- * Experimental (a build knob, off in what ships; not yet measured): the lean
- * kernel stages its record before the programmatic-launch wait, with each
- * scratch operand resolved for both flag parities, since nothing in the
- * record depends on the kernel ahead. After the wait only the block's flag
- * is read; the barrier of the staging is off that path.
+ * The lean kernels stage their record before the programmatic-launch wait,
+ * each scratch operand resolved for both flag parities, since nothing in the
+ * record depends on the kernel ahead; after the wait only the block's flag
+ * is read, and the staging's barrier is off that path. On one H200 this took
+ * 0.3-0.5 us off a one-shot launch (docs/perf/2026-11-30-h200-s16).
  */
 struct mscx_kstaged {
     struct mscx_kblk_head head;
@@ -854,43 +872,24 @@ struct mscx_kstaged {
     char *ptr[2][MSCX_KP_MAX_OPND]; /* [launch flag parity][operand] */
 };
 
-__device__ __forceinline__ void mscx_kstage_both(const struct mscx_gpu_args *a, uint32_t t, uint4 w,
-                                                 struct mscx_kstaged *st)
-{
-    const uint32_t km = a->kmax_ops;
-    if (t == 0) {
-        st->head = *reinterpret_cast<const struct mscx_kblk_head *>(&w);
-    } else if (t <= km) {
-        st->kop[t - 1] = *reinterpret_cast<const struct mscx_kop *>(&w);
-    } else {
-        uint64_t v0 = ((uint64_t)w.y << 32) | w.x, v1 = ((uint64_t)w.w << 32) | w.z;
-        uint64_t tag = v0 >> MSCX_KPTR_TAG_SHIFT;
-        const uint32_t j = t - 1 - km;
-        if (tag == 0) {
-            st->ptr[0][j] = (char *)(uintptr_t)v0;
-            st->ptr[1][j] = (char *)(uintptr_t)v1;
-        } else {
-            char *p = (tag == 1 ? (char *)a->in : (char *)a->out) + (v0 & MSCX_KPTR_OFF_MASK);
-            st->ptr[0][j] = p;
-            st->ptr[1][j] = p;
-        }
-    }
-}
-
 __device__ __forceinline__ const struct mscx_kstaged *mscx_kstage_early(const struct mscx_gpu_args *a, uint32_t blk,
                                                                         uint4 w0)
 {
     __shared__ struct mscx_kstaged st;
     const uint4 *rec = reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blk * a->kstride);
-    const uint32_t nwords = a->kstride / 16u;
-    if (threadIdx.x < nwords)
-        mscx_kstage_both(a, threadIdx.x, w0, &st);
-    for (uint32_t t = threadIdx.x + blockDim.x; t < nwords; t += blockDim.x)
-        mscx_kstage_both(a, t, __ldg(rec + t), &st);
+    const uint32_t nwords = a->kstride / 16u, km = a->kmax_ops;
+    for (uint32_t t = threadIdx.x; t < nwords; t += blockDim.x) {
+        const uint4 w = t == threadIdx.x ? w0 : __ldg(rec + t);
+        if (t == 0)
+            st.head = *reinterpret_cast<const struct mscx_kblk_head *>(&w);
+        else if (t <= km)
+            st.kop[t - 1] = *reinterpret_cast<const struct mscx_kop *>(&w);
+        else
+            mscx_kptr(a, w, &st.ptr[0][t - 1 - km], &st.ptr[1][t - 1 - km]);
+    }
     __syncthreads();
     return &st;
 }
-#endif
 
 /*
  * The executor kernel. FAST: the instantiation for launches whose program is
@@ -899,9 +898,10 @@ __device__ __forceinline__ const struct mscx_kstaged *mscx_kstage_early(const st
  * interpreter, so it is a fraction of the code, registers and stack of the
  * full kernel; launch and completion cost with them (gpu_exec.c picks it).
  */
-template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t BOUND>
+template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t BOUND, uint32_t KSET>
 __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
 {
+    static_assert(FAST || KSET == MSCX_KSET_ALL, "the full kernel holds every kind");
     struct mscx_dstate s;
     struct mscx_dtrace tr;
     /*
@@ -915,14 +915,15 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     uint4 w0 = make_uint4(0, 0, 0, 0);
     if (compiled && threadIdx.x < args.kstride / 16u)
         w0 = __ldg(reinterpret_cast<const uint4 *>(args.kprog + (uint64_t)blockIdx.x * args.kstride) + threadIdx.x);
-#ifdef MSCX_KSTAGE_EARLY
     const struct mscx_kstaged *staged = NULL;
     if constexpr (FAST)
         staged = mscx_kstage_early(&args, blockIdx.x, w0);
-#endif
     mscx_pdl_wait();
     mscx_pdl_allow();
-    mscx_dtrace_begin(&args, &tr);
+    if constexpr (KSET == MSCX_KSET_ALL)
+        mscx_dtrace_begin(&args, &tr);
+    else
+        tr.recs = NULL; /* the host does not pick this kernel while tracing */
     uint32_t prev = *(volatile uint32_t *)&args.bflag[blockIdx.x];
     s.a = &args;
     s.ctx = args.ctx;
@@ -933,14 +934,10 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     s.opcode = 0;
     s.rop = args.op;
     if constexpr (FAST) {
-#ifdef MSCX_KSTAGE_EARLY
-        if (tr.recs)
+        if (KSET == MSCX_KSET_ALL && tr.recs)
             mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
-        mscx_run_kops<PKT, DT, RED, true>(&s, &args, &tr, staged->head.nk, staged->head.obase, staged->kop,
-                                           staged->ptr[s.parity]);
-#else
-        mscx_run_compiled<PKT, DT, RED, true>(&s, &args, &tr, blockIdx.x, w0);
-#endif
+        mscx_run_kops<PKT, DT, RED, true, KSET>(&s, &args, &tr, staged->head.nk, staged->head.obase, staged->kop,
+                                                 staged->ptr[s.parity]);
     } else {
         if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
             mscx_dpublish(&args, &s);

@@ -839,6 +839,23 @@ static int kp_barrier_between(const struct mscx_kprog *kp, uint32_t a, uint32_t 
     return 0;
 }
 
+int mscx_gpu_kp_packet_only(const struct mscx_kprog *kp, uint32_t ntb)
+{
+    for (uint32_t i = 0; i < kp->kbegin[ntb]; i++) {
+        switch (kp->kop[i].kind) {
+        case MSCX_KOP_PACK:
+        case MSCX_KOP_UNPACK:
+        case MSCX_KOP_FWD:
+        case MSCX_KOP_REDPKT:
+        case MSCX_KOP_SKIP:
+            break;
+        default:
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int mscx_gpu_kp_alias_ok(const struct mscx_kprog *kp, uint32_t ntb, uint32_t pl, uint64_t in_at, uint64_t out_at,
                          uint64_t in_bytes)
 {

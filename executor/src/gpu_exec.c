@@ -82,6 +82,7 @@ struct gpu_plan {
         int usable;   /* 0: a split program that cannot be had at this shape (remembered, not retried) */
         int alias;    /* out-of-place plan: the program may run an in-place call as it is (mscx_gpu_kp_alias_ok) */
         int whole;    /* every block compiled, no GENERIC entry */
+        int packet;   /* whole, and every entry a packet kind (mscx_gpu_kp_packet_only) */
         int uploaded; /* copied outside capture (a copy captured in a graph runs only with it) */
     } kp_ent[MSCX_GPU_KP_ENTRIES];
     int c_pkt;
@@ -863,7 +864,7 @@ static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t r
     }
     if (!gp->kp_tmp || !mscx_gpu_compile(plan, rank, gp->h_ops, gp->kp_rbuf, a, gp->kp_tmp))
         return -1;
-    struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, split, 1, 0, 0, 0};
+    struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, split, 1, 0, 0, 0, 0};
     e.whole = e.interp_mask == 0;
     for (uint32_t i = 0; i < gp->kp_tmp->kbegin[gp->ntb]; i++)
         if (gp->kp_tmp->kop[i].kind == MSCX_KOP_GENERIC)
@@ -886,6 +887,7 @@ static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t r
         e.alias = mscx_gpu_kp_alias_ok(gp->kp_tmp, gp->ntb, pkt == MSCX_PKT_LL8 ? 4u : 8u, in_at, out_at,
                                        a->in_bytes);
     }
+    e.packet = e.whole && mscx_gpu_kp_packet_only(gp->kp_tmp, gp->ntb); /* after the split: what runs */
     size_t bytes = 0;
     if (gp->kp_nent < MSCX_GPU_KP_ENTRIES)
         bytes = mscx_gpu_kp_encode(gp->kp_tmp, gp->ntb, gp->scratch, gp->scratch_half, gp->kp_pin + gp->kp_used,
@@ -900,7 +902,8 @@ static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t r
     gp->kp_used += (bytes + 255u) & ~(size_t)255u;
     MSCX_INFO(MSCX_SUB_EXEC, "plan %s rank %u: program for %llu bytes%s compiled, %s (%zu bytes)", plan->name, rank,
               (unsigned long long)msg, split ? " (split)" : "",
-              e.whole ? "whole: the lean kernel runs it" : "partly: some blocks interpret", bytes);
+              e.packet ? "whole, packet entries only: the packet kernel runs it"
+              : e.whole ? "whole: the lean kernel runs it" : "partly: some blocks interpret", bytes);
     gp->kp_ent[gp->kp_nent] = e;
     return (int)gp->kp_nent++;
 }
@@ -1058,6 +1061,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     cudaStream_t s = (cudaStream_t)stream;
     a->kprog = NULL;
     a->fast = 0;
+    a->kpkt = 0;
     if (kent >= 0 && (((uintptr_t)ap.in | (uintptr_t)ap.out) & 15u) == 0) {
         struct kp_ent *e = &gp->kp_ent[kent];
         mscx_status_t ust = kp_upload(ex, gp, e);
@@ -1069,6 +1073,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         a->kmax_opnd = e->kmax_opnd;
         a->interp_mask = e->interp_mask;
         a->fast = e->whole && !gp->port && !gp->publish && !gp->ureg;
+        a->kpkt = a->fast && e->packet;
     }
     if (ap.pre_bytes && cudaMemcpyAsync(ap.pre_dst, ap.pre_src, ap.pre_bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
         return gpu_check(cudaGetLastError(), "staging copy");

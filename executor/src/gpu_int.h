@@ -237,6 +237,8 @@ struct mscx_gpu_args {
     uint32_t interp_mask;    /* blocks that run the interpreter even with a program */
     uint32_t fast;           /* the program is the whole launch (no interpreter, proxy or publishing):
                                 the kernel without the interpreter runs it */
+    uint32_t kpkt;           /* with fast: every entry is a packet kind (mscx_gpu_kp_packet_only), so the
+                                lean kernel holding only those may run it (unless tracing) */
     void *uptr[MSCX_GPU_MAX_UPTR]; /* this launch's user buffers of peers in other processes, mapped here
                                       (gpu_ureg.c), by mscx_gpu_rbuf.uslot */
 };
@@ -315,6 +317,13 @@ int mscx_gpu_kp_split(struct mscx_kprog *kp, uint32_t ntb, uint32_t pl, uint64_t
  */
 int mscx_gpu_kp_alias_ok(const struct mscx_kprog *kp, uint32_t ntb, uint32_t pl, uint64_t in_at, uint64_t out_at,
                          uint64_t in_bytes);
+
+/**
+ * Whether every entry of @p kp (of @p ntb blocks) is a packet kind (PACK,
+ * UNPACK, FWD, REDPKT) or a SKIP, so that the lean kernel holding only
+ * those (MSCX_KSET_PKT) can run it.
+ */
+int mscx_gpu_kp_packet_only(const struct mscx_kprog *kp, uint32_t ntb);
 
 /**
  * Encode @p kp (of @p ntb blocks) as the kernel's block records into @p dst

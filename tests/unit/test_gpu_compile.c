@@ -269,7 +269,7 @@ START_TEST(test_compile_shipped_plans)
     mscx_test_plans_begin(&it);
     ck_assert_uint_gt(it.n, 30);
     uint64_t launches = 0, compiled_launches = 0;
-    uint32_t entries = 0, fused_total = 0, packs_merged = 0, folded_total = 0;
+    uint32_t entries = 0, fused_total = 0, packs_merged = 0, folded_total = 0, packet_only = 0;
     for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
         uint64_t mn, mx;
         mscx_plan_size_range(plan, &mn, &mx);
@@ -318,6 +318,12 @@ START_TEST(test_compile_shipped_plans)
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             ck_assert_msg(generic == 0, "%s rank %u, %llu bytes: %u ops left to the interpreter",
                                           plan->name, r, (unsigned long long)sizes[s], generic);
+                        /* ... and hold packet entries only: the packet kernel runs them */
+                        int pkonly = mscx_gpu_kp_packet_only(&c->kp, gpu->ntb);
+                        packet_only += pkonly;
+                        if (oneshot && (sizes[s] == mn || sizes[s] == mx))
+                            ck_assert_msg(pkonly, "%s rank %u, %llu bytes: not packet entries only", plan->name,
+                                          r, (unsigned long long)sizes[s]);
                         /*
                          * and each of their blocks sends its slice to every peer from one PACK entry
                          * (kp_fuse_pack: the put-packets op has a pair per peer)
@@ -340,9 +346,9 @@ START_TEST(test_compile_shipped_plans)
     }
     printf("gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked, "
            "%u unpacks fused, %u packs read flat by a reduction, %u one-shot blocks with one PACK to all peers, "
-           "largest encoded program %zu bytes\n",
+           "largest encoded program %zu bytes, %u programs of packet entries only\n",
            it.n, (unsigned long long)launches, (unsigned long long)compiled_launches, entries, fused_total,
-           folded_total, packs_merged, g_max_encoded);
+           folded_total, packs_merged, g_max_encoded, packet_only);
     ck_assert_uint_gt(compiled_launches, launches / 2);
 }
 END_TEST
@@ -400,6 +406,32 @@ static void kp_hand(struct mscx_kprog *kp, int variant)
     kp->kbegin[2] = (uint16_t)nk;
     kp->pbegin[2] = (uint16_t)np;
 }
+
+/* mscx_gpu_kp_packet_only: a COPY, a REDUCE or a GENERIC entry anywhere, in any block, rules the packet kernel out */
+START_TEST(test_packet_only)
+{
+    static const uint8_t other[] = {MSCX_KOP_COPY, MSCX_KOP_REDUCE, MSCX_KOP_GENERIC};
+    struct mscx_kprog *kp = calloc(1, sizeof(*kp));
+    ck_assert_ptr_nonnull(kp);
+    kp_hand(kp, 0); /* PACK, UNPACK, REDUCE per block */
+    ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 2), 0);
+    ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 0), 1); /* no blocks: nothing to refuse */
+    for (size_t o = 0; o < sizeof(other) / sizeof(other[0]); o++)
+        for (uint32_t at = 0; at < 6; at++) {
+            uint8_t kinds[6] = {MSCX_KOP_PACK, MSCX_KOP_FWD, MSCX_KOP_REDPKT, MSCX_KOP_UNPACK, MSCX_KOP_SKIP,
+                                MSCX_KOP_REDPKT};
+            memset(kp, 0, sizeof(*kp));
+            for (uint32_t i = 0; i < 6; i++)
+                kp->kop[i].kind = i == at ? other[o] : kinds[i];
+            kp->kbegin[1] = 3; /* two blocks of three entries */
+            kp->kbegin[2] = 6;
+            ck_assert_msg(mscx_gpu_kp_packet_only(kp, 2) == 0, "kind %u at entry %u not seen", other[o], at);
+            kp->kop[at].kind = kinds[at];
+            ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 2), 1);
+        }
+    free(kp);
+}
+END_TEST
 
 START_TEST(test_split_rules)
 {
@@ -723,6 +755,7 @@ Suite *mscx_test_suite(void)
     Suite *s = suite_create("gpu-compile");
     TCase *tc = mscx_tcase("compile");
     tcase_add_test(tc, test_compile_shipped_plans);
+    tcase_add_test(tc, test_packet_only);
     tcase_add_test(tc, test_split_rules);
     tcase_add_test(tc, test_alias_rules);
     tcase_add_test(tc, test_fold_pack_oneshot);
