@@ -24,9 +24,7 @@
  * thread more registers); MSCX_KSLOW_INLINE, the cold helpers inlined
  * instead of called, so that no state is passed by address and needs a
  * stack frame (set by the translation units of both lean kernels, see
- * exec_k.cu.in). Measurement only, never in a shipped build
- * (tests/perf/kernel-variants.sh): MSCX_KEXP_SUMONLY, every reduction sums
- * whatever the operator, to tell what a kernel per operator would save.
+ * exec_k.cu.in).
  */
 #ifndef MSCX_KBOUND
 #define MSCX_KBOUND 1024
@@ -394,9 +392,6 @@ template <uint32_t DT, uint32_t OP, uint32_t NW> __device__ __forceinline__ uint
 /* The operator is uniform across the launch, so this switch is a uniform branch (one instantiation per dtype). */
 template <uint32_t DT, uint32_t NW> __device__ __forceinline__ uint4 mscx_dreduce(uint32_t op, uint4 a, uint4 b)
 {
-#ifdef MSCX_KEXP_SUMONLY /* measurement only (code size): wrong for other operators, never in a shipped build */
-    return mscx_dreduce_t<DT, MSCX_REDOP_SUM, NW>(a, b);
-#endif
     switch (op) {
     case MSCX_REDOP_PROD:
         return mscx_dreduce_t<DT, MSCX_REDOP_PROD, NW>(a, b);

@@ -15,7 +15,8 @@ typedef void (*mscx_kfn)(const struct mscx_gpu_args);
  * each (the five dtypes of reducing plans, then copy-only): the full kernel
  * (interpreter and compiled programs), the lean kernel (compiled programs
  * only), the lean kernel for blocks of at most MSCX_KFN_SMALL_BOUND threads,
- * and both lean ones again holding only the packet entry kinds and no trace.
+ * and both lean ones again holding only the packet entry kinds, summing
+ * only, without the trace (MSCX_KSET_PKT in exec_ops.cuh).
  */
 enum { MSCX_KV_FULL, MSCX_KV_LEAN, MSCX_KV_LEAN_SMALL, MSCX_KV_PKT, MSCX_KV_PKT_SMALL, MSCX_KV_COUNT };
 #define MSCX_KV_WIDTH 6
@@ -69,8 +70,9 @@ static bool mscx_kfn_fits(int i, uint32_t nthreads)
 
 /*
  * The variant: the full kernel unless the program is the whole launch
- * (args.fast), then the packet kernel when every entry is a packet kind and
- * nothing is traced (args.kpkt), and the one for small blocks when they are.
+ * (args.fast), then the packet kernel when every entry is a packet kind
+ * (args.kpkt), the reduction a sum and nothing is traced, and the one for
+ * small blocks when they are.
  */
 static mscx_kfn mscx_pick(const struct mscx_gpu_args *a, uint32_t nthreads)
 {
@@ -82,7 +84,7 @@ static mscx_kfn mscx_pick(const struct mscx_gpu_args *a, uint32_t nthreads)
     int v = MSCX_KV_FULL;
     if (a->fast) {
         bool small = nthreads <= MSCX_KFN_SMALL_BOUND;
-        if (a->kpkt && a->trace_cap == 0)
+        if (a->kpkt && a->trace_cap == 0 && (!a->reduce || a->op == MSCX_REDOP_SUM))
             v = small ? MSCX_KV_PKT_SMALL : MSCX_KV_PKT;
         else
             v = small ? MSCX_KV_LEAN_SMALL : MSCX_KV_LEAN;

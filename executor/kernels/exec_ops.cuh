@@ -496,12 +496,14 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
 /* ---- the compiled program (struct mscx_kblk records): offsets resolved by the host ---- */
 
 /*
- * The compiled entries a kernel holds: every kind and the trace (MSCX_KSET_ALL),
- * or only the packet kinds (PACK, UNPACK, FWD, REDPKT, SKIP) and no trace
- * (MSCX_KSET_PKT: the packet programs of the shipped AllReduce, AllGather and
- * ReduceScatter plans). The packet kernel is about half the code of the other
- * lean one; with it, its record staged before the wait, a one-shot launch
- * took 0.3-0.7 us less on one H200 (docs/perf/2026-11-30-h200-s16).
+ * The compiled entries a kernel holds: every kind, every operator and the
+ * trace (MSCX_KSET_ALL), or only the packet kinds (PACK, UNPACK, FWD, REDPKT,
+ * SKIP), sums only, and no trace (MSCX_KSET_PKT: the packet programs of the
+ * shipped AllReduce, AllGather and ReduceScatter plans, called with the
+ * usual operator). On one H200 (docs/perf/2026-11-30-h200-s16), against the
+ * other lean kernel, the packet kernel took 0.2-0.4 us off a one-shot
+ * launch, and summing without the operator's branch in the reduction loop
+ * another 0.2-0.7 us at 4 and 8 ranks.
  */
 #define MSCX_KSET_ALL 0
 #define MSCX_KSET_PKT 1
@@ -515,9 +517,11 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
     const uint32_t nw = pl / 4u;
     const uint32_t n = k->units, o = 0, flag = s->flag;
     if constexpr (KSET == MSCX_KSET_PKT) {
-        /* the host runs only packet programs here (args.kpkt); anything else is a bug, never skipped silently */
-        if (k->kind != MSCX_KOP_PACK && k->kind != MSCX_KOP_UNPACK && k->kind != MSCX_KOP_FWD &&
-            k->kind != MSCX_KOP_REDPKT && k->kind != MSCX_KOP_SKIP) {
+        /* the host runs only packet programs that sum here (args.kpkt, mscx_pick); anything else is a bug,
+           never skipped silently */
+        if ((k->kind != MSCX_KOP_PACK && k->kind != MSCX_KOP_UNPACK && k->kind != MSCX_KOP_FWD &&
+             k->kind != MSCX_KOP_REDPKT && k->kind != MSCX_KOP_SKIP) ||
+            (RED && s->rop != MSCX_REDOP_SUM)) {
             mscx_dfail(s, MSCX_ERR_INTERNAL);
             return 1;
         }
@@ -607,7 +611,12 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
                         v = mscx_dline_payload<PKT>(raw[q]);
                     else if (mscx_dline_read<PKT>(s, P[o + j + q] + 2u * x, &v))
                         return 1;
-                    acc = j + q == 0 ? v : mscx_dreduce<DT, nw>(rop, acc, v);
+                    if (j + q == 0)
+                        acc = v;
+                    else if constexpr (KSET == MSCX_KSET_PKT)
+                        acc = mscx_dreduce_t<DT, MSCX_REDOP_SUM, nw>(acc, v); /* the packet kernel sums */
+                    else
+                        acc = mscx_dreduce<DT, nw>(rop, acc, v);
                 }
             }
             if (nd > 0)

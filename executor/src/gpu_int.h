@@ -238,7 +238,7 @@ struct mscx_gpu_args {
     uint32_t fast;           /* the program is the whole launch (no interpreter, proxy or publishing):
                                 the kernel without the interpreter runs it */
     uint32_t kpkt;           /* with fast: every entry is a packet kind (mscx_gpu_kp_packet_only), so the
-                                lean kernel holding only those may run it (unless tracing) */
+                                lean kernel holding only those may run it (sums, untraced) */
     void *uptr[MSCX_GPU_MAX_UPTR]; /* this launch's user buffers of peers in other processes, mapped here
                                       (gpu_ureg.c), by mscx_gpu_rbuf.uslot */
 };
