@@ -508,10 +508,14 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
 #define MSCX_KSET_ALL 0
 #define MSCX_KSET_PKT 1
 
-/* Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths. */
+/*
+ * Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths.
+ * @p pre: a PACK's first unit of this thread (unit threadIdx.x), loaded already (mscx_kpre), when @p has_pre.
+ */
 template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
 __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                            const struct mscx_kop *k, uint32_t obase, char *const *P)
+                                            const struct mscx_kop *k, uint32_t obase, char *const *P, bool has_pre,
+                                            uint4 pre)
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     const uint32_t nw = pl / 4u;
@@ -531,7 +535,7 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         const char *ps = P[o];
         const uint32_t nd = k->ndst;
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-            const uint4 v = mscx_dvload<pl>(ps + (uint64_t)u * pl);
+            const uint4 v = has_pre && u == threadIdx.x ? pre : mscx_dvload<pl>(ps + (uint64_t)u * pl);
             for (uint32_t j = 0; j < nd; j++)
                 mscx_dline_store<PKT>(P[o + 1 + j] + 2u * pl * u, v, flag);
         }
@@ -819,7 +823,8 @@ __device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const s
 template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
 __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                               struct mscx_dtrace *tr, uint32_t nk, uint32_t obase,
-                                              const struct mscx_kop *skop, char *const *sptr)
+                                              const struct mscx_kop *skop, char *const *sptr, bool has_pre,
+                                              uint4 pre)
 {
     for (uint32_t i = 0; i < nk; i++) {
         const struct mscx_kop *k = &skop[i];
@@ -835,7 +840,7 @@ __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struc
         if (k->sync || traced)
             __syncthreads();
         const uint64_t t0 = traced ? mscx_dtime() : 0;
-        mscx_kop_run<PKT, DT, RED, FAST, KSET>(s, a, k, obase, P);
+        mscx_kop_run<PKT, DT, RED, FAST, KSET>(s, a, k, obase, P, has_pre && i == 0, pre);
         if (traced) {
             __syncthreads();
             mscx_dtrace_rec(tr, k->op, k->opcode, t0);
@@ -865,7 +870,8 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
     __syncthreads();
     if (tr->recs)
         mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
-    mscx_run_kops<PKT, DT, RED, FAST, MSCX_KSET_ALL>(s, a, tr, shead.nk, shead.obase, skop, sptr);
+    mscx_run_kops<PKT, DT, RED, FAST, MSCX_KSET_ALL>(s, a, tr, shead.nk, shead.obase, skop, sptr, false,
+                                                     make_uint4(0, 0, 0, 0));
 }
 
 /*
@@ -901,6 +907,36 @@ __device__ __forceinline__ const struct mscx_kstaged *mscx_kstage_early(const st
 }
 
 /*
+ * Where a block's program starts with a PACK whose source is the same for
+ * both flag parities (a user buffer, not scratch), the packet kernel loads each
+ * thread's first unit of it right after the programmatic-launch wait, before
+ * the block's flag, so that the two loads overlap instead of the input
+ * waiting for the flag (which only picks the scratch half and the lines'
+ * flag). @return the source (NULL: no such start, or no unit for this thread).
+ */
+__device__ __forceinline__ const char *mscx_kpre_src(const struct mscx_kstaged *st, uint32_t pl)
+{
+    if (st->head.nk == 0)
+        return NULL;
+    const struct mscx_kop *k = &st->kop[0];
+    const char *p = st->ptr[0][k->opnd];
+    if (k->kind != MSCX_KOP_PACK || p != st->ptr[1][k->opnd] || threadIdx.x >= k->units)
+        return NULL;
+    return p + (uint64_t)threadIdx.x * pl;
+}
+
+/* The load of mscx_kpre_src, kept after the wait and before the flag's load (asm volatile, memory). */
+template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_kpre_load(const char *p)
+{
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (PKT == MSCX_PKT_LL8)
+        asm volatile("ld.global.u32 %0, [%1];" : "=r"(v.x) : "l"(p) : "memory");
+    else
+        asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
+    return v;
+}
+
+/*
  * The executor kernel. FAST: the instantiation for launches whose program is
  * compiled whole (args.fast: every block compiled, no GENERIC entry, no
  * proxy, nothing published). It holds only the compiled entries, not the
@@ -925,10 +961,18 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     if (compiled && threadIdx.x < args.kstride / 16u)
         w0 = __ldg(reinterpret_cast<const uint4 *>(args.kprog + (uint64_t)blockIdx.x * args.kstride) + threadIdx.x);
     const struct mscx_kstaged *staged = NULL;
-    if constexpr (FAST)
+    const char *pre_src = NULL;
+    uint4 pre = make_uint4(0, 0, 0, 0);
+    if constexpr (FAST) {
         staged = mscx_kstage_early(&args, blockIdx.x, w0);
+        /* the packet kernels only: in the other 1024-thread lean kernel it costs a spill (ptxas, sm_90) */
+        if constexpr (KSET == MSCX_KSET_PKT)
+            pre_src = mscx_kpre_src(staged, PKT == MSCX_PKT_LL8 ? 4u : 8u);
+    }
     mscx_pdl_wait();
     mscx_pdl_allow();
+    if (FAST && pre_src)
+        pre = mscx_kpre_load<PKT>(pre_src);
     if constexpr (KSET == MSCX_KSET_ALL)
         mscx_dtrace_begin(&args, &tr);
     else
@@ -946,7 +990,7 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
         if (KSET == MSCX_KSET_ALL && tr.recs)
             mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
         mscx_run_kops<PKT, DT, RED, true, KSET>(&s, &args, &tr, staged->head.nk, staged->head.obase, staged->kop,
-                                                 staged->ptr[s.parity]);
+                                                 staged->ptr[s.parity], pre_src != NULL, pre);
     } else {
         if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
             mscx_dpublish(&args, &s);

@@ -89,7 +89,7 @@ fi
 
 if want trace; then
     begin
-    MSCX_TRACE=$OUT/trace8.json timeout "${TRACE_S:-30}" "$BUILD/tools/perf/mscx-perf" --executor 8 -b 1K -e 1K \
+    MSCX_PLAN_DIR=${MSCX_PLAN_DIR:-plans} MSCX_TRACE=$OUT/trace8.json timeout "${TRACE_S:-30}" "$BUILD/tools/perf/mscx-perf" --executor 8 -b 1K -e 1K \
         -n 3 -w 1 >"$OUT/trace-run.txt" 2>&1
     rc=$?
     python3 - "$OUT/trace8.json" <<'PY' || rc=1

@@ -140,18 +140,25 @@ __device__ __forceinline__ void ref_store(char *p, uint2 v)
     *reinterpret_cast<uint2 *>(p) = v;
 }
 
-// This launch's flag: one more than the last; all of a rank's flags are
-// equal between launches (block 0 advances those of blocks this launch does
-// not run), so every block of every rank agrees on it whatever the grid.
-__device__ __forceinline__ uint32_t ref_begin(const ref_kargs &a)
+// Programmatic dependent launch (a no-op without it): wait for the kernel
+// ahead on the stream, then let the next one start.
+__device__ __forceinline__ void ref_wait(void)
 {
-    __shared__ uint32_t s_f;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // programmatic dependent launch (a no-op without it): wait for the kernel
-    // ahead on the stream, then let the next one start
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// This launch's flag (after ref_wait): one more than the last; all of a
+// rank's flags are equal between launches (block 0 advances those of blocks
+// this launch does not run), so every block of every rank agrees on it
+// whatever the grid. The kernels load their first unit of input between
+// ref_wait and this, so that the two loads overlap (the executor's lean
+// kernels do the same for a first PACK entry).
+__device__ __forceinline__ uint32_t ref_flag(const ref_kargs &a)
+{
+    __shared__ uint32_t s_f;
     if (threadIdx.x == 0) {
         uint32_t f = *(volatile uint32_t *)&a.state[blockIdx.x] + 1u;
         s_f = f == 0 ? 1u : f; // 0 is the zeroed scratch
@@ -174,12 +181,14 @@ __device__ __forceinline__ void ref_end(const ref_kargs &a, uint32_t f)
 // written by the same thread throughout, so in place is safe.
 template <typename T> __global__ void __launch_bounds__(1024, 1) ref_oneshot(const ref_kargs a)
 {
-    const uint32_t f = ref_begin(a);
-    const uint64_t so = (f & 1u) ? 0 : a.half, slot = 16 * a.units;
     const uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x, nt = gridDim.x * (uint64_t)blockDim.x;
+    ref_wait();
+    const uint2 v0 = tid < a.units ? ref_load(a.in + tid * 8) : make_uint2(0, 0);
+    const uint32_t f = ref_flag(a);
+    const uint64_t so = (f & 1u) ? 0 : a.half, slot = 16 * a.units;
     bool dead = false;
     for (uint64_t u = tid; u < a.units; u += nt) {
-        uint2 v = ref_load(a.in + u * 8);
+        uint2 v = u == tid ? v0 : ref_load(a.in + u * 8);
         for (uint32_t p = 0; p < a.n; p++)
             if (p != a.rank)
                 ref_put(a.scr[p] + so + a.rank * slot + u * 16, v, f);
@@ -197,18 +206,21 @@ template <typename T> __global__ void __launch_bounds__(1024, 1) ref_oneshot(con
 // phase, so in place is safe.
 template <typename T> __global__ void __launch_bounds__(1024, 1) ref_twophase(const ref_kargs a)
 {
-    const uint32_t f = ref_begin(a);
-    const uint64_t so = (f & 1u) ? 0 : a.half, slot = 16 * a.cu, regb = (uint64_t)a.n * slot;
     const uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x, nt = gridDim.x * (uint64_t)blockDim.x;
-    bool dead = false;
 #define REF_LEN(p) ((uint64_t)(p) * a.cu >= a.units ? 0 : min(a.cu, a.units - (uint64_t)(p) * a.cu))
+    ref_wait();
+    const uint32_t p0 = a.rank == 0 ? 1u : 0u; // the first peer sent to: its first unit loaded beside the flag
+    const uint2 v0 = tid < REF_LEN(p0) ? ref_load(a.in + (p0 * a.cu + tid) * 8) : make_uint2(0, 0);
+    const uint32_t f = ref_flag(a);
+    const uint64_t so = (f & 1u) ? 0 : a.half, slot = 16 * a.cu, regb = (uint64_t)a.n * slot;
+    bool dead = false;
     for (uint32_t p = 0; p < a.n; p++) {
         if (p == a.rank)
             continue;
         const uint64_t len = REF_LEN(p);
         char *dst = a.scr[p] + so + a.rank * slot;
         for (uint64_t k = tid; k < len; k += nt)
-            ref_put(dst + k * 16, ref_load(a.in + (p * a.cu + k) * 8), f);
+            ref_put(dst + k * 16, p == p0 && k == tid ? v0 : ref_load(a.in + (p * a.cu + k) * 8), f);
     }
     const char *mine = a.scr[a.rank] + so;
     const uint64_t mylen = REF_LEN(a.rank);
