@@ -508,14 +508,10 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
 #define MSCX_KSET_ALL 0
 #define MSCX_KSET_PKT 1
 
-/*
- * Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths.
- * @p pre: a PACK's first unit of this thread (unit threadIdx.x), loaded already (mscx_kpre), when @p has_pre.
- */
+/* Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths. */
 template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
 __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                            const struct mscx_kop *k, uint32_t obase, char *const *P, bool has_pre,
-                                            uint4 pre)
+                                            const struct mscx_kop *k, uint32_t obase, char *const *P)
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     const uint32_t nw = pl / 4u;
@@ -535,7 +531,7 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         const char *ps = P[o];
         const uint32_t nd = k->ndst;
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-            const uint4 v = has_pre && u == threadIdx.x ? pre : mscx_dvload<pl>(ps + (uint64_t)u * pl);
+            const uint4 v = mscx_dvload<pl>(ps + (uint64_t)u * pl);
             for (uint32_t j = 0; j < nd; j++)
                 mscx_dline_store<PKT>(P[o + 1 + j] + 2u * pl * u, v, flag);
         }
@@ -823,8 +819,7 @@ __device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const s
 template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
 __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                               struct mscx_dtrace *tr, uint32_t nk, uint32_t obase,
-                                              const struct mscx_kop *skop, char *const *sptr, bool has_pre,
-                                              uint4 pre)
+                                              const struct mscx_kop *skop, char *const *sptr)
 {
     for (uint32_t i = 0; i < nk; i++) {
         const struct mscx_kop *k = &skop[i];
@@ -840,7 +835,7 @@ __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struc
         if (k->sync || traced)
             __syncthreads();
         const uint64_t t0 = traced ? mscx_dtime() : 0;
-        mscx_kop_run<PKT, DT, RED, FAST, KSET>(s, a, k, obase, P, has_pre && i == 0, pre);
+        mscx_kop_run<PKT, DT, RED, FAST, KSET>(s, a, k, obase, P);
         if (traced) {
             __syncthreads();
             mscx_dtrace_rec(tr, k->op, k->opcode, t0);
@@ -870,8 +865,7 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
     __syncthreads();
     if (tr->recs)
         mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
-    mscx_run_kops<PKT, DT, RED, FAST, MSCX_KSET_ALL>(s, a, tr, shead.nk, shead.obase, skop, sptr, false,
-                                                     make_uint4(0, 0, 0, 0));
+    mscx_run_kops<PKT, DT, RED, FAST, MSCX_KSET_ALL>(s, a, tr, shead.nk, shead.obase, skop, sptr);
 }
 
 /*
@@ -908,14 +902,19 @@ __device__ __forceinline__ const struct mscx_kstaged *mscx_kstage_early(const st
 
 /*
  * Where a block's program starts with a PACK whose source is the same for
- * both flag parities (a user buffer, not scratch), the packet kernel loads each
- * thread's first unit of it right after the programmatic-launch wait, before
- * the block's flag, so that the two loads overlap instead of the input
- * waiting for the flag (which only picks the scratch half and the lines'
- * flag). @return the source (NULL: no such start, or no unit for this thread).
+ * both flag parities (a user buffer, not scratch), the packet kernel asks
+ * for each thread's first unit of it right after the programmatic-launch
+ * wait, before the block's flag (a prefetch into L1), so that the input is
+ * on its way while the flag is read; the PACK then loads it as usual, and no
+ * register is held for it. @return the unit's address, or
+ * NULL (no such start, or no unit for this thread). MSCX_KNO_WARM (a build
+ * knob for measurement) turns this off.
  */
-__device__ __forceinline__ const char *mscx_kpre_src(const struct mscx_kstaged *st, uint32_t pl)
+__device__ __forceinline__ const char *mscx_kwarm_src(const struct mscx_kstaged *st, uint32_t pl)
 {
+#ifdef MSCX_KNO_WARM
+    return NULL;
+#endif
     if (st->head.nk == 0)
         return NULL;
     const struct mscx_kop *k = &st->kop[0];
@@ -925,15 +924,10 @@ __device__ __forceinline__ const char *mscx_kpre_src(const struct mscx_kstaged *
     return p + (uint64_t)threadIdx.x * pl;
 }
 
-/* The load of mscx_kpre_src, kept after the wait and before the flag's load (asm volatile, memory). */
-template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_kpre_load(const char *p)
+/* The prefetch of mscx_kwarm_src: asm volatile keeps it after the wait (also asm volatile); no memory clobber. */
+__device__ __forceinline__ void mscx_kwarm(const char *p)
 {
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (PKT == MSCX_PKT_LL8)
-        asm volatile("ld.global.u32 %0, [%1];" : "=r"(v.x) : "l"(p) : "memory");
-    else
-        asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
-    return v;
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }
 
 /*
@@ -961,18 +955,16 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     if (compiled && threadIdx.x < args.kstride / 16u)
         w0 = __ldg(reinterpret_cast<const uint4 *>(args.kprog + (uint64_t)blockIdx.x * args.kstride) + threadIdx.x);
     const struct mscx_kstaged *staged = NULL;
-    const char *pre_src = NULL;
-    uint4 pre = make_uint4(0, 0, 0, 0);
+    const char *warm = NULL;
     if constexpr (FAST) {
         staged = mscx_kstage_early(&args, blockIdx.x, w0);
-        /* the packet kernels only: in the other 1024-thread lean kernel it costs a spill (ptxas, sm_90) */
         if constexpr (KSET == MSCX_KSET_PKT)
-            pre_src = mscx_kpre_src(staged, PKT == MSCX_PKT_LL8 ? 4u : 8u);
+            warm = mscx_kwarm_src(staged, PKT == MSCX_PKT_LL8 ? 4u : 8u);
     }
     mscx_pdl_wait();
     mscx_pdl_allow();
-    if (FAST && pre_src)
-        pre = mscx_kpre_load<PKT>(pre_src);
+    if (FAST && warm)
+        mscx_kwarm(warm);
     if constexpr (KSET == MSCX_KSET_ALL)
         mscx_dtrace_begin(&args, &tr);
     else
@@ -990,7 +982,7 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
         if (KSET == MSCX_KSET_ALL && tr.recs)
             mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
         mscx_run_kops<PKT, DT, RED, true, KSET>(&s, &args, &tr, staged->head.nk, staged->head.obase, staged->kop,
-                                                 staged->ptr[s.parity], pre_src != NULL, pre);
+                                                 staged->ptr[s.parity]);
     } else {
         if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
             mscx_dpublish(&args, &s);

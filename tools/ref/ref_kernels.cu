@@ -155,7 +155,7 @@ __device__ __forceinline__ void ref_wait(void)
 // this launch does not run), so every block of every rank agrees on it
 // whatever the grid. The kernels load their first unit of input between
 // ref_wait and this, so that the two loads overlap (the executor's lean
-// kernels do the same for a first PACK entry).
+// packet kernels prefetch a first PACK entry's input the same way).
 __device__ __forceinline__ uint32_t ref_flag(const ref_kargs &a)
 {
     __shared__ uint32_t s_f;
