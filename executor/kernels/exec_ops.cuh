@@ -901,36 +901,6 @@ __device__ __forceinline__ const struct mscx_kstaged *mscx_kstage_early(const st
 }
 
 /*
- * Where a block's program starts with a PACK whose source is the same for
- * both flag parities (a user buffer, not scratch), the packet kernel asks
- * for each thread's first unit of it right after the programmatic-launch
- * wait, before the block's flag (a prefetch into L1), so that the input is
- * on its way while the flag is read; the PACK then loads it as usual, and no
- * register is held for it. @return the unit's address, or
- * NULL (no such start, or no unit for this thread). MSCX_KNO_WARM (a build
- * knob for measurement) turns this off.
- */
-__device__ __forceinline__ const char *mscx_kwarm_src(const struct mscx_kstaged *st, uint32_t pl)
-{
-#ifdef MSCX_KNO_WARM
-    return NULL;
-#endif
-    if (st->head.nk == 0)
-        return NULL;
-    const struct mscx_kop *k = &st->kop[0];
-    const char *p = st->ptr[0][k->opnd];
-    if (k->kind != MSCX_KOP_PACK || p != st->ptr[1][k->opnd] || threadIdx.x >= k->units)
-        return NULL;
-    return p + (uint64_t)threadIdx.x * pl;
-}
-
-/* The prefetch of mscx_kwarm_src: asm volatile keeps it after the wait (also asm volatile); no memory clobber. */
-__device__ __forceinline__ void mscx_kwarm(const char *p)
-{
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
-/*
  * The executor kernel. FAST: the instantiation for launches whose program is
  * compiled whole (args.fast: every block compiled, no GENERIC entry, no
  * proxy, nothing published). It holds only the compiled entries, not the
@@ -955,16 +925,10 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     if (compiled && threadIdx.x < args.kstride / 16u)
         w0 = __ldg(reinterpret_cast<const uint4 *>(args.kprog + (uint64_t)blockIdx.x * args.kstride) + threadIdx.x);
     const struct mscx_kstaged *staged = NULL;
-    const char *warm = NULL;
-    if constexpr (FAST) {
+    if constexpr (FAST)
         staged = mscx_kstage_early(&args, blockIdx.x, w0);
-        if constexpr (KSET == MSCX_KSET_PKT)
-            warm = mscx_kwarm_src(staged, PKT == MSCX_PKT_LL8 ? 4u : 8u);
-    }
     mscx_pdl_wait();
     mscx_pdl_allow();
-    if (FAST && warm)
-        mscx_kwarm(warm);
     if constexpr (KSET == MSCX_KSET_ALL)
         mscx_dtrace_begin(&args, &tr);
     else
