@@ -66,7 +66,11 @@ static const struct pg_entry pg_shipped[] = {
      *            3.33 vs 5.51, 256 KB 4.89 vs 16.29
      *   4 ranks: one-shot, 4 blocks of 512: 1 KB 2.94 vs 4.04, 16 KB 3.22 vs
      *            3.81; two-phase, 4 blocks per peer of 1024: 64 KB 4.20 vs
-     *            4.84, 1 MB 12.32 vs 33.25
+     *            4.84, 1 MB 12.32 vs 33.25. Up to 4 KB one block of 512
+     *            (tests/perf/bench-blocks.sh, docs/perf/2026-11-30-h200-s16
+     *            call 7, against 4 blocks: 1 KB 2.05 vs 2.34, 4 KB 2.35 vs
+     *            2.36; at 8 ranks one block was no faster at 1 KB and 0.7 us
+     *            slower at 4 KB)
      *   8 ranks: one-shot, 4 blocks of 512: 1 KB 3.56 vs 6.90, 16 KB 4.53
      *            vs 5.05; above 16 KB the DSL's own structure (two-phase,
      *            rows, 8 blocks of 1024): 64 KB 5.46 vs 5.47, 256 KB 7.87 vs
@@ -78,7 +82,8 @@ static const struct pg_entry pg_shipped[] = {
      */
     {"allreduce", "oneshot", 2, 2, K1, 16 * K1, 2, 1024, 0, NULL},
     {"allreduce", "twophase", 2, 2, 16 * K1 + 1, 256 * K1, 8, 1024, 0, NULL},
-    {"allreduce", "oneshot", 4, 4, K1, 16 * K1, 1, 512, 4, NULL},
+    {"allreduce", "oneshot", 4, 4, K1, 4 * K1, 1, 512, 1, NULL},
+    {"allreduce", "oneshot", 4, 4, 4 * K1 + 1, 16 * K1, 1, 512, 4, NULL},
     {"allreduce", "twophase", 4, 4, 16 * K1 + 1, M1, 4, 1024, 0, NULL},
     {"allreduce", "oneshot", 8, 8, K1, 16 * K1, 1, 512, 4, NULL},
     {"allreduce", "twophase", 8, 8, 16 * K1 + 1, M1, 1, 1024, 8, "peer"},

@@ -263,7 +263,7 @@ START_TEST(test_plans_sim_rank_order)
         const char *file;
         uint32_t rank;
     } cases[] = {
-        {"allreduce_n4_rpn4_oneshot_1K_16K.json", 2},
+        {"allreduce_n4_rpn4_oneshot_1K_4K.json", 2},
         {"allreduce_n8_rpn8_oneshot_1K_16K.json", 5},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
