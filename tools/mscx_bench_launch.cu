@@ -16,7 +16,8 @@
 //   - the executor's own fast kernel (mscx_gpu_kernel_launch) running a
 //     hand-made compiled program: no entries (launch, prologue and epilogue
 //     only), and one COPY entry per block, against a plain kernel copying
-//     the same bytes.
+//     the same bytes; the packet kernel (MSCX_KSET_PKT) on an empty program
+//     and on one PACK entry per block.
 // Prints a markdown table. Exits 77 without a GPU.
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -250,6 +251,8 @@ enum kind {
     K_CODE_BIG,
     K_REAL_EMPTY,
     K_REAL_COPY,
+    K_REAL_PKT_EMPTY,
+    K_REAL_PKT_PACK,
     K_COPY,
     K_XCHG
 };
@@ -264,7 +267,7 @@ static cudaStream_t g_st[MAXN];
 static uint32_t *g_state[MAXN], *g_box[MAXN];
 static uint4 *g_table; // MAXB blocks x 64 words
 /* the executor kernel's context (zeroed), flags, programs (empty; one COPY per block) and buffers */
-static char *g_ctx, *g_rec_empty, *g_rec_copy, *g_in, *g_out;
+static char *g_ctx, *g_rec_empty, *g_rec_copy, *g_rec_pack, *g_in, *g_out;
 static uint32_t *g_bflag;
 
 // The kernels whose only argument is small_args, by kind; NULL for the others.
@@ -313,7 +316,9 @@ static int launch(const struct row *r, uint32_t rank)
             e = cudaLaunchKernelEx(&c, k_copy, sa, (const char *)g_in, g_out);
             break;
         case K_REAL_EMPTY:
-        case K_REAL_COPY: {
+        case K_REAL_COPY:
+        case K_REAL_PKT_EMPTY:
+        case K_REAL_PKT_PACK: {
             struct mscx_gpu_args a;
             memset(&a, 0, sizeof(a));
             a.ctx = (struct mscx_gpu_ctx *)g_ctx;
@@ -325,7 +330,10 @@ static int launch(const struct row *r, uint32_t rank)
             a.op = MSCX_REDOP_SUM;
             a.pkt = MSCX_PKT_LL16;
             a.reduce = 1;
-            a.kprog = r->k == K_REAL_EMPTY ? g_rec_empty : g_rec_copy;
+            a.kprog = r->k == K_REAL_COPY        ? g_rec_copy
+                      : r->k == K_REAL_PKT_PACK ? g_rec_pack
+                                                : g_rec_empty;
+            a.kpkt = r->k == K_REAL_PKT_EMPTY || r->k == K_REAL_PKT_PACK; /* the packet kernel (MSCX_KSET_PKT) */
             a.kmax_ops = 1;
             a.kmax_opnd = 2;
             a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
@@ -474,9 +482,10 @@ int main(void)
     {
         /* program records: a head, one entry slot, two operand slots per block (see struct mscx_kblk_head) */
         const uint32_t words = 4;
-        uint4 empty[MAXB * 4], copy[MAXB * 4];
+        uint4 empty[MAXB * 4], copy[MAXB * 4], pack[MAXB * 4];
         memset(empty, 0, sizeof(empty));
         memset(copy, 0, sizeof(copy));
+        memset(pack, 0, sizeof(pack));
         for (uint32_t b = 0; b < MAXB; b++) {
             struct mscx_kblk_head h = {0, 0, 0, 0};
             memcpy(&empty[b * words], &h, sizeof(h));
@@ -494,9 +503,16 @@ int main(void)
                      dst = MSCX_KPTR_OUT | ((uint64_t)b * COPY_BYTES);
             copy[b * words + 2] = make_uint4((uint32_t)src, (uint32_t)(src >> 32), 0, 0);
             copy[b * words + 3] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), 0, 0);
+            /* PACK: half the slice's bytes as LL16 lines (8 payload bytes a line) over the whole slice */
+            memcpy(&pack[b * words], &copy[b * words], 4u * sizeof(uint4));
+            k.kind = MSCX_KOP_PACK;
+            k.units = COPY_BYTES / 16u;
+            memcpy(&pack[b * words + 1], &k, sizeof(k));
         }
         cudaMalloc((void **)&g_rec_empty, sizeof(empty));
         cudaMalloc((void **)&g_rec_copy, sizeof(copy));
+        cudaMalloc((void **)&g_rec_pack, sizeof(pack));
+        cudaMemcpy(g_rec_pack, pack, sizeof(pack), cudaMemcpyHostToDevice);
         cudaMemcpy(g_rec_empty, empty, sizeof(empty), cudaMemcpyHostToDevice);
         cudaMemcpy(g_rec_copy, copy, sizeof(copy), cudaMemcpyHostToDevice);
         cudaMalloc((void **)&g_ctx, sizeof(struct mscx_gpu_ctx));
@@ -532,6 +548,9 @@ int main(void)
         {"plain kernel copying 1 KB per block, 7 x 512", K_COPY, 1, 7, 512, 0, 0},
         {"executor fast kernel, one 1 KB COPY per block, 7 x 512, PDL", K_REAL_COPY, 1, 7, 512, 0, 2},
         {"plain kernel copying 1 KB per block, 7 x 512, PDL", K_COPY, 1, 7, 512, 0, 2},
+        {"executor packet kernel, empty program, 7 x 512, PDL", K_REAL_PKT_EMPTY, 1, 7, 512, 0, 2},
+        {"executor packet kernel, one PACK of 512 B per block (1 KB of lines), 7 x 512, PDL", K_REAL_PKT_PACK, 1, 7,
+         512, 0, 2},
         {"64-step chain, small kernel", K_CODE_SMALL, 1, 7, 512, 0, 0},
         {"64-step chain, last of 32 cases (big kernel)", K_CODE_BIG, 1, 7, 512, 0, 0},
         {"empty, 7 x 512, 8 KB dynamic smem", K_SMEM, 1, 7, 512, 8192, 0},
