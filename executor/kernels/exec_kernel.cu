@@ -11,18 +11,13 @@
 typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 
 /*
- * Per packet format, MSCX_KV_COUNT variants of MSCX_KV_WIDTH instantiations
- * each (the five dtypes of reducing plans, then copy-only): the full kernel
- * (interpreter and compiled programs), the lean kernel (compiled programs
- * only), the lean kernel for blocks of at most MSCX_KFN_SMALL_BOUND threads,
- * and both lean ones again holding only the packet entry kinds, summing
- * only, without the trace (MSCX_KSET_PKT in exec_ops.cuh).
+ * Per packet format, MSCX_KV_COUNT variants (enum mscx_kvariant, gpu_int.h)
+ * of MSCX_KV_WIDTH instantiations each: the five dtypes of reducing plans,
+ * then copy-only.
  */
-enum { MSCX_KV_FULL, MSCX_KV_LEAN, MSCX_KV_LEAN_SMALL, MSCX_KV_PKT, MSCX_KV_PKT_SMALL, MSCX_KV_COUNT };
 #define MSCX_KV_WIDTH 6
 #define MSCX_KV_COPY 5 /* index in a variant of the copy-only kernel */
 #define MSCX_KFN_COUNT (MSCX_KV_COUNT * MSCX_KV_WIDTH)
-#define MSCX_KFN_SMALL_BOUND 512u
 
 /* exec_k_<format>_<i>.cu, generated from exec_k.cu.in (i = 6 * variant + dtype, or + 5 for copy-only) */
 /* clang-format off */
@@ -64,16 +59,10 @@ static void mscx_gpu_kfns_ll8(mscx_kfn *t)
 /* whether instantiation @p i (of one format) can run blocks of @p nthreads */
 static bool mscx_kfn_fits(int i, uint32_t nthreads)
 {
-    int v = i / MSCX_KV_WIDTH;
-    return (v != MSCX_KV_LEAN_SMALL && v != MSCX_KV_PKT_SMALL) || nthreads <= MSCX_KFN_SMALL_BOUND;
+    return mscx_gpu_kvariant_fits((enum mscx_kvariant)(i / MSCX_KV_WIDTH), nthreads) != 0;
 }
 
-/*
- * The variant: the full kernel unless the program is the whole launch
- * (args.fast), then the packet kernel when every entry is a packet kind
- * (args.kpkt), the reduction a sum and nothing is traced, and the one for
- * small blocks when they are.
- */
+/* The instantiation of the launch's variant (mscx_gpu_kvariant), packet format and dtype. */
 static mscx_kfn mscx_pick(const struct mscx_gpu_args *a, uint32_t nthreads)
 {
     mscx_kfn tab[MSCX_KFN_COUNT];
@@ -81,15 +70,7 @@ static mscx_kfn mscx_pick(const struct mscx_gpu_args *a, uint32_t nthreads)
         mscx_gpu_kfns_ll8(tab);
     else
         mscx_gpu_kfns_ll16(tab);
-    int v = MSCX_KV_FULL;
-    if (a->fast) {
-        bool small = nthreads <= MSCX_KFN_SMALL_BOUND;
-        if (a->kpkt && a->trace_cap == 0 && (!a->reduce || a->op == MSCX_REDOP_SUM))
-            v = small ? MSCX_KV_PKT_SMALL : MSCX_KV_PKT;
-        else
-            v = small ? MSCX_KV_LEAN_SMALL : MSCX_KV_LEAN;
-    }
-    uint32_t base = (uint32_t)v * MSCX_KV_WIDTH;
+    uint32_t base = (uint32_t)mscx_gpu_kvariant(a, nthreads) * MSCX_KV_WIDTH;
     if (!a->reduce)
         return tab[base + MSCX_KV_COPY];
     return tab[base + (a->dtype <= MSCX_DT_UINT32 ? a->dtype : (uint32_t)MSCX_DT_FP32)];

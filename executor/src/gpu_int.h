@@ -334,6 +334,39 @@ int mscx_gpu_kp_packet_only(const struct mscx_kprog *kp, uint32_t ntb);
 size_t mscx_gpu_kp_encode(const struct mscx_kprog *kp, uint32_t ntb, char *scratch, uint64_t scratch_half,
                           void *dst, size_t cap, uint32_t *stride, uint32_t *kmax_ops, uint32_t *kmax_opnd);
 
+/*
+ * The instantiations of the executor kernel, per packet format and dtype
+ * (kernels/exec_kernel.cu): the full kernel (interpreter and compiled
+ * programs), the lean kernel (compiled programs only), the lean kernel for
+ * blocks of at most MSCX_KV_SMALL_BOUND threads, and both lean ones again
+ * holding only the packet entry kinds, summing only, without the trace
+ * (MSCX_KSET_PKT in kernels/exec_ops.cuh).
+ */
+enum mscx_kvariant { MSCX_KV_FULL, MSCX_KV_LEAN, MSCX_KV_LEAN_SMALL, MSCX_KV_PKT, MSCX_KV_PKT_SMALL, MSCX_KV_COUNT };
+#define MSCX_KV_SMALL_BOUND 512u
+
+/* Whether variant @p v can run blocks of @p nthreads. */
+static inline int mscx_gpu_kvariant_fits(enum mscx_kvariant v, uint32_t nthreads)
+{
+    return (v != MSCX_KV_LEAN_SMALL && v != MSCX_KV_PKT_SMALL) || nthreads <= MSCX_KV_SMALL_BOUND;
+}
+
+/*
+ * The variant a launch runs: the full kernel unless the program is the whole
+ * launch (args.fast); then the packet kernel when every entry is a packet
+ * kind (args.kpkt), the reduction (if any) is a sum and nothing is traced;
+ * else the other lean kernel; the one for small blocks when they are.
+ */
+static inline enum mscx_kvariant mscx_gpu_kvariant(const struct mscx_gpu_args *a, uint32_t nthreads)
+{
+    if (!a->fast)
+        return MSCX_KV_FULL;
+    int small = nthreads <= MSCX_KV_SMALL_BOUND;
+    if (a->kpkt && a->trace_cap == 0 && (!a->reduce || a->op == MSCX_REDOP_SUM))
+        return small ? MSCX_KV_PKT_SMALL : MSCX_KV_PKT;
+    return small ? MSCX_KV_LEAN_SMALL : MSCX_KV_LEAN;
+}
+
 /* Implemented in kernels/exec_kernel.cu (dispatch) and kernels/exec_k_*.cu (one per packet format). */
 int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads, int pdl,
                            void *stream);

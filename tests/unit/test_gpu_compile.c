@@ -440,6 +440,50 @@ START_TEST(test_packet_only)
 }
 END_TEST
 
+/*
+ * mscx_gpu_kvariant: the packet kernel (which sums only and has no trace) runs only whole packet programs whose
+ * reduction, if any, is a sum, untraced; every other whole program runs the other lean kernel; the rest the
+ * full kernel; blocks of at most 512 threads the small-block kernels, and only they fit them.
+ */
+START_TEST(test_kernel_variant)
+{
+    static const struct {
+        uint32_t fast, kpkt, trace_cap, reduce, op, nthreads;
+        enum mscx_kvariant want;
+    } cases[] = {
+        {0, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KV_FULL},
+        {0, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KV_FULL}, /* not the whole launch: kpkt does not matter */
+        {1, 0, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KV_LEAN},
+        {1, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KV_LEAN_SMALL},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KV_PKT},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KV_PKT_SMALL},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 32, MSCX_KV_PKT_SMALL},
+        {1, 1, 0, 0, MSCX_REDOP_MAX, 1024, MSCX_KV_PKT}, /* copy-only: the operator is not used */
+        {1, 1, 0, 1, MSCX_REDOP_PROD, 1024, MSCX_KV_LEAN},
+        {1, 1, 0, 1, MSCX_REDOP_MIN, 512, MSCX_KV_LEAN_SMALL},
+        {1, 1, 0, 1, MSCX_REDOP_MAX, 513, MSCX_KV_LEAN},
+        {1, 1, 64, 1, MSCX_REDOP_SUM, 1024, MSCX_KV_LEAN}, /* traced */
+        {1, 1, 64, 0, MSCX_REDOP_SUM, 256, MSCX_KV_LEAN_SMALL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct mscx_gpu_args a;
+        memset(&a, 0, sizeof(a));
+        a.fast = cases[i].fast;
+        a.kpkt = cases[i].kpkt;
+        a.trace_cap = cases[i].trace_cap;
+        a.reduce = cases[i].reduce;
+        a.op = cases[i].op;
+        enum mscx_kvariant v = mscx_gpu_kvariant(&a, cases[i].nthreads);
+        ck_assert_msg(v == cases[i].want, "case %zu: variant %d, want %d", i, (int)v, (int)cases[i].want);
+        ck_assert(mscx_gpu_kvariant_fits(v, cases[i].nthreads));
+    }
+    ck_assert(!mscx_gpu_kvariant_fits(MSCX_KV_PKT_SMALL, 513));
+    ck_assert(!mscx_gpu_kvariant_fits(MSCX_KV_LEAN_SMALL, 1024));
+    ck_assert(mscx_gpu_kvariant_fits(MSCX_KV_PKT, 1024));
+    ck_assert(mscx_gpu_kvariant_fits(MSCX_KV_FULL, 1024));
+}
+END_TEST
+
 START_TEST(test_split_rules)
 {
     static struct mscx_kprog kp, orig;
@@ -763,6 +807,7 @@ Suite *mscx_test_suite(void)
     TCase *tc = mscx_tcase("compile");
     tcase_add_test(tc, test_compile_shipped_plans);
     tcase_add_test(tc, test_packet_only);
+    tcase_add_test(tc, test_kernel_variant);
     tcase_add_test(tc, test_split_rules);
     tcase_add_test(tc, test_alias_rules);
     tcase_add_test(tc, test_fold_pack_oneshot);
