@@ -500,10 +500,11 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
  * trace (MSCX_KSET_ALL), or only the packet kinds (PACK, UNPACK, FWD, REDPKT,
  * SKIP), sums only, and no trace (MSCX_KSET_PKT: the packet programs of the
  * shipped AllReduce, AllGather and ReduceScatter plans, called with the
- * usual operator). On one H200 (docs/perf/2026-11-30-h200-s16), against the
- * other lean kernel, the packet kernel took 0.2-0.4 us off a one-shot
- * launch, and summing without the operator's branch in the reduction loop
- * another 0.2-0.7 us at 4 and 8 ranks.
+ * usual operator). On one H200 (docs/perf/2026-11-30-h200-s16, calls 1-2,
+ * same-run build variants, 1 KB one-shot at 2, 4 and 8 ranks), summing
+ * without the operator's branch in the reduction loop took 0.2-0.7 us off a
+ * launch; fewer kinds and no trace showed no gain of their own (compared
+ * across the two calls: within noise).
  */
 #define MSCX_KSET_ALL 0
 #define MSCX_KSET_PKT 1
@@ -517,7 +518,7 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
     const uint32_t nw = pl / 4u;
     const uint32_t n = k->units, o = 0, flag = s->flag;
     if constexpr (KSET == MSCX_KSET_PKT) {
-        /* the host runs only packet programs that sum here (args.kpkt, mscx_pick); anything else is a bug,
+        /* the host runs only packet programs that sum here (mscx_gpu_kvariant); anything else is a bug,
            never skipped silently */
         if ((k->kind != MSCX_KOP_PACK && k->kind != MSCX_KOP_UNPACK && k->kind != MSCX_KOP_FWD &&
              k->kind != MSCX_KOP_REDPKT && k->kind != MSCX_KOP_SKIP) ||
@@ -782,11 +783,6 @@ __device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const str
     }
 }
 
-/*
- * One word (16 bytes) of a block's record (struct mscx_kblk_head), staged in
- * shared memory: the head, an entry, or an operand resolved to a pointer for
- * this launch (scratch half by flag parity, user buffers against in/out).
- */
 /* An operand word of a record as pointers for launches of flag parity 0 and 1 (the same for user buffers). */
 __device__ __forceinline__ void mscx_kptr(const struct mscx_gpu_args *a, uint4 w, char **p0, char **p1)
 {
@@ -800,6 +796,11 @@ __device__ __forceinline__ void mscx_kptr(const struct mscx_gpu_args *a, uint4 w
     }
 }
 
+/*
+ * One word (16 bytes) of a block's record (struct mscx_kblk_head), staged in
+ * shared memory: the head, an entry, or an operand resolved to a pointer for
+ * this launch (scratch half by flag parity, user buffers against in/out).
+ */
 __device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const struct mscx_gpu_args *a, uint32_t t,
                                             uint4 w, struct mscx_kblk_head *head, struct mscx_kop *kop, char **ptr)
 {
