@@ -902,7 +902,7 @@ static int kp_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t r
     gp->kp_used += (bytes + 255u) & ~(size_t)255u;
     MSCX_INFO(MSCX_SUB_EXEC, "plan %s rank %u: program for %llu bytes%s compiled, %s (%zu bytes)", plan->name, rank,
               (unsigned long long)msg, split ? " (split)" : "",
-              e.packet ? "whole, packet entries only: the packet kernel runs it"
+              e.packet ? "whole, packet entries only: the packet kernel runs it (sums, untraced)"
               : e.whole ? "whole: the lean kernel runs it" : "partly: some blocks interpret", bytes);
     gp->kp_ent[gp->kp_nent] = e;
     return (int)gp->kp_nent++;
