@@ -3,9 +3,8 @@
  * Device helpers of the executor kernel: operand resolution, raw and packet
  * loads and stores, spin loops with timeout and abort. Everything that is
  * hot is templated on the packet format and nothing indexes a local array.
- * The cold helpers are __noinline__ (MSCX_DSLOW), except in the lean kernel
- * for blocks of at most 512 threads, which inlines them and so has no stack
- * frame at all (the 1024-thread kernels, capped at 64 registers, have one).
+ * The cold helpers are __noinline__ (MSCX_DSLOW) in the full kernel; the
+ * lean kernels inline them (MSCX_KSLOW_INLINE) and have no stack frame.
  */
 #ifndef MSCX_EXEC_DEV_CUH
 #define MSCX_EXEC_DEV_CUH
