@@ -238,6 +238,127 @@ __global__ void k_xchg(const __grid_constant__ xchg_args a)
         *(volatile uint32_t *)&a.state[blockIdx.x] = f;
 }
 
+// A two-rank one-shot LL16 AllReduce of X_UNITS 8-byte units, written by
+// hand as tools/ref does it (units spread over the grid, the first input
+// unit loaded beside the flag), beside the executor's packet kernel running
+// the same exchange from a hand-made program (K_X_EXEC). Built with
+// -DMSCX_KSTAMP, both add thread 0's SM clock at the same points into
+// per-block counters (see exec_ops.cuh), printed after the row.
+#define X_UNITS 128u // 1 KB of fp32
+#define X_SLOT (16u * X_UNITS)
+#define X_HALF (2u * X_SLOT)
+
+struct hand_args {
+    char *buf;      // in place: input and output
+    char *scr[2];   // each rank's scratch: two halves of two slots
+    uint32_t *state; // [MAXB] flags, [MAXB] timeout
+    unsigned long long *stamp; // [MAXB][X_RING][16] (MSCX_KSTAMP, as exec_dev.cuh's struct mscx_kst)
+    uint32_t rank, pdl;
+};
+
+#ifdef MSCX_KSTAMP
+#define X_RING 1024u /* = MSCX_KSTAMP_RING (exec_ops.cuh): launches per block in the stamp ring */
+#define X_AT(v) v = clock64()
+#else
+#define X_AT(v) ((void)0)
+#endif
+
+__global__ void __launch_bounds__(1024, 1) k_hand(const __grid_constant__ hand_args a)
+{
+#ifdef MSCX_KSTAMP
+    long long t0 = 0, t1 = 0, t2 = 0, t3 = 0, t4 = 0, t5 = 0, pb = 0, rb = 0, rc = 0;
+    uint64_t g1 = 0, g5 = 0;
+#endif
+    X_AT(t0);
+    __shared__ uint32_t s_f;
+    const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x, nt = gridDim.x * blockDim.x;
+    pdl_enter(a.pdl);
+    X_AT(t1);
+#ifdef MSCX_KSTAMP
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
+#endif
+    const uint2 v0 = tid < X_UNITS ? *(const uint2 *)(a.buf + tid * 8u) : make_uint2(0, 0);
+    if (threadIdx.x == 0) {
+        uint32_t f = *(volatile uint32_t *)&a.state[blockIdx.x] + 1u;
+        s_f = f == 0 ? 1u : f;
+    }
+    __syncthreads();
+    const uint32_t f = s_f;
+#ifdef MSCX_KSTAMP
+    if (f != (uint32_t)t0) /* a use of the flag: the stamp waits for it */
+        X_AT(t2);
+#endif
+    const uint32_t so = (f & 1u) ? 0u : X_HALF, peer = a.rank ^ 1u;
+    for (uint32_t u = tid; u < X_UNITS; u += nt) {
+        const uint2 v = u == tid ? v0 : *(const uint2 *)(a.buf + u * 8u);
+#ifdef MSCX_KSTAMP
+        if (u == tid && v.x != (uint32_t)t0) /* waits for the value */
+            X_AT(pb);
+#endif
+        asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(a.scr[peer] + so + a.rank * X_SLOT + u * 16u),
+                     "r"(v.x), "r"(f), "r"(v.y), "r"(f)
+                     : "memory");
+    }
+    X_AT(t3);
+    for (uint32_t u = tid; u < X_UNITS; u += nt) {
+        const char *line = a.scr[a.rank] + so + peer * X_SLOT + u * 16u;
+        uint32_t x, fx, y, fy;
+        uint64_t w0 = 0, w;
+        for (uint32_t spins = 0;; spins++) {
+            asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(x), "=r"(fx), "=r"(y), "=r"(fy)
+                         : "l"(line)
+                         : "memory");
+            if (fx == f && fy == f)
+                break;
+            if ((spins & 1023u) == 1023u) {
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w));
+                if (w0 == 0)
+                    w0 = w;
+                else if (w - w0 > 2000000000ull) { // 2 s: report, never hang
+                    a.state[MAXB] = 1;
+                    break;
+                }
+            }
+        }
+        const uint2 own = u == tid ? v0 : *(const uint2 *)(a.buf + u * 8u);
+        const float a0 = __uint_as_float(a.rank == 0 ? own.x : x), a1 = __uint_as_float(a.rank == 0 ? x : own.x);
+        const float b0 = __uint_as_float(a.rank == 0 ? own.y : y), b1 = __uint_as_float(a.rank == 0 ? y : own.y);
+#ifdef MSCX_KSTAMP
+        if (u == tid && x != (uint32_t)t0) /* the line in hand */
+            X_AT(rb);
+#endif
+        *(uint2 *)(a.buf + u * 8u) = make_uint2(__float_as_uint(a0 + a1), __float_as_uint(b0 + b1));
+#ifdef MSCX_KSTAMP
+        if (u == tid)
+            X_AT(rc);
+#endif
+    }
+    X_AT(t4);
+    X_AT(t5);
+#ifdef MSCX_KSTAMP
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g5));
+    if (threadIdx.x == 0) {
+        unsigned long long *w = a.stamp + 16ull * (X_RING * blockIdx.x + f % X_RING);
+        w[0] = t0;
+        w[1] = t1;
+        w[2] = t2;
+        w[3] = t3;
+        w[4] = t4;
+        w[5] = t5;
+        w[6] = g1;
+        w[7] = g5;
+        w[8] = t2; /* as the executor's PACK entered */
+        w[9] = pb;
+        w[10] = t3; /* as its REDPKT entered */
+        w[11] = rb;
+        w[12] = rc;
+    }
+#endif
+    if (threadIdx.x == 0)
+        *(volatile uint32_t *)&a.state[blockIdx.x] = f;
+}
+
 enum kind {
     K_SMALL,
     K_BIG,
@@ -254,7 +375,9 @@ enum kind {
     K_REAL_PKT_EMPTY,
     K_REAL_PKT_PACK,
     K_COPY,
-    K_XCHG
+    K_XCHG,
+    K_X_EXEC, // the two-rank one-shot (X_UNITS): the executor's packet kernel
+    K_X_HAND  // the same, k_hand
 };
 
 struct row {
@@ -269,6 +392,12 @@ static uint4 *g_table; // MAXB blocks x 64 words
 /* the executor kernel's context (zeroed), flags, programs (empty; one COPY per block) and buffers */
 static char *g_ctx, *g_rec_empty, *g_rec_copy, *g_rec_pack, *g_in, *g_out;
 static uint32_t *g_bflag;
+/* the two-rank one-shot rows, per rank: buffer, scratch, executor context, flags, program; k_hand's state and scratch */
+static char *x_buf[2], *x_scr[2], *x_ctx[2], *x_rec[2], *x_hscr[2];
+static uint32_t *x_bflag[2], *x_hstate[2];
+static unsigned long long *x_stamp[2]; /* [MAXB][X_RING][16] */
+#define X_STAMP_BYTES ((size_t)MAXB * 1024u * 16u * sizeof(unsigned long long))
+static struct mscx_gpu_host *x_host[2]; /* mapped */
 
 // The kernels whose only argument is small_args, by kind; NULL for the others.
 static void (*small_kernel(enum kind k))(small_args)
@@ -340,6 +469,42 @@ static int launch(const struct row *r, uint32_t rank)
             a.fast = 1;
             int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
             e = rc ? (cudaError_t)rc : cudaSuccess;
+            break;
+        }
+        case K_X_EXEC: {
+            struct mscx_gpu_args a;
+            memset(&a, 0, sizeof(a));
+            a.ctx = (struct mscx_gpu_ctx *)x_ctx[rank];
+            a.bflag = x_bflag[rank];
+            a.in = x_buf[rank];
+            a.out = x_buf[rank];
+            a.in_bytes = a.out_bytes = 8u * X_UNITS;
+            a.dtype = MSCX_DT_FP32;
+            a.op = MSCX_REDOP_SUM;
+            a.pkt = MSCX_PKT_LL16;
+            a.reduce = 1;
+            a.kprog = x_rec[rank];
+            a.kpkt = 1;
+            a.kmax_ops = 2;
+            a.kmax_opnd = 5;
+            a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
+            a.fast = 1;
+            a.timeout_ns = 2000000000ull;
+            a.trace = (struct mscx_trace_rec *)x_stamp[rank]; /* MSCX_KSTAMP builds: the counters (trace_cap 0) */
+            int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
+            e = rc ? (cudaError_t)rc : cudaSuccess;
+            break;
+        }
+        case K_X_HAND: {
+            hand_args a = {};
+            a.buf = x_buf[rank];
+            a.scr[0] = x_hscr[0];
+            a.scr[1] = x_hscr[1];
+            a.state = x_hstate[rank];
+            a.stamp = x_stamp[rank];
+            a.rank = rank;
+            a.pdl = r->pdl;
+            e = cudaLaunchKernelEx(&c, k_hand, a);
             break;
         }
         case K_EXEC:
@@ -523,6 +688,66 @@ int main(void)
         cudaMalloc((void **)&g_out, (size_t)MAXB * COPY_BYTES);
         cudaMemset(g_in, 1, (size_t)MAXB * COPY_BYTES);
     }
+    {
+        /* the two-rank one-shot: 2 blocks, X_UNITS / 2 units each; scratch half by flag parity: 1 -> 0, 0 -> X_HALF */
+        const uint32_t words = 8, ub_n = X_UNITS / 2u;
+        for (uint32_t r = 0; r < 2; r++) {
+            cudaMalloc((void **)&x_buf[r], 8u * X_UNITS);
+            cudaMemset(x_buf[r], 0, 8u * X_UNITS);
+            cudaMalloc((void **)&x_scr[r], 2u * X_HALF);
+            cudaMemset(x_scr[r], 0, 2u * X_HALF);
+            cudaMalloc((void **)&x_hscr[r], 2u * X_HALF);
+            cudaMemset(x_hscr[r], 0, 2u * X_HALF);
+            cudaMalloc((void **)&x_bflag[r], MAXB * sizeof(uint32_t));
+            cudaMemset(x_bflag[r], 0, MAXB * sizeof(uint32_t));
+            cudaMalloc((void **)&x_hstate[r], (MAXB + 1) * sizeof(uint32_t));
+            cudaMemset(x_hstate[r], 0, (MAXB + 1) * sizeof(uint32_t));
+            cudaMalloc((void **)&x_stamp[r], X_STAMP_BYTES);
+            cudaMemset(x_stamp[r], 0, X_STAMP_BYTES);
+            cudaHostAlloc((void **)&x_host[r], sizeof(struct mscx_gpu_host), cudaHostAllocMapped);
+            memset(x_host[r], 0, sizeof(struct mscx_gpu_host));
+            struct mscx_gpu_ctx ctx;
+            memset(&ctx, 0, sizeof(ctx));
+            cudaHostGetDevicePointer((void **)&ctx.host, x_host[r], 0);
+            cudaMalloc((void **)&x_ctx[r], sizeof(ctx));
+            cudaMemcpy(x_ctx[r], &ctx, sizeof(ctx), cudaMemcpyHostToDevice);
+        }
+        for (uint32_t r = 0; r < 2; r++) {
+            const uint32_t p = r ^ 1u;
+            uint4 rec[2 * 8];
+            memset(rec, 0, sizeof(rec));
+            for (uint32_t b = 0; b < 2; b++) {
+                uint4 *w = &rec[b * words];
+                const uint64_t ub = (uint64_t)b * ub_n;
+                struct mscx_kblk_head h = {2, 5, 0, 0};
+                memcpy(&w[0], &h, sizeof(h));
+                struct mscx_kop k;
+                memset(&k, 0, sizeof(k));
+                k.kind = MSCX_KOP_PACK;
+                k.nsrc = 1;
+                k.ndst = 1;
+                k.opnd = 0;
+                k.units = ub_n;
+                memcpy(&w[1], &k, sizeof(k));
+                k.kind = MSCX_KOP_REDPKT;
+                k.nsrc = 2;
+                k.opnd = 2;
+                memcpy(&w[2], &k, sizeof(k));
+                const uint64_t in = MSCX_KPTR_IN | (ub * 8u), out = MSCX_KPTR_OUT | (ub * 8u);
+                const uint64_t put0 = (uint64_t)(uintptr_t)(x_scr[p] + X_HALF + r * X_SLOT + ub * 16u),
+                               put1 = (uint64_t)(uintptr_t)(x_scr[p] + r * X_SLOT + ub * 16u);
+                const uint64_t get0 = (uint64_t)(uintptr_t)(x_scr[r] + X_HALF + p * X_SLOT + ub * 16u),
+                               get1 = (uint64_t)(uintptr_t)(x_scr[r] + p * X_SLOT + ub * 16u);
+                w[3] = make_uint4((uint32_t)in, (uint32_t)(in >> 32), 0, 0);
+                w[4] = make_uint4((uint32_t)put0, (uint32_t)(put0 >> 32), (uint32_t)put1, (uint32_t)(put1 >> 32));
+                w[5] = make_uint4((uint32_t)in, (uint32_t)(in >> 32), 0, 0);
+                w[6] = make_uint4((uint32_t)get0, (uint32_t)(get0 >> 32), (uint32_t)get1, (uint32_t)(get1 >> 32));
+                w[7] = make_uint4((uint32_t)out, (uint32_t)(out >> 32), 0, 0);
+            }
+            cudaMalloc((void **)&x_rec[r], sizeof(rec));
+            cudaMemcpy(x_rec[r], rec, sizeof(rec), cudaMemcpyHostToDevice);
+        }
+    }
     cudaMalloc((void **)&g_table, MAXB * 64 * sizeof(uint4));
     cudaMemset(g_table, 0, MAXB * 64 * sizeof(uint4));
     for (uint32_t i = 0; i < MAXN; i++) {
@@ -569,7 +794,14 @@ int main(void)
         {"flag exchange, 8 ranks, 1 x 512", K_XCHG, 8, 1, 512, 0, 0},
         {"flag exchange, 8 ranks, 1 x 512, PDL", K_XCHG, 8, 1, 512, 0, 2},
         {"flag exchange, 8 ranks, 1 x 32", K_XCHG, 8, 1, 32, 0, 0},
+        {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 1024, PDL", K_X_EXEC, 2, 2, 1024, 0,
+         2},
+        {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 1024, PDL", K_X_HAND, 2, 2, 1024, 0, 2},
+        {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 512, PDL", K_X_EXEC, 2, 2, 512, 0, 2},
+        {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 512, PDL", K_X_HAND, 2, 2, 512, 0, 2},
     };
+    int clk_khz = 0;
+    cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, 0);
     printf("| launch | streams | eager us/round | graph us/round |\n|---|---|---|---|\n");
     int failed = 0;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -580,8 +812,23 @@ int main(void)
             cudaMemset(g_box[r], 0, MAXN * MAXB * sizeof(uint32_t));
         }
         cudaDeviceSynchronize();
-        double e = time_eager(&rows[i]), g = time_graph(&rows[i]);
+        const bool x = rows[i].k == K_X_EXEC || rows[i].k == K_X_HAND;
+        double e = time_eager(&rows[i]);
+        if (x) { /* the counters of the graph replays only */
+            cudaDeviceSynchronize();
+            for (uint32_t r = 0; r < 2; r++)
+                cudaMemset(x_stamp[r], 0, X_STAMP_BYTES);
+        }
+        double g = time_graph(&rows[i]);
         uint32_t bad = 0;
+        if (x) {
+            cudaDeviceSynchronize();
+            for (uint32_t r = 0; r < 2; r++) {
+                uint32_t w = 0;
+                cudaMemcpy(&w, x_hstate[r] + MAXB, sizeof(w), cudaMemcpyDeviceToHost);
+                bad |= w | (uint32_t)(x_host[r]->err.code != 0);
+            }
+        }
         for (uint32_t r = 0; r < rows[i].n; r++) {
             uint32_t w = 0;
             cudaMemcpy(&w, g_state[r] + MAXB, sizeof(w), cudaMemcpyDeviceToHost);
@@ -592,6 +839,46 @@ int main(void)
             failed = 1;
         }
         printf("| %s | %u | %.2f | %.2f |\n", rows[i].what, rows[i].n, e, g);
+#ifdef MSCX_KSTAMP
+        if (x) {
+            /* per rank and block: mean ns from the wait's return to each point, and from a launch's end to the
+               next launch's wait (global timer), over the graph replays' launches */
+            static unsigned long long c[MAXB * X_RING * 16];
+            const double ns = 1e6 / (double)clk_khz;
+            static const char *const name[11] = {"flag", "entry 0", "entry 1", "end", "", "", "pack in",
+                                                 "value", "redpkt in", "lines", "stored"};
+            for (uint32_t r = 0; r < 2; r++) {
+                cudaMemcpy(c, x_stamp[r], X_STAMP_BYTES, cudaMemcpyDeviceToHost);
+                for (uint32_t b = 0; b < rows[i].blocks; b++) {
+                    double sum[13] = {0}, gap = 0;
+                    uint32_t n = 0, ng = 0;
+                    for (uint32_t f = 0; f < X_RING; f++) {
+                        const unsigned long long *w = &c[16ull * (X_RING * b + f)];
+                        if (!w[0])
+                            continue;
+                        n++;
+                        sum[0] += (double)(long long)(w[1] - w[0]);
+                        for (int q = 2; q < 13; q++)
+                            if (q != 6 && q != 7)
+                                sum[q] += w[q] ? (double)(long long)(w[q] - w[1]) : 0.0;
+                        const unsigned long long *nx = &c[16ull * (X_RING * b + (f + 1) % X_RING)];
+                        if (nx[0] && nx[6] > w[7]) {
+                            gap += (double)(nx[6] - w[7]);
+                            ng++;
+                        }
+                    }
+                    if (!n)
+                        continue;
+                    printf("|   stamps rank %u block %u, %u launches, ns (SM clock at %d MHz): entry to wait %.0f; "
+                           "from the wait:", r, b, n, clk_khz / 1000, sum[0] / n * ns);
+                    for (int q = 2; q < 13; q++)
+                        if (q != 6 && q != 7)
+                            printf(" %s %.0f,", name[q - 2], sum[q] / n * ns);
+                    printf(" end to the next launch's wait %.0f (global timer) |\n", ng ? gap / ng : 0.0);
+                }
+            }
+        }
+#endif
         fflush(stdout);
     }
     cudaError_t e = cudaDeviceSynchronize();

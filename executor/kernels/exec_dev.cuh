@@ -42,6 +42,30 @@ struct mscx_dopnd {
     int raw;
 };
 
+/*
+ * MSCX_KSTAMP (measurement builds only, tools/mscx-bench-launch): thread 0
+ * of each block of the packet kernel reads the SM clock at entry (t0), after
+ * the programmatic wait (t1), once the block's flag is known (t2), after
+ * entries 0 and 1 (t3, t4), at the end (t5), in a PACK (pa: entered, pb:
+ * its first value in hand) and a REDPKT (ra: entered, rb: every line of its
+ * first unit in hand, rc: done), and the global timer after the wait (g1)
+ * and at the end (g5). All stay in registers and are stored at the end (16
+ * words) into args.trace, read as a ring of MSCX_KSTAMP_RING launches per
+ * block indexed by the launch's flag: no stamp waits for memory.
+ */
+#ifdef MSCX_KSTAMP
+#define MSCX_KSTAMP_RING 1024u
+struct mscx_kst {
+    unsigned long long *c; /* this block's ring, NULL: off (every thread but 0) */
+    long long t0, t1, t2, t3, t4, t5;
+    uint64_t g1, g5;
+    long long pa, pb, ra, rb, rc;
+};
+#define MSCX_KST_AT(s, f) ((s)->kst.c ? (void)((s)->kst.f = clock64()) : (void)0)
+#else
+#define MSCX_KST_AT(s, f) ((void)0)
+#endif
+
 struct mscx_dstate {
     const struct mscx_gpu_args *a;
     struct mscx_gpu_ctx *ctx;
@@ -51,6 +75,9 @@ struct mscx_dstate {
     uint32_t op_index;
     uint32_t opcode;
     uint32_t rop; /* reduction operator of the launch */
+#ifdef MSCX_KSTAMP
+    struct mscx_kst kst;
+#endif
 };
 
 struct mscx_dpipe {

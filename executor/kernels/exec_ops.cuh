@@ -36,6 +36,39 @@ typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 #define MSCX_KLINE_BATCH 8
 #endif
 
+/*
+ * Latency knobs of the lean kernels, all on (a build may turn one off to
+ * measure it, tests/perf/kernel-variants.sh). On one H200 the in-kernel
+ * clock stamps of mscx-bench-launch (MSCX_KSTAMP, a two-rank 1 KB one-shot)
+ * showed that after the programmatic wait most of a launch went to
+ * latencies on the way to the first store, not to moving bytes
+ * (docs/perf/2026-11-30-h200-s17):
+ *   MSCX_KWARM: the kernel arguments read after the wait (the block's flag
+ *     pointer, the operator, the timeout) are read before it, so that their
+ *     constant-cache lines are fetched while the kernel ahead still runs:
+ *     the block's flag was known 180 ns after the wait instead of 320.
+ *   MSCX_KPRE: the packet kernel loads a first PACK's unit of user input
+ *     (the same for both flag parities) right after the wait, beside the
+ *     block's flag, instead of after it.
+ *   MSCX_KCOMPACT: loops over a packet entry's line destinations are not
+ *     unrolled: a third less code (cubin, sm_90) between the hot paths.
+ * Together: 1.78 -> 1.67 us for that one-shot (graph, same run).
+ */
+#ifndef MSCX_KWARM
+#define MSCX_KWARM 1
+#endif
+#ifndef MSCX_KPRE
+#define MSCX_KPRE 1
+#endif
+#ifndef MSCX_KCOMPACT
+#define MSCX_KCOMPACT 1
+#endif
+#if MSCX_KCOMPACT
+#define MSCX_KLOOP _Pragma("unroll 1")
+#else
+#define MSCX_KLOOP
+#endif
+
 /* Slice of operands of @p size chunks with slot @p slot, computed once per op. */
 struct mscx_dref {
     uint32_t size;
@@ -512,7 +545,8 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
 /* Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths. */
 template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
 __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                            const struct mscx_kop *k, uint32_t obase, char *const *P)
+                                            const struct mscx_kop *k, uint32_t obase, char *const *P,
+                                            bool has_pre = false, uint4 pre = make_uint4(0, 0, 0, 0))
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     const uint32_t nw = pl / 4u;
@@ -529,10 +563,16 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
     }
     switch (k->kind) {
     case MSCX_KOP_PACK: {
+        MSCX_KST_AT(s, pa);
         const char *ps = P[o];
         const uint32_t nd = k->ndst;
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-            const uint4 v = mscx_dvload<pl>(ps + (uint64_t)u * pl);
+            const uint4 v = has_pre && u == threadIdx.x ? pre : mscx_dvload<pl>(ps + (uint64_t)u * pl);
+#ifdef MSCX_KSTAMP
+            if (s->kst.c && u == threadIdx.x && v.x != (uint32_t)s->kst.t0) /* waits for the value */
+                s->kst.pb = clock64();
+#endif
+            MSCX_KLOOP
             for (uint32_t j = 0; j < nd; j++)
                 mscx_dline_store<PKT>(P[o + 1 + j] + 2u * pl * u, v, flag);
         }
@@ -566,6 +606,7 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
             uint4 v;
             if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
                 return 1;
+            MSCX_KLOOP
             for (uint32_t j = 0; j < nd; j++)
                 mscx_dline_store<PKT>(P[o + 1 + j] + 2u * pl * u, v, flag);
         }
@@ -574,6 +615,7 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
     case MSCX_KOP_REDPKT: {
         if (!RED)
             return 0;
+        MSCX_KST_AT(s, ra);
         const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
         /* bit i: source i is read flat, not as lines (fsrc: a pack fused in; 0 when none) */
         const uint32_t fmask = k->fsrc ? 1u << k->fsrc : 0u;
@@ -620,11 +662,17 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
                         acc = mscx_dreduce<DT, nw>(rop, acc, v);
                 }
             }
+#ifdef MSCX_KSTAMP
+            if (s->kst.c && u == threadIdx.x && acc.x != (uint32_t)s->kst.t0) /* waits for every line */
+                s->kst.rb = clock64();
+#endif
             if (nd > 0)
                 mscx_dvstore<pl>(P[o + ns] + x, acc);
+            MSCX_KLOOP
             for (uint32_t j = 1; j < nd; j++)
                 mscx_dline_store<PKT>(P[o + ns + j] + 2u * x, acc, flag);
         }
+        MSCX_KST_AT(s, rc);
         return 0;
     }
     case MSCX_KOP_COPY: {
@@ -820,7 +868,8 @@ __device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const s
 template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
 __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                               struct mscx_dtrace *tr, uint32_t nk, uint32_t obase,
-                                              const struct mscx_kop *skop, char *const *sptr)
+                                              const struct mscx_kop *skop, char *const *sptr, bool has_pre = false,
+                                              uint4 pre = make_uint4(0, 0, 0, 0))
 {
     for (uint32_t i = 0; i < nk; i++) {
         const struct mscx_kop *k = &skop[i];
@@ -836,11 +885,17 @@ __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struc
         if (k->sync || traced)
             __syncthreads();
         const uint64_t t0 = traced ? mscx_dtime() : 0;
-        mscx_kop_run<PKT, DT, RED, FAST, KSET>(s, a, k, obase, P);
+        mscx_kop_run<PKT, DT, RED, FAST, KSET>(s, a, k, obase, P, has_pre && i == 0, pre);
         if (traced) {
             __syncthreads();
             mscx_dtrace_rec(tr, k->op, k->opcode, t0);
         }
+#ifdef MSCX_KSTAMP
+        if (i == 0)
+            MSCX_KST_AT(s, t3);
+        if (i == 1)
+            MSCX_KST_AT(s, t4);
+#endif
     }
 }
 
@@ -902,6 +957,33 @@ __device__ __forceinline__ const struct mscx_kstaged *mscx_kstage_early(const st
 }
 
 /*
+ * MSCX_KPRE: where a block's program starts with a PACK whose source is the
+ * same for both flag parities (a user buffer, not scratch), the address of
+ * this thread's first unit of it (NULL: no such start, or no unit here).
+ */
+__device__ __forceinline__ const char *mscx_kpre_src(const struct mscx_kstaged *st, uint32_t pl)
+{
+    if (st->head.nk == 0)
+        return NULL;
+    const struct mscx_kop *k = &st->kop[0];
+    const char *p = st->ptr[0][k->opnd];
+    if (k->kind != MSCX_KOP_PACK || p != st->ptr[1][k->opnd] || threadIdx.x >= k->units)
+        return NULL;
+    return p + (uint64_t)threadIdx.x * pl;
+}
+
+/* The load of mscx_kpre_src, kept after the wait and before the flag's load (asm volatile). */
+template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_kpre_load(const char *p)
+{
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (PKT == MSCX_PKT_LL8)
+        asm volatile("ld.global.u32 %0, [%1];" : "=r"(v.x) : "l"(p) : "memory");
+    else
+        asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
+    return v;
+}
+
+/*
  * The executor kernel. FAST: the instantiation for launches whose program is
  * compiled whole (args.fast: every block compiled, no GENERIC entry, no
  * proxy, nothing published). It holds only the compiled entries, not the
@@ -914,6 +996,11 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     static_assert(FAST || KSET == MSCX_KSET_ALL, "the full kernel holds every kind");
     struct mscx_dstate s;
     struct mscx_dtrace tr;
+#ifdef MSCX_KSTAMP
+    s.kst = {NULL, clock64(), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (KSET == MSCX_KSET_PKT && threadIdx.x == 0 && args.trace)
+        s.kst.c = (unsigned long long *)args.trace + 16ull * MSCX_KSTAMP_RING * blockIdx.x;
+#endif
     /*
      * The record's first word is loaded before the wait for the kernel ahead
      * on the stream (programmatic dependent launch; a no-op without it): the
@@ -928,13 +1015,33 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     const struct mscx_kstaged *staged = NULL;
     if constexpr (FAST)
         staged = mscx_kstage_early(&args, blockIdx.x, w0);
+    uint32_t *bfp = args.bflag + blockIdx.x;
+    uint32_t rop = args.op;
+#if MSCX_KWARM
+    if constexpr (FAST) {
+        uint64_t tmo = args.timeout_ns;
+        asm volatile("" ::"l"(bfp), "r"(rop), "l"(tmo)); /* loaded here, before the wait */
+    }
+#endif
+    const char *pre_src = NULL;
+    uint4 pre = make_uint4(0, 0, 0, 0);
+#if MSCX_KPRE
+    if constexpr (KSET == MSCX_KSET_PKT)
+        pre_src = mscx_kpre_src(staged, PKT == MSCX_PKT_LL8 ? 4u : 8u);
+#endif
     mscx_pdl_wait();
     mscx_pdl_allow();
+    if (pre_src)
+        pre = mscx_kpre_load<PKT>(pre_src);
+#ifdef MSCX_KSTAMP
+    s.kst.t1 = clock64();
+    s.kst.g1 = mscx_dtime();
+#endif
     if constexpr (KSET == MSCX_KSET_ALL)
         mscx_dtrace_begin(&args, &tr);
     else
         tr.recs = NULL; /* the host does not pick this kernel while tracing */
-    uint32_t prev = *(volatile uint32_t *)&args.bflag[blockIdx.x];
+    const uint32_t prev = *(volatile uint32_t *)bfp;
     s.a = &args;
     s.ctx = args.ctx;
     s.flag = mscx_flag_next(prev);
@@ -942,12 +1049,16 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     s.so = mscx_scratch_offset(s.flag, args.scratch_half);
     s.op_index = 0;
     s.opcode = 0;
-    s.rop = args.op;
+    s.rop = rop;
+#ifdef MSCX_KSTAMP
+    if (s.flag != s.kst.t0) /* a use of the flag: the stamp after it waits for its load */
+        s.kst.t2 = clock64();
+#endif
     if constexpr (FAST) {
         if (KSET == MSCX_KSET_ALL && tr.recs)
             mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
         mscx_run_kops<PKT, DT, RED, true, KSET>(&s, &args, &tr, staged->head.nk, staged->head.obase, staged->kop,
-                                                 staged->ptr[s.parity]);
+                                                 staged->ptr[s.parity], pre_src != NULL, pre);
     } else {
         if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
             mscx_dpublish(&args, &s);
@@ -962,6 +1073,26 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     }
     if (mscx_gpu_wrap_clear(s.flag) && args.scratch)
         mscx_dwrap_clear(&s);
+#ifdef MSCX_KSTAMP
+    s.kst.t5 = clock64();
+    s.kst.g5 = mscx_dtime();
+    if (s.kst.c) {
+        unsigned long long *w = s.kst.c + 16u * (s.flag % MSCX_KSTAMP_RING);
+        w[0] = s.kst.t0;
+        w[1] = s.kst.t1;
+        w[2] = s.kst.t2;
+        w[3] = s.kst.t3;
+        w[4] = s.kst.t4;
+        w[5] = s.kst.t5;
+        w[6] = s.kst.g1;
+        w[7] = s.kst.g5;
+        w[8] = s.kst.pa;
+        w[9] = s.kst.pb;
+        w[10] = s.kst.ra;
+        w[11] = s.kst.rb;
+        w[12] = s.kst.rc;
+    }
+#endif
     if (threadIdx.x == 0) {
         if (tr.recs)
             args.trace_n[blockIdx.x] = tr.n;

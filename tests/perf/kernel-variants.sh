@@ -42,7 +42,7 @@ for p in $pids; do wait "$p" || echo "a build failed (see $OUT/kv-build-*.log)";
 run_one() { # name build-dir
     {
         echo "## $1"
-        timeout 120 "$2/tools/mscx-bench-launch" 2>&1 | grep -E "^\| (launch|executor|plain|empty, 7 x 512, 16)"
+        timeout 120 "$2/tools/mscx-bench-launch" 2>&1 | grep -E "^\| (launch|executor|plain|empty, 7 x 512, 16|one-shot)"
         for n in $RANKS; do
             MSCX_BENCH_RANKS=$n MSCX_BENCH_PLANS=$WHICH timeout 150 "$2/tools/mscx-bench-gpu" \
                 .deps/ref/mscclpp-algo-plans "$PLANS" "$MAX" 2>&1 | grep -E "^\| (plan|[a-z])"
