@@ -56,6 +56,25 @@ static void mscx_gpu_kfns_ll8(mscx_kfn *t)
     MSCX_KFN_EACH(MSCX_KFN_SET, ll8)
 }
 
+/* Both formats' tables, built once (the getters are called on the first launch only). */
+struct mscx_kfn_tables {
+    mscx_kfn ll16[MSCX_KFN_COUNT], ll8[MSCX_KFN_COUNT];
+};
+
+static struct mscx_kfn_tables mscx_kfn_tables_make(void)
+{
+    struct mscx_kfn_tables t;
+    mscx_gpu_kfns_ll16(t.ll16);
+    mscx_gpu_kfns_ll8(t.ll8);
+    return t;
+}
+
+static const struct mscx_kfn_tables *mscx_kfn_tables(void)
+{
+    static const struct mscx_kfn_tables t = mscx_kfn_tables_make(); /* initialised once, thread-safe (C++11) */
+    return &t;
+}
+
 /* whether instantiation @p i (of one format) can run blocks of @p nthreads */
 static bool mscx_kfn_fits(int i, uint32_t nthreads)
 {
@@ -65,11 +84,7 @@ static bool mscx_kfn_fits(int i, uint32_t nthreads)
 /* The instantiation of the launch's variant (mscx_gpu_kvariant), packet format and dtype. */
 static mscx_kfn mscx_pick(const struct mscx_gpu_args *a, uint32_t nthreads)
 {
-    mscx_kfn tab[MSCX_KFN_COUNT];
-    if (a->pkt == MSCX_PKT_LL8)
-        mscx_gpu_kfns_ll8(tab);
-    else
-        mscx_gpu_kfns_ll16(tab);
+    const mscx_kfn *tab = a->pkt == MSCX_PKT_LL8 ? mscx_kfn_tables()->ll8 : mscx_kfn_tables()->ll16;
     uint32_t base = (uint32_t)mscx_gpu_kvariant(a, nthreads) * MSCX_KV_WIDTH;
     if (!a->reduce)
         return tab[base + MSCX_KV_COPY];
@@ -105,15 +120,14 @@ extern "C" int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t
 extern "C" int mscx_gpu_kernel_occupancy(uint32_t nthreads, uint32_t smem_bytes)
 {
     /* take the least occupancy of every instantiation that may run blocks of this size */
-    mscx_kfn fns[2 * MSCX_KFN_COUNT];
-    mscx_gpu_kfns_ll16(fns);
-    mscx_gpu_kfns_ll8(fns + MSCX_KFN_COUNT);
+    const struct mscx_kfn_tables *t = mscx_kfn_tables();
     int best = -1;
     for (int i = 0; i < 2 * MSCX_KFN_COUNT; i++) {
         int n = 0;
-        if (!fns[i] || !mscx_kfn_fits(i % MSCX_KFN_COUNT, nthreads))
+        const mscx_kfn fn = i < MSCX_KFN_COUNT ? t->ll16[i] : t->ll8[i - MSCX_KFN_COUNT];
+        if (!fn || !mscx_kfn_fits(i % MSCX_KFN_COUNT, nthreads))
             continue;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fns[i], (int)nthreads, smem_bytes) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, (int)nthreads, smem_bytes) !=
             cudaSuccess)
             return -1;
         if (best < 0 || n < best)

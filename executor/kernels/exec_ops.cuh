@@ -554,9 +554,7 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
     if constexpr (KSET == MSCX_KSET_PKT) {
         /* the host runs only packet programs that sum here (mscx_gpu_kvariant); anything else is a bug,
            never skipped silently */
-        if ((k->kind != MSCX_KOP_PACK && k->kind != MSCX_KOP_UNPACK && k->kind != MSCX_KOP_FWD &&
-             k->kind != MSCX_KOP_REDPKT && k->kind != MSCX_KOP_SKIP) ||
-            (RED && s->rop != MSCX_REDOP_SUM)) {
+        if (!mscx_gpu_kop_is_packet(k->kind) || (RED && s->rop != MSCX_REDOP_SUM)) {
             mscx_dfail(s, MSCX_ERR_INTERNAL);
             return 1;
         }

@@ -841,18 +841,9 @@ static int kp_barrier_between(const struct mscx_kprog *kp, uint32_t a, uint32_t 
 
 int mscx_gpu_kp_packet_only(const struct mscx_kprog *kp, uint32_t ntb)
 {
-    for (uint32_t i = 0; i < kp->kbegin[ntb]; i++) {
-        switch (kp->kop[i].kind) {
-        case MSCX_KOP_PACK:
-        case MSCX_KOP_UNPACK:
-        case MSCX_KOP_FWD:
-        case MSCX_KOP_REDPKT:
-        case MSCX_KOP_SKIP:
-            break;
-        default:
+    for (uint32_t i = 0; i < kp->kbegin[ntb]; i++)
+        if (!mscx_gpu_kop_is_packet(kp->kop[i].kind))
             return 0;
-        }
-    }
     return 1;
 }
 

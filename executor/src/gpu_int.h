@@ -158,6 +158,20 @@ enum mscx_kop_kind {
     MSCX_KOP_SKIP,        /* nothing to move (zero units); still a sync point when marked */
 };
 
+/*
+ * Whether the packet kernel (MSCX_KSET_PKT, exec_ops.cuh) holds entries of
+ * kind @p kind: the host picks it only for programs of these
+ * (mscx_gpu_kp_packet_only), and the kernel refuses any other.
+ */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline int mscx_gpu_kop_is_packet(uint32_t kind)
+{
+    return kind == MSCX_KOP_PACK || kind == MSCX_KOP_UNPACK || kind == MSCX_KOP_FWD || kind == MSCX_KOP_REDPKT ||
+           kind == MSCX_KOP_SKIP;
+}
+
 /* Operand bases: MSCX_KB_IN, MSCX_KB_OUT, MSCX_KB_SCRATCH (own, this launch's half), MSCX_KB_RBUF + k (peer scratch). */
 #define MSCX_KB_IN 0u
 #define MSCX_KB_OUT 1u
