@@ -17,7 +17,14 @@
 //     hand-made compiled program: no entries (launch, prologue and epilogue
 //     only), and one COPY entry per block, against a plain kernel copying
 //     the same bytes; the packet kernel (MSCX_KSET_PKT) on an empty program
-//     and on one PACK entry per block.
+//     and on one PACK entry per block;
+//   - a two-rank 1 KB one-shot AllReduce on the executor's packet kernel
+//     (a hand-made program: one PACK and one REDPKT per block) beside a
+//     hand-written kernel of the same exchange (k_hand), and k_hand with
+//     cold code jumped over between its phases. Built with -DMSCX_KSTAMP
+//     (meson -Dcuda_args=-DMSCX_KSTAMP), both kernels record the SM clock
+//     at fixed points of each launch, printed per rank and block after the
+//     row: where the time after the programmatic wait goes.
 // Prints a markdown table. Exits 77 without a GPU.
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -257,7 +264,7 @@ struct hand_args {
 };
 
 #ifdef MSCX_KSTAMP
-#define X_RING 1024u /* = MSCX_KSTAMP_RING (exec_ops.cuh): launches per block in the stamp ring */
+#define X_RING 1024u /* = MSCX_KSTAMP_RING (exec_dev.cuh): launches per block in the stamp ring */
 #define X_AT(v) v = clock64()
 #else
 #define X_AT(v) ((void)0)
