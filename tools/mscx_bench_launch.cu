@@ -259,12 +259,13 @@ struct hand_args {
     char *buf;      // in place: input and output
     char *scr[2];   // each rank's scratch: two halves of two slots
     uint32_t *state; // [MAXB] flags, [MAXB] timeout
-    unsigned long long *stamp; // [MAXB][X_RING][16] (MSCX_KSTAMP, as exec_dev.cuh's struct mscx_kst)
+    unsigned long long *stamp; // [MAXB][X_RING][X_WORDS] (MSCX_KSTAMP, as exec_dev.cuh's struct mscx_kst)
     uint32_t rank, pdl;
 };
 
 #ifdef MSCX_KSTAMP
 #define X_RING 1024u /* = MSCX_KSTAMP_RING (exec_dev.cuh): launches per block in the stamp ring */
+#define X_WORDS 32u  /* = MSCX_KSTAMP_WORDS: words per launch */
 #define X_AT(v) v = clock64()
 #else
 #define X_AT(v) ((void)0)
@@ -367,7 +368,7 @@ template <bool FAR> __global__ void __launch_bounds__(1024, 1) k_hand(const __gr
 #ifdef MSCX_KSTAMP
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g5));
     if (threadIdx.x == 0) {
-        unsigned long long *w = a.stamp + 16ull * (X_RING * blockIdx.x + f % X_RING);
+        unsigned long long *w = a.stamp + (uint64_t)X_WORDS * (X_RING * blockIdx.x + f % X_RING);
         w[0] = t0;
         w[1] = t1;
         w[2] = t2;
@@ -381,6 +382,10 @@ template <bool FAR> __global__ void __launch_bounds__(1024, 1) k_hand(const __gr
         w[10] = t3; /* as its REDPKT entered */
         w[11] = rb;
         w[12] = rc;
+        w[13] = t2; /* no entry loop, guard or switch: as at the flag, and at the gather's start */
+        w[14] = t3;
+        w[15] = t2;
+        w[16] = t3;
     }
 #endif
     if (threadIdx.x == 0)
@@ -424,8 +429,8 @@ static uint32_t *g_bflag;
 /* the two-rank one-shot rows, per rank: buffer, scratch, executor context, flags, program; k_hand's state and scratch */
 static char *x_buf[2], *x_scr[2], *x_ctx[2], *x_rec[2], *x_hscr[2];
 static uint32_t *x_bflag[2], *x_hstate[2];
-static unsigned long long *x_stamp[2]; /* [MAXB][X_RING][16] */
-#define X_STAMP_BYTES ((size_t)MAXB * 1024u * 16u * sizeof(unsigned long long))
+static unsigned long long *x_stamp[2]; /* [MAXB][X_RING][X_WORDS] */
+#define X_STAMP_BYTES ((size_t)MAXB * 1024u * 32u * sizeof(unsigned long long))
 static struct mscx_gpu_host *x_host[2]; /* mapped */
 
 // The kernels whose only argument is small_args, by kind; NULL for the others.
@@ -879,25 +884,26 @@ int main(void)
         if (x) {
             /* per rank and block: mean ns from the wait's return to each point, and from a launch's end to the
                next launch's wait (global timer), over the graph replays' launches */
-            static unsigned long long c[MAXB * X_RING * 16];
+            static unsigned long long c[MAXB * X_RING * X_WORDS];
             const double ns = 1e6 / (double)clk_khz;
-            static const char *const name[11] = {"flag", "entry 0", "entry 1", "end", "", "", "pack in",
-                                                 "value", "redpkt in", "lines", "stored"};
+            static const char *const name[15] = {"flag", "entry 0", "entry 1", "end", "", "", "pack in",
+                                                 "value", "redpkt in", "lines", "stored", "loop top 0",
+                                                 "loop top 1", "past guard 0", "past guard 1"};
             for (uint32_t r = 0; r < 2; r++) {
                 cudaMemcpy(c, x_stamp[r], X_STAMP_BYTES, cudaMemcpyDeviceToHost);
                 for (uint32_t b = 0; b < rows[i].blocks; b++) {
-                    double sum[13] = {0}, gap = 0;
+                    double sum[17] = {0}, gap = 0;
                     uint32_t n = 0, ng = 0;
                     for (uint32_t f = 0; f < X_RING; f++) {
-                        const unsigned long long *w = &c[16ull * (X_RING * b + f)];
+                        const unsigned long long *w = &c[(uint64_t)X_WORDS * (X_RING * b + f)];
                         if (!w[0])
                             continue;
                         n++;
                         sum[0] += (double)(long long)(w[1] - w[0]);
-                        for (int q = 2; q < 13; q++)
+                        for (int q = 2; q < 17; q++)
                             if (q != 6 && q != 7)
                                 sum[q] += w[q] ? (double)(long long)(w[q] - w[1]) : 0.0;
-                        const unsigned long long *nx = &c[16ull * (X_RING * b + (f + 1) % X_RING)];
+                        const unsigned long long *nx = &c[(uint64_t)X_WORDS * (X_RING * b + (f + 1) % X_RING)];
                         if (nx[0] && nx[6] > w[7]) {
                             gap += (double)(nx[6] - w[7]);
                             ng++;
@@ -907,7 +913,7 @@ int main(void)
                         continue;
                     printf("|   stamps rank %u block %u, %u launches, ns (SM clock at %d MHz): entry to wait %.0f; "
                            "from the wait:", r, b, n, clk_khz / 1000, sum[0] / n * ns);
-                    for (int q = 2; q < 13; q++)
+                    for (int q = 2; q < 17; q++)
                         if (q != 6 && q != 7)
                             printf(" %s %.0f,", name[q - 2], sum[q] / n * ns);
                     printf(" end to the next launch's wait %.0f (global timer) |\n", ng ? gap / ng : 0.0);

@@ -48,18 +48,24 @@ struct mscx_dopnd {
  * the programmatic wait (t1), once the block's flag is known (t2), after
  * entries 0 and 1 (t3, t4), at the end (t5), in a PACK (pa: entered, pb:
  * its first value in hand) and a REDPKT (ra: entered, rb: every line of its
- * first unit in hand, rc: done), and the global timer after the wait (g1)
- * and at the end (g5). All stay in registers and are stored at the end (16
- * words) into args.trace, read as a ring of MSCX_KSTAMP_RING launches per
- * block indexed by the launch's flag: no stamp waits for memory.
+ * first unit in hand, rc: done), at the top of the entry loop for entries
+ * 0 and 1 (e0, e1) and past the packet kinds' guard, before the switch,
+ * for the first and the last entry (ga, gb), and the global timer after
+ * the wait (g1) and at the end (g5). All stay in registers and are stored
+ * at the end (MSCX_KSTAMP_WORDS words) into args.trace, read as a ring of
+ * MSCX_KSTAMP_RING launches per block indexed by the launch's flag: no
+ * stamp waits for memory. The packet kernel for 1024-thread blocks (64
+ * registers) spills with them (ptxas, sm_90): read the 512-thread rows.
  */
 #ifdef MSCX_KSTAMP
 #define MSCX_KSTAMP_RING 1024u
+#define MSCX_KSTAMP_WORDS 32u
 struct mscx_kst {
     unsigned long long *c; /* this block's ring, NULL: off (every thread but 0) */
     long long t0, t1, t2, t3, t4, t5;
     uint64_t g1, g5;
     long long pa, pb, ra, rb, rc;
+    long long e0, e1, ga, gb;
 };
 #define MSCX_KST_AT(s, f) ((s)->kst.c ? (void)((s)->kst.f = clock64()) : (void)0)
 #else

@@ -559,6 +559,11 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
             return 1;
         }
     }
+#ifdef MSCX_KSTAMP
+    if (s->kst.c && s->kst.ga == 0)
+        s->kst.ga = clock64();
+    MSCX_KST_AT(s, gb);
+#endif
     switch (k->kind) {
     case MSCX_KOP_PACK: {
         MSCX_KST_AT(s, pa);
@@ -870,6 +875,12 @@ __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struc
                                               uint4 pre = make_uint4(0, 0, 0, 0))
 {
     for (uint32_t i = 0; i < nk; i++) {
+#ifdef MSCX_KSTAMP
+        if (i == 0)
+            MSCX_KST_AT(s, e0);
+        if (i == 1)
+            MSCX_KST_AT(s, e1);
+#endif
         const struct mscx_kop *k = &skop[i];
         char *const *P = &sptr[k->opnd];
         s->op_index = k->op;
@@ -995,9 +1006,9 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     struct mscx_dstate s;
     struct mscx_dtrace tr;
 #ifdef MSCX_KSTAMP
-    s.kst = {NULL, clock64(), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    s.kst = {NULL, clock64(), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     if (KSET == MSCX_KSET_PKT && threadIdx.x == 0 && args.trace)
-        s.kst.c = (unsigned long long *)args.trace + 16ull * MSCX_KSTAMP_RING * blockIdx.x;
+        s.kst.c = (unsigned long long *)args.trace + (uint64_t)MSCX_KSTAMP_WORDS * MSCX_KSTAMP_RING * blockIdx.x;
 #endif
     /*
      * The record's first word is loaded before the wait for the kernel ahead
@@ -1075,7 +1086,7 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     s.kst.t5 = clock64();
     s.kst.g5 = mscx_dtime();
     if (s.kst.c) {
-        unsigned long long *w = s.kst.c + 16u * (s.flag % MSCX_KSTAMP_RING);
+        unsigned long long *w = s.kst.c + MSCX_KSTAMP_WORDS * (s.flag % MSCX_KSTAMP_RING);
         w[0] = s.kst.t0;
         w[1] = s.kst.t1;
         w[2] = s.kst.t2;
@@ -1089,6 +1100,10 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
         w[10] = s.kst.ra;
         w[11] = s.kst.rb;
         w[12] = s.kst.rc;
+        w[13] = s.kst.e0;
+        w[14] = s.kst.e1;
+        w[15] = s.kst.ga;
+        w[16] = s.kst.gb;
     }
 #endif
     if (threadIdx.x == 0) {
