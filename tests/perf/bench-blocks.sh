@@ -10,25 +10,17 @@
 # Results under OUT (default out): blocks/ (the plans) and blocks.txt.
 #   tests/perf/bench-blocks.sh [MAX_BYTES]     (default 16384)
 set -u
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-bd}
-OUT=${OUT:-out}
-V=$OUT/blocks
-mkdir -p "$V"
+. "$(dirname "$0")/plan-gen.sh"
+plan_dir blocks
 cp plans/allreduce_n[248]_rpn[248]_oneshot_*.json "$V/" || exit 1
-gen() { # name, then mscx-plangen arguments
-    local name=$1
-    shift
-    "$BUILD/tools/mscx-plangen" --coll allreduce --algo oneshot "$@" --name "$name" -o "$V/$name.json" --quiet ||
-        exit 1
-}
-gen allreduce_n2_rpn2_oneshot_b1_1K_16K --ranks 2 --blocks 1 --threads-per-block 512 --min-size 1K --max-size 16K
-gen allreduce_n2_rpn2_oneshot_b1t1024_1K_16K --ranks 2 --blocks 1 --threads-per-block 1024 --min-size 1K \
+gen allreduce_n2_rpn2_oneshot_b1_1K_16K --algo oneshot --ranks 2 --blocks 1 --threads-per-block 512 --min-size 1K \
     --max-size 16K
+gen allreduce_n2_rpn2_oneshot_b1t1024_1K_16K --algo oneshot --ranks 2 --blocks 1 --threads-per-block 1024 \
+    --min-size 1K --max-size 16K
 for n in 4 8; do
     for b in 1 2; do
-        gen allreduce_n${n}_rpn${n}_oneshot_b${b}_1K_16K --ranks $n --blocks $b --threads-per-block 512 \
-            --min-size 1K --max-size 16K
+        gen allreduce_n${n}_rpn${n}_oneshot_b${b}_1K_16K --algo oneshot --ranks $n --blocks $b \
+            --threads-per-block 512 --min-size 1K --max-size 16K
     done
 done
 [ -d .deps/debs ] && eval "$(tools/device-deps.sh --unpack)"

@@ -17,17 +17,9 @@
 # Results under OUT (default out): select/ (the plans) and bench.txt.
 #   tests/perf/bench-select.sh [MAX_BYTES]     (default 1048576)
 set -u
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-bd}
-OUT=${OUT:-out}
-V=$OUT/select
-mkdir -p "$V"
+. "$(dirname "$0")/plan-gen.sh"
+plan_dir select
 cp plans/allreduce_n[248]_rpn[248]_*.json "$V/" || exit 1
-gen() { # name, then mscx-plangen arguments
-    local name=$1
-    shift
-    "$BUILD/tools/mscx-plangen" --coll allreduce "$@" --name "$name" -o "$V/$name.json" --quiet || exit 1
-}
 gen allreduce_n2_rpn2_oneshot_b1024_1K_16K --algo oneshot --ranks 2 --tbs-per-peer 2 --threads-per-block 1024 \
     --min-size 1K --max-size 16K
 gen allreduce_n2_rpn2_twophase_c1024_4K_256K --algo twophase --ranks 2 --tbs-per-peer 8 --threads-per-block 1024 \

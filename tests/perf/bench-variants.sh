@@ -13,16 +13,12 @@
 # only the variants, no bench).
 #   tests/perf/bench-variants.sh [MAX_BYTES]     (default 16384)
 set -u
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-bd}
-OUT=${OUT:-out}
-V=$OUT/variants
-mkdir -p "$V"
+. "$(dirname "$0")/plan-gen.sh"
+plan_dir variants
 for n in 2 4 8; do
     for b in 1 2 4; do
-        name=allreduce_n${n}_rpn${n}_oneshot_b${b}_1K_16K
-        "$BUILD/tools/mscx-plangen" --coll allreduce --algo oneshot --ranks "$n" --blocks "$b" --min-size 1K \
-            --max-size 16K --name "$name" -o "$V/$name.json" --quiet || exit 1
+        gen "allreduce_n${n}_rpn${n}_oneshot_b${b}_1K_16K" --algo oneshot --ranks "$n" --blocks "$b" --min-size 1K \
+            --max-size 16K
     done
     cp plans/allreduce_n${n}_rpn${n}_*.json "$V/" || exit 1
 done
@@ -30,37 +26,33 @@ done
 # 1024 threads per block as shipped (the first run of this script used mscx-plangen's default of 512 for
 # these: not comparable)
 for t in 2 4; do
-    name=allreduce_n8_rpn8_twophase_t${t}_64K_1M
-    "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks 8 --tbs-per-peer "$t" \
-        --threads-per-block 1024 --min-size 64K --max-size 1M --name "$name" -o "$V/$name.json" --quiet || exit 1
+    gen "allreduce_n8_rpn8_twophase_t${t}_64K_1M" --algo twophase --ranks 8 --tbs-per-peer "$t" \
+        --threads-per-block 1024 --min-size 64K --max-size 1M
 done
 # whole sub-chunks per block; the names keep the allreduce_n{N}_rpn{N}_twophase_ prefix that
 # mscx-bench-gpu picks, so each runs beside the hand-written two-phase kernel with as many blocks
 for v in 8:rows:8 8:cols:8 4:rows:4 4:cols:8 4:cols:16; do
     IFS=: read -r n layout g <<<"$v"
-    name=allreduce_n${n}_rpn${n}_twophase_${layout}${g}_64K_1M
-    "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks "$n" --blocks "$g" --layout "$layout" \
-        --threads-per-block 1024 --min-size 64K --max-size 1M --name "$name" -o "$V/$name.json" --quiet || exit 1
+    gen "allreduce_n${n}_rpn${n}_twophase_${layout}${g}_64K_1M" --algo twophase --ranks "$n" --blocks "$g" \
+        --layout "$layout" --threads-per-block 1024 --min-size 64K --max-size 1M
 done
 # the shipped 1024-thread two-phase plans with 512 threads per block (the same blocks): the executor runs
 # blocks of at most 512 threads on its stackless 128-register kernel
 for v in 2:8:16K:256K 4:4:16K:1M 8:1:64K:1M; do
     IFS=: read -r n t lo hi <<<"$v"
-    name=allreduce_n${n}_rpn${n}_twophase_b512_${lo}_${hi}
-    "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks "$n" --tbs-per-peer "$t" \
-        --threads-per-block 512 --min-size "$lo" --max-size "$hi" --name "$name" -o "$V/$name.json" --quiet || exit 1
+    gen "allreduce_n${n}_rpn${n}_twophase_b512_${lo}_${hi}" --algo twophase --ranks "$n" --tbs-per-peer "$t" \
+        --threads-per-block 512 --min-size "$lo" --max-size "$hi"
 done
 # 8 ranks above 64 KB at 512 threads: two blocks per peer, rows and columns
 for v in t2 rows8 cols8; do
-    name=allreduce_n8_rpn8_twophase_${v}b512_64K_1M
     case $v in
     t2) a="--tbs-per-peer 2" ;;
     rows8) a="--blocks 8 --layout rows" ;;
     cols8) a="--blocks 8 --layout cols" ;;
     esac
     # shellcheck disable=SC2086
-    "$BUILD/tools/mscx-plangen" --coll allreduce --algo twophase --ranks 8 $a --threads-per-block 512 \
-        --min-size 64K --max-size 1M --name "$name" -o "$V/$name.json" --quiet || exit 1
+    gen "allreduce_n8_rpn8_twophase_${v}b512_64K_1M" --algo twophase --ranks 8 $a --threads-per-block 512 \
+        --min-size 64K --max-size 1M
 done
 [ "${GEN_ONLY:-0}" = 1 ] && exit 0
 BENCH_PLANS=$V BENCH_MAX=${1:-16384} exec tests/perf/device-run.sh bench
