@@ -63,6 +63,23 @@ typedef void (*mscx_kfn)(const struct mscx_gpu_args);
 #ifndef MSCX_KCOMPACT
 #define MSCX_KCOMPACT 1
 #endif
+/*
+ * MSCX_KSPEC: the packet kernel runs a block program of the one-shot or
+ * two-phase shape (PACK, REDPKT[, UNPACK]; told apart before the wait from
+ * the staged record) through straight-line calls whose entry kinds are
+ * compile-time constants, with no entry loop, kind guard or switch on that
+ * path. Every operand, count, sync and flag still comes from the plan, and
+ * the entries' code is the same as the loop's. The loop's generic dispatch
+ * cost about 90 ns per entry in the clock stamps (the kind's shared load,
+ * the guard's branch and the switch's convergence region before the first
+ * line store). One H200, graph, same run (docs/perf/2026-11-30-h200-s18):
+ * shipped one-shot plans 1.71 -> 1.51 us at 2 ranks x 1 KB and 2.02 ->
+ * 1.75 at 4 ranks; two-phase 64 KB 2.55 -> 2.40 and 3.83 -> 2.97; 8 ranks
+ * within noise. Set to 0 for the loop alone (A/B builds).
+ */
+#ifndef MSCX_KSPEC
+#define MSCX_KSPEC 1
+#endif
 #if MSCX_KCOMPACT
 #define MSCX_KLOOP _Pragma("unroll 1")
 #else
@@ -543,7 +560,7 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
 #define MSCX_KSET_PKT 1
 
 /* Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths. */
-template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
+template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET, int KIND = -1>
 __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                             const struct mscx_kop *k, uint32_t obase, char *const *P,
                                             bool has_pre = false, uint4 pre = make_uint4(0, 0, 0, 0))
@@ -551,10 +568,11 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     const uint32_t nw = pl / 4u;
     const uint32_t n = k->units, o = 0, flag = s->flag;
+    const uint32_t kind = KIND >= 0 ? (uint32_t)KIND : k->kind;
     if constexpr (KSET == MSCX_KSET_PKT) {
         /* the host runs only packet programs that sum here (mscx_gpu_kvariant); anything else is a bug,
            never skipped silently */
-        if (!mscx_gpu_kop_is_packet(k->kind) || (RED && s->rop != MSCX_REDOP_SUM)) {
+        if (!mscx_gpu_kop_is_packet(kind) || (RED && s->rop != MSCX_REDOP_SUM)) {
             mscx_dfail(s, MSCX_ERR_INTERNAL);
             return 1;
         }
@@ -564,7 +582,7 @@ __device__ __forceinline__ int mscx_kop_run(struct mscx_dstate *s, const struct 
         s->kst.ga = clock64();
     MSCX_KST_AT(s, gb);
 #endif
-    switch (k->kind) {
+    switch (kind) {
     case MSCX_KOP_PACK: {
         MSCX_KST_AT(s, pa);
         const char *ps = P[o];
@@ -872,8 +890,38 @@ template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
 __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                               struct mscx_dtrace *tr, uint32_t nk, uint32_t obase,
                                               const struct mscx_kop *skop, char *const *sptr, bool has_pre = false,
-                                              uint4 pre = make_uint4(0, 0, 0, 0))
+                                              uint4 pre = make_uint4(0, 0, 0, 0), uint32_t shape = 0)
 {
+#if MSCX_KSPEC
+    if constexpr (KSET == MSCX_KSET_PKT) {
+        if (shape != 0) {
+            /* as the loop below: the error state ends later entries' waits (mscx_dfail) */
+            MSCX_KST_AT(s, e0);
+            s->op_index = skop[0].op;
+            s->opcode = skop[0].opcode;
+            if (skop[0].sync)
+                __syncthreads();
+            mscx_kop_run<PKT, DT, RED, FAST, KSET, MSCX_KOP_PACK>(s, a, &skop[0], obase, &sptr[skop[0].opnd], has_pre,
+                                                                  pre);
+            MSCX_KST_AT(s, t3);
+            MSCX_KST_AT(s, e1);
+            s->op_index = skop[1].op;
+            s->opcode = skop[1].opcode;
+            if (skop[1].sync)
+                __syncthreads();
+            mscx_kop_run<PKT, DT, RED, FAST, KSET, MSCX_KOP_REDPKT>(s, a, &skop[1], obase, &sptr[skop[1].opnd]);
+            MSCX_KST_AT(s, t4);
+            if (shape == 2) {
+                s->op_index = skop[2].op;
+                s->opcode = skop[2].opcode;
+                if (skop[2].sync)
+                    __syncthreads();
+                mscx_kop_run<PKT, DT, RED, FAST, KSET, MSCX_KOP_UNPACK>(s, a, &skop[2], obase, &sptr[skop[2].opnd]);
+            }
+            return;
+        }
+    }
+#endif
     for (uint32_t i = 0; i < nk; i++) {
 #ifdef MSCX_KSTAMP
         if (i == 0)
@@ -981,6 +1029,17 @@ __device__ __forceinline__ const char *mscx_kpre_src(const struct mscx_kstaged *
     return p + (uint64_t)threadIdx.x * pl;
 }
 
+/* MSCX_KSPEC: 1 for a program PACK, REDPKT; 2 for PACK, REDPKT, UNPACK; 0 otherwise. */
+__device__ __forceinline__ uint32_t mscx_kspec_shape(const struct mscx_kstaged *st)
+{
+    const uint32_t nk = st->head.nk;
+    if (nk < 2 || nk > 3 || st->kop[0].kind != MSCX_KOP_PACK || st->kop[1].kind != MSCX_KOP_REDPKT)
+        return 0;
+    if (nk == 2)
+        return 1;
+    return st->kop[2].kind == MSCX_KOP_UNPACK ? 2u : 0u;
+}
+
 /* The load of mscx_kpre_src, kept after the wait and before the flag's load (asm volatile). */
 template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_kpre_load(const char *p)
 {
@@ -1034,6 +1093,11 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
 #endif
     const char *pre_src = NULL;
     uint4 pre = make_uint4(0, 0, 0, 0);
+    uint32_t shape = 0;
+#if MSCX_KSPEC
+    if constexpr (KSET == MSCX_KSET_PKT)
+        shape = mscx_kspec_shape(staged);
+#endif
 #if MSCX_KPRE
     if constexpr (KSET == MSCX_KSET_PKT)
         pre_src = mscx_kpre_src(staged, PKT == MSCX_PKT_LL8 ? 4u : 8u);
@@ -1067,7 +1131,7 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
         if (KSET == MSCX_KSET_ALL && tr.recs)
             mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
         mscx_run_kops<PKT, DT, RED, true, KSET>(&s, &args, &tr, staged->head.nk, staged->head.obase, staged->kop,
-                                                 staged->ptr[s.parity], pre_src != NULL, pre);
+                                                 staged->ptr[s.parity], pre_src != NULL, pre, shape);
     } else {
         if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
             mscx_dpublish(&args, &s);

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # On the GPU machine: the executor kernel as shipped against build-time
 # variants of it (exec_dev.cuh: MSCX_KBOUND, MSCX_KSLOW_INLINE; exec_ops.cuh:
-# MSCX_KLINE_BATCH, MSCX_KWARM, MSCX_KPRE, MSCX_KCOMPACT; measurement builds:
+# MSCX_KLINE_BATCH, MSCX_KWARM, MSCX_KPRE, MSCX_KCOMPACT, MSCX_KSPEC; measurement builds:
 # MSCX_KSTAMP), side by side in one call. Each variant gets its own build directory
 # (bd-kv<N>, only the benchmark targets); the shipped build is BUILD (bd).
 # For each build: mscx-bench-launch (the real fast kernel rows), then
