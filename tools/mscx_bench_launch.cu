@@ -21,10 +21,12 @@
 //   - a two-rank 1 KB one-shot AllReduce on the executor's packet kernel
 //     (a hand-made program: one PACK and one REDPKT per block) beside a
 //     hand-written kernel of the same exchange (k_hand), and k_hand with
-//     cold code jumped over between its phases. Built with -DMSCX_KSTAMP
+//     cold code jumped over between its phases, with programmatic dependent
+//     launch and without it (each launch then starts after the one ahead
+//     has ended, as after a join of streams). Built with -DMSCX_KSTAMP
 //     (meson -Dcuda_args=-DMSCX_KSTAMP), both kernels record the SM clock
 //     at fixed points of each launch, printed per rank and block after the
-//     row: where the time after the programmatic wait goes.
+//     row: where the time before and after the programmatic wait goes.
 // Prints a markdown table. Exits 77 without a GPU.
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -840,6 +842,13 @@ int main(void)
         {"one-shot 1 KB, 2 ranks, hand-written kernel, 12 KB of cold code jumped over between phases, 2 x 512, PDL "
          "(again)",
          K_X_HAND_FAR, 2, 2, 512, 0, 2},
+        /* without the programmatic overlap: each launch starts after the one ahead has ended */
+        {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 1024, no PDL", K_X_EXEC, 2, 2,
+         1024, 0, 0},
+        {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 1024, no PDL", K_X_HAND, 2, 2, 1024, 0, 0},
+        {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 512, no PDL", K_X_EXEC, 2, 2, 512,
+         0, 0},
+        {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 512, no PDL", K_X_HAND, 2, 2, 512, 0, 0},
     };
     int clk_khz = 0;
     cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, 0);
