@@ -885,6 +885,22 @@ __device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const s
     }
 }
 
+/*
+ * MSCX_KSPEC: entry @p k, of kind KIND, as the loop of mscx_run_kops runs it
+ * untraced: the op named in errors, the barrier when marked, the entry.
+ */
+template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET, int KIND>
+__device__ __forceinline__ void mscx_kspec_entry(struct mscx_dstate *s, const struct mscx_gpu_args *a,
+                                                 const struct mscx_kop *k, uint32_t obase, char *const *sptr,
+                                                 bool has_pre = false, uint4 pre = make_uint4(0, 0, 0, 0))
+{
+    s->op_index = k->op;
+    s->opcode = k->opcode;
+    if (k->sync)
+        __syncthreads();
+    mscx_kop_run<PKT, DT, RED, FAST, KSET, KIND>(s, a, k, obase, &sptr[k->opnd], has_pre, pre);
+}
+
 /* Entries [0, @p nk) of a block's staged program; @p sptr its operands resolved for this launch. */
 template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
 __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struct mscx_gpu_args *a,
@@ -897,27 +913,13 @@ __device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struc
         if (shape != 0) {
             /* as the loop below: the error state ends later entries' waits (mscx_dfail) */
             MSCX_KST_AT(s, e0);
-            s->op_index = skop[0].op;
-            s->opcode = skop[0].opcode;
-            if (skop[0].sync)
-                __syncthreads();
-            mscx_kop_run<PKT, DT, RED, FAST, KSET, MSCX_KOP_PACK>(s, a, &skop[0], obase, &sptr[skop[0].opnd], has_pre,
-                                                                  pre);
+            mscx_kspec_entry<PKT, DT, RED, FAST, KSET, MSCX_KOP_PACK>(s, a, &skop[0], obase, sptr, has_pre, pre);
             MSCX_KST_AT(s, t3);
             MSCX_KST_AT(s, e1);
-            s->op_index = skop[1].op;
-            s->opcode = skop[1].opcode;
-            if (skop[1].sync)
-                __syncthreads();
-            mscx_kop_run<PKT, DT, RED, FAST, KSET, MSCX_KOP_REDPKT>(s, a, &skop[1], obase, &sptr[skop[1].opnd]);
+            mscx_kspec_entry<PKT, DT, RED, FAST, KSET, MSCX_KOP_REDPKT>(s, a, &skop[1], obase, sptr);
             MSCX_KST_AT(s, t4);
-            if (shape == 2) {
-                s->op_index = skop[2].op;
-                s->opcode = skop[2].opcode;
-                if (skop[2].sync)
-                    __syncthreads();
-                mscx_kop_run<PKT, DT, RED, FAST, KSET, MSCX_KOP_UNPACK>(s, a, &skop[2], obase, &sptr[skop[2].opnd]);
-            }
+            if (shape == 2)
+                mscx_kspec_entry<PKT, DT, RED, FAST, KSET, MSCX_KOP_UNPACK>(s, a, &skop[2], obase, sptr);
             return;
         }
     }
