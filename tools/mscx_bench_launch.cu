@@ -251,8 +251,9 @@ __global__ void k_xchg(const __grid_constant__ xchg_args a)
 // hand as tools/ref does it (units spread over the grid, the first input
 // unit loaded beside the flag), beside the executor's packet kernel running
 // the same exchange from a hand-made program (K_X_EXEC). Built with
-// -DMSCX_KSTAMP, both add thread 0's SM clock at the same points into
-// per-block counters (see exec_ops.cuh), printed after the row.
+// -DMSCX_KSTAMP, both keep thread 0's SM clock at the same points in
+// registers and store them at the end into a per-block ring indexed by the
+// launch's flag (see exec_dev.cuh, struct mscx_kst), printed after the row.
 #define X_UNITS 128u // 1 KB of fp32
 #define X_SLOT (16u * X_UNITS)
 #define X_HALF (2u * X_SLOT)
@@ -526,7 +527,7 @@ static int launch(const struct row *r, uint32_t rank)
             a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
             a.fast = 1;
             a.timeout_ns = 2000000000ull;
-            a.trace = (struct mscx_trace_rec *)x_stamp[rank]; /* MSCX_KSTAMP builds: the counters (trace_cap 0) */
+            a.trace = (struct mscx_trace_rec *)x_stamp[rank]; /* MSCX_KSTAMP builds: the stamp rings (trace_cap 0) */
             int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
             e = rc ? (cudaError_t)rc : cudaSuccess;
             break;
@@ -864,7 +865,7 @@ int main(void)
         cudaDeviceSynchronize();
         const bool x = rows[i].k == K_X_EXEC || rows[i].k == K_X_HAND || rows[i].k == K_X_HAND_FAR;
         double e = time_eager(&rows[i]);
-        if (x) { /* the counters of the graph replays only */
+        if (x) { /* the stamps of the graph replays only */
             cudaDeviceSynchronize();
             for (uint32_t r = 0; r < 2; r++)
                 cudaMemset(x_stamp[r], 0, X_STAMP_BYTES);
