@@ -7,6 +7,7 @@
 #ifndef MSCX_GPU_INT_H
 #define MSCX_GPU_INT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "mscx/dev_types.h"
 
@@ -220,42 +221,59 @@ struct mscx_kprog {
  * dependent load (tb_begin) instead of three.
  */
 struct mscx_gpu_args {
+    /*
+     * What the lean kernels read on every launch comes first, in the first
+     * 64 bytes. The argument block is read through the constant cache, cold
+     * at each launch, and a launch that cannot overlap the kernel ahead (no
+     * programmatic launch, or one after a join of streams) waits for each
+     * of its lines in turn. Spread over the whole block, the fields the
+     * fp32 packet kernel read lay in four 64-byte lines (bank offsets
+     * 0x208-0x324); here in two (0x208-0x250, the first shared with the
+     * driver's memory descriptor). One H200, graph, no PDL, same run
+     * (docs/perf/2026-11-30-h200-s19): shipped one-shot plans 2.84 -> 2.68
+     * us at 2 ranks x 1 KB, 3.21 -> 3.00 at 16 KB, 5.16 -> 4.92 at 8 ranks
+     * x 16 KB; with PDL unchanged within 0.07 us. The rest is read by the
+     * full kernel, on slow paths or by the host.
+     */
+    const char *kprog;       /* the compiled program of this launch in device memory (struct mscx_kblk
+                                records), NULL: interpreter only */
+    uint32_t *bflag;         /* = ctx->bflag */
+    const void *in;
+    void *out;
+    uint64_t scratch_half;   /* scratch_bytes / 2 when double buffered, else 0: the odd-flag launches use
+                                [0, half), the even ones [half, 2 * half), whatever their message size */
+    uint64_t timeout_ns;     /* 0: never */
+    uint32_t kstride;        /* bytes of one block's record: 16 * (1 + kmax_ops + kmax_opnd) */
+    uint32_t kmax_ops;       /* entry slots of a record */
+    uint32_t interp_mask;    /* blocks that run the interpreter even with a program */
+    uint32_t op;
+    /* end of the first 64 bytes */
     struct mscx_gpu_ctx *ctx;
     const struct mscx_dev_op *ops; /* = ctx->ops */
     const uint32_t *tb_begin;      /* = ctx->tb_begin */
-    uint32_t *bflag;               /* = ctx->bflag */
     char *scratch;                 /* = ctx->scratch */
     uint64_t scratch_bytes;        /* = ctx->scratch_bytes */
-    uint64_t scratch_half;         /* scratch_bytes / 2 when double buffered, else 0: the odd-flag launches use
-                                      [0, half), the even ones [half, 2 * half), whatever their message size */
     uint32_t publish;              /* = ctx->publish */
     uint32_t sys_scope;            /* = ctx->sys_scope */
-    uint32_t pad0;
-    const void *in;
-    void *out;
     uint64_t in_bytes, out_bytes;
     struct mscx_gpu_geom geom[MSCX_GPU_MAX_GEOM]; /* [0]: this rank's */
-    uint64_t timeout_ns;     /* 0: never */
-    uint32_t dtype, op, pkt;
+    uint32_t dtype, pkt;
     uint32_t reduce;         /* the plan has reduction ops (else the copy-only kernel runs) */
     uint32_t smem_ops;       /* ops of a block staged in shared memory (0: read from global) */
     uint32_t trace_cap;      /* MSCX_TRACE: records per block in trace (a ring), 0: tracing off */
+    uint32_t port;           /* = ctx->port != NULL: some port channel goes through the proxy */
     struct mscx_trace_rec *trace; /* [ntb][trace_cap] */
     uint32_t *trace_n;       /* [ntb] records written by block b so far (ring position) */
-    uint32_t port;           /* = ctx->port != NULL: some port channel goes through the proxy */
-    /* the compiled program of this launch in device memory (struct mscx_kblk records), NULL: interpreter only */
-    const char *kprog;
-    uint32_t kstride;        /* bytes of one block's record: 16 * (1 + kmax_ops + kmax_opnd) */
-    uint32_t kmax_ops;       /* entry slots of a record */
     uint32_t kmax_opnd;      /* operand slots of a record */
-    uint32_t interp_mask;    /* blocks that run the interpreter even with a program */
     uint32_t fast;           /* the program is the whole launch (no interpreter, proxy or publishing):
                                 the kernel without the interpreter runs it */
     uint32_t kpkt;           /* with fast: every entry is a packet kind (mscx_gpu_kp_packet_only), so the
                                 lean kernel holding only those may run it (sums, untraced) */
+    uint32_t pad0;
     void *uptr[MSCX_GPU_MAX_UPTR]; /* this launch's user buffers of peers in other processes, mapped here
                                       (gpu_ureg.c), by mscx_gpu_rbuf.uslot */
 };
+MSCX_STATIC_ASSERT(offsetof(struct mscx_gpu_args, op) + sizeof(uint32_t) == 64, "the hot fields fill 64 bytes");
 
 /*
  * The compiled program as the kernel reads it: one record per block at
