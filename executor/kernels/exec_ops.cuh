@@ -44,9 +44,11 @@ typedef void (*mscx_kfn)(const struct mscx_gpu_args);
  * latencies on the way to the first store, not to moving bytes
  * (docs/perf/2026-11-30-h200-s17):
  *   MSCX_KWARM: the kernel arguments read after the wait (the block's flag
- *     pointer, the operator, the timeout) are read before it, so that their
+ *     pointer, the operator) are read before it, so that their
  *     constant-cache lines are fetched while the kernel ahead still runs:
- *     the block's flag was known 180 ns after the wait instead of 320.
+ *     the block's flag was known 180 ns after the wait instead of 320 (the
+ *     timeout too then; since s19 it lies past the hot fields of
+ *     mscx_gpu_args and is read on the slow path only).
  *   MSCX_KPRE: the packet kernel loads a first PACK's unit of user input
  *     (the same for both flag parities) right after the wait, beside the
  *     block's flag, instead of after it.
@@ -1078,7 +1080,8 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
      * Everything the kernel ahead may write (the flag, the trace ring, user
      * buffers, scratch) is read after it.
      */
-    const bool compiled = args.kprog && !((args.interp_mask >> blockIdx.x) & 1u);
+    /* the lean kernels run whole programs only (interp_mask 0; gpu_exec.c): not read, it lies past the hot fields */
+    const bool compiled = args.kprog && (FAST || !((args.interp_mask >> blockIdx.x) & 1u));
     uint4 w0 = make_uint4(0, 0, 0, 0);
     if (compiled && threadIdx.x < args.kstride / 16u)
         w0 = __ldg(reinterpret_cast<const uint4 *>(args.kprog + (uint64_t)blockIdx.x * args.kstride) + threadIdx.x);
@@ -1089,8 +1092,7 @@ __global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_consta
     uint32_t rop = args.op;
 #if MSCX_KWARM
     if constexpr (FAST) {
-        uint64_t tmo = args.timeout_ns;
-        asm volatile("" ::"l"(bfp), "r"(rop), "l"(tmo)); /* loaded here, before the wait */
+        asm volatile("" ::"l"(bfp), "r"(rop)); /* loaded here, before the wait */
     }
 #endif
     const char *pre_src = NULL;

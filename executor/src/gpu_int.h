@@ -228,27 +228,32 @@ struct mscx_gpu_args {
      * programmatic launch, or one after a join of streams) waits for each
      * of its lines in turn. Spread over the whole block, the fields the
      * fp32 packet kernel read lay in four 64-byte lines (bank offsets
-     * 0x208-0x324); here in two (0x208-0x250, the first shared with the
-     * driver's memory descriptor). One H200, graph, no PDL, same run
+     * 0x208-0x324); here in two, and what the address of a block's record
+     * needs (kprog, kstride) lies in the first, with the driver's memory
+     * descriptor (0x208). One H200, graph, no PDL, same run
      * (docs/perf/2026-11-30-h200-s19): shipped one-shot plans 2.84 -> 2.68
      * us at 2 ranks x 1 KB, 3.21 -> 3.00 at 16 KB, 5.16 -> 4.92 at 8 ranks
-     * x 16 KB; with PDL unchanged within 0.07 us. The rest is read by the
-     * full kernel, on slow paths or by the host.
+     * x 16 KB for the first step (call 3); with ctx in and timeout_ns and
+     * interp_mask out (the lean kernels run whole programs only), 2.79 ->
+     * 2.62 and 3.14 -> 2.92 more (call 5); with PDL within 0.07 us. The
+     * rest is read by the full kernel, on slow paths or by the host.
      */
     const char *kprog;       /* the compiled program of this launch in device memory (struct mscx_kblk
                                 records), NULL: interpreter only */
+    uint32_t kstride;        /* bytes of one block's record: 16 * (1 + kmax_ops + kmax_opnd) */
+    uint32_t kmax_ops;       /* entry slots of a record */
     uint32_t *bflag;         /* = ctx->bflag */
     const void *in;
     void *out;
     uint64_t scratch_half;   /* scratch_bytes / 2 when double buffered, else 0: the odd-flag launches use
                                 [0, half), the even ones [half, 2 * half), whatever their message size */
-    uint64_t timeout_ns;     /* 0: never */
-    uint32_t kstride;        /* bytes of one block's record: 16 * (1 + kmax_ops + kmax_opnd) */
-    uint32_t kmax_ops;       /* entry slots of a record */
-    uint32_t interp_mask;    /* blocks that run the interpreter even with a program */
-    uint32_t op;
-    /* end of the first 64 bytes */
     struct mscx_gpu_ctx *ctx;
+    uint32_t op;
+    uint32_t pad1;
+    /* end of the first 64 bytes */
+    uint64_t timeout_ns;     /* 0: never */
+    uint32_t interp_mask;    /* blocks that run the interpreter even with a program (0 for the lean kernels) */
+    uint32_t pad2;
     const struct mscx_dev_op *ops; /* = ctx->ops */
     const uint32_t *tb_begin;      /* = ctx->tb_begin */
     char *scratch;                 /* = ctx->scratch */
@@ -273,7 +278,7 @@ struct mscx_gpu_args {
     void *uptr[MSCX_GPU_MAX_UPTR]; /* this launch's user buffers of peers in other processes, mapped here
                                       (gpu_ureg.c), by mscx_gpu_rbuf.uslot */
 };
-MSCX_STATIC_ASSERT(offsetof(struct mscx_gpu_args, op) + sizeof(uint32_t) == 64, "the hot fields fill 64 bytes");
+MSCX_STATIC_ASSERT(offsetof(struct mscx_gpu_args, timeout_ns) == 64, "the hot fields fill 64 bytes");
 
 /*
  * The compiled program as the kernel reads it: one record per block at
