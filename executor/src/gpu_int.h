@@ -230,13 +230,13 @@ struct mscx_gpu_args {
      * fp32 packet kernel read lay in four 64-byte lines (bank offsets
      * 0x208-0x324); here in two, and what the address of a block's record
      * needs (kprog, kstride) lies in the first, with the driver's memory
-     * descriptor (0x208). One H200, graph, no PDL, same run
-     * (docs/perf/2026-11-30-h200-s19): shipped one-shot plans 2.84 -> 2.68
-     * us at 2 ranks x 1 KB, 3.21 -> 3.00 at 16 KB, 5.16 -> 4.92 at 8 ranks
-     * x 16 KB for the first step (call 3); with ctx in and timeout_ns and
-     * interp_mask out (the lean kernels run whole programs only), 2.79 ->
-     * 2.62 and 3.14 -> 2.92 more (call 5); with PDL within 0.07 us. The
-     * rest is read by the full kernel, on slow paths or by the host.
+     * descriptor (0x208); the lean kernels no longer read interp_mask
+     * (they run whole programs only). One H200, graph, no PDL, this layout
+     * against the old in the same run (docs/perf/2026-11-30-h200-s19, call
+     * 6): shipped one-shot plans 2.77 -> 2.59 us at 2 ranks x 1 KB, 3.16 ->
+     * 2.90 at 16 KB, 3.46 -> 3.27 at 4 ranks x 4 KB, 4.69 -> 4.58 at 8
+     * ranks x 1 KB; with PDL unchanged (within 0.05 us). The rest is read
+     * by the full kernel, on slow paths or by the host.
      */
     const char *kprog;       /* the compiled program of this launch in device memory (struct mscx_kblk
                                 records), NULL: interpreter only */
