@@ -349,11 +349,12 @@ END_TEST
 static int na_run(void *ctx, const struct perf_call *call, int iters, int graph_iters, double *us_p)
 {
     int *calls = ctx;
-    (void)iters;
     (void)graph_iters;
     if (call->bytes < 1024 || (call->bytes == 65536 && call->in_place))
         return PERF_NA;
     calls[0]++;
+    if (iters == 3 && calls[2] < 2) /* a warm-up (-w 3): its size, in order */
+        calls[3 + calls[2]++] = (int)call->bytes;
     *us_p = 5.0 + (double)call->bytes / 100.0;
     return 0;
 }
@@ -373,7 +374,7 @@ START_TEST(test_na_rows)
 {
     struct perf_opts o;
     struct perf_boot b = {.rank = 0, .nranks = 1};
-    int calls[2] = {0, 0};
+    int calls[5] = {0, 0, 0, 0, 0};
     struct perf_backend be = {"fake", 4, calls, na_run, na_check};
     struct perf_result *rows = NULL;
     size_t nrows = 0, len = 0;
@@ -392,8 +393,12 @@ START_TEST(test_na_rows)
     ck_assert(!rows[2].na[0] && rows[2].na[1]);
     ck_assert_int_eq(rows[0].wrong[0], -1);
     ck_assert_int_eq(wrong, 0);
-    /* the warm-up ran at 64K (the largest size the backend runs), then 3 timed bodies; 3 checks */
-    ck_assert_int_eq(calls[0], 1 + 3);
+    /* the warm-up ran at 64K (the largest size the backend runs) and at 4K (the smallest), then 3 timed
+       bodies; 3 checks */
+    ck_assert_int_eq(calls[0], 1 + 1 + 3);
+    ck_assert_int_eq(calls[2], 2);
+    ck_assert_int_eq(calls[3], 65536);
+    ck_assert_int_eq(calls[4], 4096);
     ck_assert_int_eq(calls[1], 3);
     /* the columns keep their widths: n/a where the numbers would be */
     ck_assert_msg(strstr(text, "         256            64     float     sum      -1      n/a     n/a     n/a    n/a"

@@ -128,8 +128,27 @@ int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const st
             double dummy;
             if (!(o->type_mask >> t & 1) || !(o->op_mask >> op & 1) || !combo_ok(call.type, call.op))
                 continue;
-            /* Warm up at the largest size of the sweep the backend runs. */
+            /*
+             * Warm up as nccl-tests does: at the largest size of the sweep
+             * the backend runs, then at the smallest, so that what a path
+             * does on its first call (for mscx: a size's program compiled
+             * and uploaded, user buffers registered) is not timed in the
+             * first row when the largest size takes another path.
+             */
+            size_t warm_hi = nsizes;
             for (size_t s = nsizes; o->warmup && s-- > 0;) {
+                int wrc;
+                call.bytes = sizes[s];
+                mscx_perf_counts(o->coll, call.bytes, es, be->nranks, &call.send_count, &call.recv_count,
+                                 &(uint64_t){0});
+                if ((wrc = be->run(be->ctx, &call, o->warmup, 0, &dummy)) < 0)
+                    goto out;
+                if (wrc == 0) {
+                    warm_hi = s;
+                    break;
+                }
+            }
+            for (size_t s = 0; o->warmup && warm_hi < nsizes && s < warm_hi; s++) {
                 int wrc;
                 call.bytes = sizes[s];
                 mscx_perf_counts(o->coll, call.bytes, es, be->nranks, &call.send_count, &call.recv_count,
