@@ -92,6 +92,16 @@ static int run_one(const struct perf_opts *o, struct perf_boot *b, const struct 
     return 0;
 }
 
+/* o->warmup untimed iterations of @p call at @p bytes: the backend's run result (PERF_NA: it cannot). */
+static int warm_up(const struct perf_opts *o, const struct perf_backend *be, struct perf_call *call, size_t es,
+                   uint64_t bytes)
+{
+    double dummy;
+    call->bytes = bytes;
+    mscx_perf_counts(o->coll, bytes, es, be->nranks, &call->send_count, &call->recv_count, &(uint64_t){0});
+    return be->run(be->ctx, call, o->warmup, 0, &dummy);
+}
+
 int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const struct perf_backend *be, FILE *out,
                         struct perf_result **rows_p, size_t *nrows_p, int64_t *wrong_p, double *avg_busbw_p)
 {
@@ -125,7 +135,6 @@ int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const st
         for (int op = 0; op < PERF_OP_COUNT; op++) {
             struct perf_call call = {o->coll, (enum perf_type)t, (enum perf_op)op, 0, 0, 0, 0};
             size_t es = mscx_perf_type_size((enum perf_type)t);
-            double dummy;
             if (!(o->type_mask >> t & 1) || !(o->op_mask >> op & 1) || !combo_ok(call.type, call.op))
                 continue;
             /*
@@ -137,11 +146,8 @@ int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const st
              */
             size_t warm_hi = nsizes;
             for (size_t s = nsizes; o->warmup && s-- > 0;) {
-                int wrc;
-                call.bytes = sizes[s];
-                mscx_perf_counts(o->coll, call.bytes, es, be->nranks, &call.send_count, &call.recv_count,
-                                 &(uint64_t){0});
-                if ((wrc = be->run(be->ctx, &call, o->warmup, 0, &dummy)) < 0)
+                int wrc = warm_up(o, be, &call, es, sizes[s]);
+                if (wrc < 0)
                     goto out;
                 if (wrc == 0) {
                     warm_hi = s;
@@ -149,11 +155,8 @@ int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const st
                 }
             }
             for (size_t s = 0; o->warmup && warm_hi < nsizes && s < warm_hi; s++) {
-                int wrc;
-                call.bytes = sizes[s];
-                mscx_perf_counts(o->coll, call.bytes, es, be->nranks, &call.send_count, &call.recv_count,
-                                 &(uint64_t){0});
-                if ((wrc = be->run(be->ctx, &call, o->warmup, 0, &dummy)) < 0)
+                int wrc = warm_up(o, be, &call, es, sizes[s]);
+                if (wrc < 0)
                     goto out;
                 if (wrc == 0)
                     break;
