@@ -9,10 +9,13 @@
  * Prints a markdown table: each plan-driven LL16 packet allreduce (fp32 sum)
  * against a hand-written kernel of the same algorithm (tools/ref/),
  * eager and under CUDA graphs, and the launch+completion time of an empty plan.
- * Graph times: ITERS collectives of every rank captured back to back in one
- * graph (ranks' streams forked and joined inside the capture), the graph
- * replayed REPS times, median replay / ITERS, so graph launch cost is
- * amortised. Eager: REPS batches of ITERS launches, median batch / ITERS.
+ * Graph times: ITERS collectives of every rank captured in one graph, the
+ * graph replayed REPS times, median replay / ITERS, so graph launch cost is
+ * amortised. Two graphs: ranks' streams forked once and joined at the end
+ * (launches back to back per rank), and joined (fork and join around every
+ * collective, as a framework's collective stream does). Eager: REPS batches
+ * of ITERS launches, median batch / ITERS. The executor and the hand-written
+ * kernel alternate rep by rep.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -27,9 +30,11 @@
 
 #define MAXR 8
 
+/* the largest exec / hand ratio per mode (eager, graph, joined) over the shipped plans' rows of 1 KB to 64 KB */
+static double g_worst[3];
 static int g_pdl; /* MSCX_PDL as the executor reads it: the hand-written kernel launches the same way */
 #define ITERS 100
-#define REPS 7
+#define REPS 11
 
 static double now_us(void)
 {
@@ -88,63 +93,108 @@ static double median(double *v, int n)
     return v[n / 2];
 }
 
-static double time_eager(struct bench *b, int iters)
+/* One batch of @p iters eager collectives (after a sync): us per collective, or -1. */
+static double eager_batch(struct bench *b, int iters)
 {
-    double t[REPS];
-    one_iter(b);
     cudaDeviceSynchronize();
-    for (int k = 0; k < REPS; k++) {
-        double t0 = now_us();
-        for (int i = 0; i < iters; i++)
-            if (one_iter(b))
-                return -1;
-        cudaDeviceSynchronize();
-        t[k] = (now_us() - t0) / iters;
-    }
-    return median(t, REPS);
+    double t0 = now_us();
+    for (int i = 0; i < iters; i++)
+        if (one_iter(b))
+            return -1;
+    cudaDeviceSynchronize();
+    return (now_us() - t0) / iters;
 }
 
-static double time_graph(struct bench *b, int per_graph, int replays)
+/* Nodes, kernel nodes, edges and programmatic edges of @p g, on stderr. */
+static void print_edges(cudaGraph_t g, const struct bench *b, int join)
+{
+    size_t nn = 0, ne = 0, nk = 0, np = 0;
+    if (cudaGraphGetNodes(g, NULL, &nn) != cudaSuccess || cudaGraphGetEdges(g, NULL, NULL, NULL, &ne) != cudaSuccess)
+        return;
+    cudaGraphNode_t *nodes = calloc(nn + 1, sizeof(*nodes)), *from = calloc(ne + 1, sizeof(*from)),
+                    *to = calloc(ne + 1, sizeof(*to));
+    cudaGraphEdgeData *ed = calloc(ne + 1, sizeof(*ed));
+    if (nodes && from && to && ed && cudaGraphGetNodes(g, nodes, &nn) == cudaSuccess &&
+        cudaGraphGetEdges(g, from, to, ed, &ne) == cudaSuccess) {
+        for (size_t i = 0; i < nn; i++) {
+            enum cudaGraphNodeType t;
+            nk += cudaGraphNodeGetType(nodes[i], &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
+        }
+        for (size_t i = 0; i < ne; i++)
+            np += ed[i].type == cudaGraphDependencyTypeProgrammatic;
+        fprintf(stderr, "graph %s %s ranks %u bytes %llu: %zu nodes (%zu kernels), %zu edges, %zu programmatic\n",
+                b->ref ? "hand" : "exec", join ? "joined" : "plain", b->n, (unsigned long long)b->msg, nn, nk, ne,
+                np);
+    }
+    free(nodes);
+    free(from);
+    free(to);
+    free(ed);
+}
+
+/*
+ * A graph of @p per_graph collectives of every rank. Plain: the ranks' streams
+ * fork from stream 0 once, run back to back and join at the end, so a launch
+ * follows its rank's previous launch only. Joined (@p join): every collective
+ * forks from stream 0 and joins back to it, as a framework's collective stream
+ * does around each call, so each launch follows every rank's previous one.
+ */
+static cudaGraphExec_t make_graph(struct bench *b, int per_graph, int join)
 {
     cudaGraph_t g;
-    cudaGraphExec_t ge;
-    cudaEvent_t fork, join[MAXR];
+    cudaGraphExec_t ge = NULL;
+    cudaEvent_t fork, ev[MAXR];
     cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
     for (uint32_t r = 0; r < b->n; r++)
-        cudaEventCreateWithFlags(&join[r], cudaEventDisableTiming);
+        cudaEventCreateWithFlags(&ev[r], cudaEventDisableTiming);
     cudaStreamBeginCapture(b->st[0], cudaStreamCaptureModeThreadLocal);
-    cudaEventRecord(fork, b->st[0]);
-    for (uint32_t r = 1; r < b->n; r++)
-        cudaStreamWaitEvent(b->st[r], fork, 0);
-    for (int i = 0; i < per_graph; i++)
+    for (int i = 0; i < per_graph; i++) {
+        if (i == 0 || join) {
+            cudaEventRecord(fork, b->st[0]);
+            for (uint32_t r = 1; r < b->n; r++)
+                cudaStreamWaitEvent(b->st[r], fork, 0);
+        }
         one_iter(b);
-    for (uint32_t r = 1; r < b->n; r++) {
-        cudaEventRecord(join[r], b->st[r]);
-        cudaStreamWaitEvent(b->st[0], join[r], 0);
+        if (i == per_graph - 1 || join)
+            for (uint32_t r = 1; r < b->n; r++) {
+                cudaEventRecord(ev[r], b->st[r]);
+                cudaStreamWaitEvent(b->st[0], ev[r], 0);
+            }
     }
-    if (cudaStreamEndCapture(b->st[0], &g) != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess)
-        return -1;
-    cudaGraphLaunch(ge, b->st[0]);
-    cudaDeviceSynchronize();
-    double t[REPS];
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < replays && i < REPS; i++) {
-        float ms = 0;
-        cudaEventRecord(e0, b->st[0]);
+    if (cudaStreamEndCapture(b->st[0], &g) != cudaSuccess) {
+        g = NULL;
+        ge = NULL;
+    } else if (getenv("MSCX_BENCH_EDGES")) /* the graph's shape, on stderr */
+        print_edges(g, b, join);
+    if (g && cudaGraphInstantiate(&ge, g, 0) != cudaSuccess)
+        ge = NULL;
+    if (g)
+        cudaGraphDestroy(g);
+    cudaEventDestroy(fork);
+    for (uint32_t r = 0; r < b->n; r++)
+        cudaEventDestroy(ev[r]);
+    if (ge) { /* one replay untimed: first-use costs stay out of the figures */
         cudaGraphLaunch(ge, b->st[0]);
-        cudaEventRecord(e1, b->st[0]);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms, e0, e1);
-        t[i] = ms * 1000.0 / per_graph;
+        cudaDeviceSynchronize();
     }
-    double med = median(t, replays < REPS ? replays : REPS);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    return med;
+    return ge;
+}
+
+/* One replay of @p ge: us per collective, or -1. */
+static double graph_replay(struct bench *b, cudaGraphExec_t ge, int per_graph)
+{
+    static cudaEvent_t e0, e1;
+    float ms = 0;
+    if (!ge)
+        return -1;
+    if (!e0 && (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess))
+        return -1;
+    cudaEventRecord(e0, b->st[0]);
+    cudaGraphLaunch(ge, b->st[0]);
+    cudaEventRecord(e1, b->st[0]);
+    if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+        return -1;
+    return ms * 1000.0 / per_graph;
 }
 
 static uint64_t g_max_bytes = 4u << 20;
@@ -213,14 +263,43 @@ static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const ch
         if (msg < mn)
             continue;
         b.msg = msg;
-        double e[2], g[2];
+        /*
+         * The executor and the hand-written kernel alternate, rep by rep, in
+         * each mode (eager; graph; joined graph), so that drift in the
+         * machine's speed falls on both alike; each figure is the median of
+         * its REPS.
+         */
+        double t[3][2][REPS];
+        cudaGraphExec_t ge[2][2] = {{NULL, NULL}, {NULL, NULL}};
         for (int ref = 0; ref < 2; ref++) {
             b.ref = ref;
-            e[ref] = time_eager(&b, ITERS);
-            g[ref] = time_graph(&b, ITERS, REPS);
+            if (one_iter(&b)) /* warm: the plan's first use at this size */
+                continue;
+            cudaDeviceSynchronize();
+            for (int j = 0; j < 2; j++)
+                ge[ref][j] = make_graph(&b, ITERS, j);
         }
-        printf("| %s | %u | %llu | %u | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", label, n,
-               (unsigned long long)msg, b.blocks, e[0], e[1], e[0] / e[1], g[0], g[1], g[0] / g[1]);
+        for (int k = 0; k < REPS; k++)
+            for (int ref = 0; ref < 2; ref++) {
+                b.ref = ref;
+                t[0][ref][k] = eager_batch(&b, ITERS);
+                for (int j = 0; j < 2; j++)
+                    t[1 + j][ref][k] = graph_replay(&b, ge[ref][j], ITERS);
+            }
+        double m[3][2];
+        for (int i = 0; i < 3; i++)
+            for (int ref = 0; ref < 2; ref++)
+                m[i][ref] = median(t[i][ref], REPS);
+        for (int ref = 0; ref < 2; ref++)
+            for (int j = 0; j < 2; j++)
+                if (ge[ref][j])
+                    cudaGraphExecDestroy(ge[ref][j]);
+        for (int i = 0; i < 3 && msg <= 65536 && strncmp(label, "gen ", 4) == 0; i++)
+            if (m[i][0] > 0 && m[i][1] > 0 && m[i][0] / m[i][1] > g_worst[i])
+                g_worst[i] = m[i][0] / m[i][1];
+        printf("| %s | %u | %llu | %u | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", label, n,
+               (unsigned long long)msg, b.blocks, m[0][0], m[0][1], m[0][0] / m[0][1], m[1][0], m[1][1],
+               m[1][0] / m[1][1], m[2][0], m[2][1], m[2][0] / m[2][1]);
         fflush(stdout);
     }
     for (uint32_t r = 0; r < n; r++) {
@@ -364,8 +443,8 @@ int main(int argc, char **argv)
            "median of %d replays; programmatic dependent launch (MSCX_PDL) %s for both kernels\n\n", ITERS, REPS,
            g_pdl ? "on" : "off");
     printf("| plan | ranks | bytes | blocks/rank | exec eager | hand eager | eager ratio | exec graph | hand graph | "
-           "graph ratio |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+           "graph ratio | exec joined | hand joined | joined ratio |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const char *only = getenv("MSCX_BENCH_RANKS"); /* e.g. "2": only that rank count */
     if (!only || !*only || strcmp(only, "1") == 0)
         bench_probe();
@@ -379,6 +458,9 @@ int main(int argc, char **argv)
         if (!which || !*which || strcmp(which, "dsl") == 0)
             bench_n(path, n, 0, "dsl allreduce_pkt");
     }
+    printf("\nexecutor overhead (exec / hand), largest over the rows above of shipped plans (gen) at 1 KB-64 KB: eager %.2f, graph %.2f, "
+           "joined graph %.2f\n",
+           g_worst[0], g_worst[1], g_worst[2]);
     bench_empty();
     return 0;
 }
