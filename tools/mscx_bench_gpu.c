@@ -30,7 +30,7 @@
 
 #define MAXR 8
 
-/* the largest exec / hand ratio per mode (eager, graph, joined) over the shipped plans' rows of 1 KB to 64 KB */
+/* the largest exec / hand ratio per mode (eager, graph, joined), shipped plans' rows of 1 KB to 64 KB */
 static double g_worst[3];
 static int g_pdl; /* MSCX_PDL as the executor reads it: the hand-written kernel launches the same way */
 #define ITERS 100
@@ -109,7 +109,8 @@ static double eager_batch(struct bench *b, int iters)
 static void print_edges(cudaGraph_t g, const struct bench *b, int join)
 {
     size_t nn = 0, ne = 0, nk = 0, np = 0;
-    if (cudaGraphGetNodes(g, NULL, &nn) != cudaSuccess || cudaGraphGetEdges(g, NULL, NULL, NULL, &ne) != cudaSuccess)
+    if (cudaGraphGetNodes(g, NULL, &nn) != cudaSuccess ||
+        cudaGraphGetEdges(g, NULL, NULL, NULL, &ne) != cudaSuccess)
         return;
     cudaGraphNode_t *nodes = calloc(nn + 1, sizeof(*nodes)), *from = calloc(ne + 1, sizeof(*from)),
                     *to = calloc(ne + 1, sizeof(*to));
@@ -122,9 +123,10 @@ static void print_edges(cudaGraph_t g, const struct bench *b, int join)
         }
         for (size_t i = 0; i < ne; i++)
             np += ed[i].type == cudaGraphDependencyTypeProgrammatic;
-        fprintf(stderr, "graph %s %s ranks %u bytes %llu: %zu nodes (%zu kernels), %zu edges, %zu programmatic\n",
-                b->ref ? "hand" : "exec", join ? "joined" : "plain", b->n, (unsigned long long)b->msg, nn, nk, ne,
-                np);
+        fprintf(stderr,
+                "graph %s %s ranks %u bytes %llu: %zu nodes (%zu kernels), %zu edges, %zu programmatic\n",
+                b->ref ? "hand" : "exec", join ? "joined" : "plain", b->n, (unsigned long long)b->msg, nn, nk,
+                ne, np);
     }
     free(nodes);
     free(from);
@@ -297,9 +299,9 @@ static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const ch
         for (int i = 0; i < 3 && msg <= 65536 && strncmp(label, "gen ", 4) == 0; i++)
             if (m[i][0] > 0 && m[i][1] > 0 && m[i][0] / m[i][1] > g_worst[i])
                 g_worst[i] = m[i][0] / m[i][1];
-        printf("| %s | %u | %llu | %u | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", label, n,
-               (unsigned long long)msg, b.blocks, m[0][0], m[0][1], m[0][0] / m[0][1], m[1][0], m[1][1],
-               m[1][0] / m[1][1], m[2][0], m[2][1], m[2][0] / m[2][1]);
+        printf("| %s | %u | %llu | %u | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+               label, n, (unsigned long long)msg, b.blocks, m[0][0], m[0][1], m[0][0] / m[0][1], m[1][0],
+               m[1][1], m[1][0] / m[1][1], m[2][0], m[2][1], m[2][0] / m[2][1]);
         fflush(stdout);
     }
     for (uint32_t r = 0; r < n; r++) {
@@ -458,8 +460,8 @@ int main(int argc, char **argv)
         if (!which || !*which || strcmp(which, "dsl") == 0)
             bench_n(path, n, 0, "dsl allreduce_pkt");
     }
-    printf("\nexecutor overhead (exec / hand), largest over the rows above of shipped plans (gen) at 1 KB-64 KB: eager %.2f, graph %.2f, "
-           "joined graph %.2f\n",
+    printf("\nexecutor overhead (exec / hand), largest over the rows above of shipped plans (gen) at "
+           "1 KB-64 KB: eager %.2f, graph %.2f, joined graph %.2f\n",
            g_worst[0], g_worst[1], g_worst[2]);
     bench_empty();
     return 0;
