@@ -431,7 +431,7 @@ int main(int argc, char **argv)
         printf("no GPU\n");
         return 77;
     }
-    const char *dir = argc > 1 ? argv[1] : "../shared/reference/mscclpp-algo-plans";
+    const char *dir = argc > 1 ? argv[1] : "tests/data/mscclpp/mscclpp-algo-plans";
     const char *pdir = argc > 2 ? argv[2] : "plans";
     if (argc > 3 && strtoull(argv[3], NULL, 0) >= 1024)
         g_max_bytes = strtoull(argv[3], NULL, 0);

@@ -27,7 +27,7 @@ const char *mscx_test_last_warn(void);
 /** Number of WARN messages seen in this test. */
 int mscx_test_warn_count(void);
 
-/** Absolute paths: the source tree, and ../shared/reference beside it. */
+/** Absolute paths: the source tree, and the vendored MSCCL++ fixtures (tests/data/mscclpp). */
 const char *mscx_test_src(const char *rel);
 const char *mscx_test_ref(const char *rel);
 /** Read a whole file into a malloc'd NUL-terminated buffer (NULL on error). */

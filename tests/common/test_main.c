@@ -93,7 +93,7 @@ const char *mscx_test_src(const char *rel)
 
 const char *mscx_test_ref(const char *rel)
 {
-    return join(MSCX_SOURCE_ROOT "/../shared/reference", rel);
+    return join(MSCX_SOURCE_ROOT "/tests/data/mscclpp", rel);
 }
 
 char *mscx_test_read_file(const char *path, size_t *len_p)

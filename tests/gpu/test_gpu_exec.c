@@ -2,8 +2,11 @@
 /*
  * GPU executor tests: N ranks of a plan in this process on one GPU, compared
  * bit for bit with the host reference executor. Modes (argv[1]):
- *   plans   every executable plan of the reference corpora and plans/, LL16
- *           and LL8, several dtypes, ops and sizes, 2 launches each
+ *   plans   every plan of the MSCCL++ fixtures (tests/data/mscclpp),
+ *           tests/data/regressions and plans/ (or of the files and folders
+ *           named): at small sizes every dtype, operator and packet format,
+ *           larger sizes sampled, 2 launches each; plans refused by design
+ *           (load, or not executable) are listed and counted as refused
  *   stress  10,000 back-to-back launches, two plans and alternating sizes
  *   graph   one launch per rank captured in a CUDA graph, replayed 1,000 times
  *   hang    a plan whose peer never runs ends with MSCX_ERR_TIMEOUT
@@ -206,7 +209,18 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
     return res;
 }
 
-static const uint64_t k_sizes[] = {4, 12, 100, 1000, 1024, 4096 + 12, 65536, 1048576 + 24};
+/*
+ * Small sizes: every plan runs at those in its range with every dtype, every
+ * operator and both packet formats. They end in partial element groups and
+ * partial 16-byte units (100 and 1000 B are not multiples of 8 or 16, 99 B
+ * fits only 1-byte dtypes). A plan whose smallest size lies above them runs
+ * so at its first multiple of 16 and at 100 B more. Sizes a dtype cannot
+ * divide are not cases.
+ */
+static const uint64_t k_full_sizes[] = {4, 12, 99, 100, 1000, 1024, 1024 + 100, 4096 + 12};
+#define FULL_SIZES_TOP (4096 + 12)
+/* Larger sizes: sampled, two (dtype, operator) pairs per size and format, rotating through k_combo. */
+static const uint64_t k_sampled_sizes[] = {65536, 1048576 + 24};
 static const struct {
     enum mscx_dtype dt;
     enum mscx_redop op;
@@ -217,16 +231,112 @@ static const struct {
 };
 #define NCOMBO (sizeof(k_combo) / sizeof(k_combo[0]))
 
-static int g_cases, g_skipped, g_plans, g_flipped;
+static int g_cases, g_skipped, g_plans, g_flipped, g_refused;
+
+/* Whether some op of the plan reduces: otherwise no executor reads the operator, and one stands for all. */
+static int plan_reduces_any(const struct mscx_plan *plan)
+{
+    for (uint32_t r = 0; r < plan->nranks; r++)
+        for (uint32_t i = 0; i < plan->gpus[r].nops; i++)
+            if (mscx_opcode_reduces(plan->gpus[r].ops[i].opcode))
+                return 1;
+    return 0;
+}
+
+/* The sizes of @p plan run with every dtype, operator and format, into @p out (at most 10); @return the count. */
+static size_t full_sizes(uint64_t mn, uint64_t mx, uint64_t *out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(k_full_sizes) / sizeof(k_full_sizes[0]); i++)
+        if (k_full_sizes[i] >= mn && k_full_sizes[i] <= mx)
+            out[n++] = k_full_sizes[i];
+    if (mn > FULL_SIZES_TOP) {
+        uint64_t first = (mn + 15) & ~15ull;
+        for (uint64_t s = first; s <= first + 100; s += 100)
+            if (s <= mx)
+                out[n++] = s;
+    }
+    return n;
+}
+
+struct plan_run {
+    const struct mscx_plan *plan;
+    struct group *g;
+    const uint32_t *pid;
+    int bad;
+};
+
+/*
+ * One case counted as compared, skipped or failed; the first compared case of
+ * a size and format also runs with the placement flipped (split or staged by
+ * the executor), except for op-test plans, whose buffers are not a
+ * collective's. Sizes the dtype cannot divide are no case.
+ */
+static void plan_case(struct plan_run *pr, uint64_t msg, enum mscx_dtype dt, enum mscx_redop op,
+                      enum mscx_pkt_format pkt, int *flip_left)
+{
+    if (!mscx_plan_supports(pr->plan, dt, op) || msg % mscx_dtype_size(dt))
+        return;
+    int r = run_case(pr->plan, pr->g, pr->pid, msg, dt, op, pkt, 0);
+    if (r == 2)
+        g_skipped++;
+    else
+        g_cases++;
+    pr->bad += r == 1;
+    if (*flip_left && r == 0 && mscx_plan_collective(pr->plan) != MSCX_COLL_TEST) {
+        *flip_left = 0;
+        r = run_case(pr->plan, pr->g, pr->pid, msg, dt, op, pkt, 1);
+        g_flipped += r != 2;
+        pr->bad += r == 1;
+    }
+}
+
+/* Every dtype, every operator (one when the plan does not reduce) and both formats at @p msg. */
+static void plan_size_full(struct plan_run *pr, uint64_t msg)
+{
+    int nop = plan_reduces_any(pr->plan) ? MSCX_REDOP_COUNT : 1;
+    for (int pk = 0; pk < 2; pk++) {
+        int flip_left = 1;
+        for (int dt = 0; dt < MSCX_DT_COUNT; dt++)
+            for (int op = 0; op < nop; op++)
+                plan_case(pr, msg, (enum mscx_dtype)dt, (enum mscx_redop)op, pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16,
+                          &flip_left);
+    }
+}
+
+/* Two (dtype, operator) pairs of k_combo per format at sampled size number @p si. */
+static void plan_size_sampled(struct plan_run *pr, uint64_t msg, size_t si)
+{
+    for (int pk = 0; pk < 2; pk++) {
+        int flip_left = 1;
+        for (size_t k = 0; k < 2; k++) {
+            size_t c = (si * 2 + k + (size_t)pk) % NCOMBO;
+            plan_case(pr, msg, k_combo[c].dt, k_combo[c].op, pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16, &flip_left);
+        }
+    }
+}
+
+/*
+ * Load refusals that are the point of a fixture: plans whose result would
+ * depend on the ranks' timing (the validator names the access), and the
+ * DSL demonstrations whose signals and waits sit on different channel pairs.
+ * Any other load error is a failure.
+ */
+static int refused_by_design(const char *path, const char *err)
+{
+    if (strstr(err, "is order-dependent") != NULL)
+        return 1;
+    return strstr(path, "signal_wait_fuse_test") != NULL && strstr(err, "as many waits on rank") != NULL;
+}
 
 static void test_plan(const char *path)
 {
     struct mscx_plan *plan;
     char err[1024];
     if (mscx_plan_load(path, &plan, err, sizeof(err)) != MSCX_OK) {
-        /* DSL demonstrations whose signals and waits sit on different channel pairs: refused by design */
-        if (strstr(path, "signal_wait_fuse_test") != NULL && strstr(err, "as many waits on rank") != NULL) {
-            printf("skip %s: refused at load (signals and waits on different channel pairs)\n", path);
+        if (refused_by_design(path, err)) {
+            printf("refused %s: %s\n", path, err);
+            g_refused++;
             return;
         }
         FAIL("load %s: %s", path, err);
@@ -244,13 +354,19 @@ static void test_plan(const char *path)
         mscx_plan_destroy(plan);
         return;
     }
-    if (mscx_plan_executable(plan, err, sizeof(err)) != MSCX_OK || mscx_plan_nranks(plan) > MAXR) {
-        printf("skip %s: %s\n", path, err);
+    if (mscx_plan_nranks(plan) > MAXR) {
+        printf("skip %s: %u ranks, more than this test runs in one process\n", path, mscx_plan_nranks(plan));
+        mscx_plan_destroy(plan);
+        return;
+    }
+    if (mscx_plan_executable(plan, err, sizeof(err)) != MSCX_OK) {
+        printf("refused %s: %s\n", path, err);
+        g_refused++;
         mscx_plan_destroy(plan);
         return;
     }
     uint32_t n = mscx_plan_nranks(plan), pid[MAXR];
-    uint64_t mn, mx;
+    uint64_t mn, mx, full[10];
     mscx_plan_size_range(plan, &mn, &mx);
     struct group g;
     if (group_make(&g, n) != 0) {
@@ -267,33 +383,14 @@ static void test_plan(const char *path)
         }
     }
     g_plans++;
-    int c = 0, bad = 0;
-    for (size_t si = 0; si < sizeof(k_sizes) / sizeof(k_sizes[0]) && bad < 3; si++) {
-        uint64_t msg = k_sizes[si];
-        if (msg < mn || msg > mx)
-            continue;
-        for (int pk = 0; pk < 2; pk++) {
-            for (int k = 0; k < 2; k++, c++) {
-                enum mscx_dtype dt = k_combo[(si * 2 + (size_t)k + (size_t)pk) % NCOMBO].dt;
-                enum mscx_redop op = k_combo[(si * 2 + (size_t)k + (size_t)pk) % NCOMBO].op;
-                if (!mscx_plan_supports(plan, dt, op))
-                    continue;
-                int r = run_case(plan, &g, pid, msg, dt, op, pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16, 0);
-                if (r == 2)
-                    g_skipped++;
-                else
-                    g_cases++;
-                bad += r == 1;
-                /* the other placement too, once per size and format (split or staged by the executor) */
-                if (k == 0 && r == 0 && mscx_plan_collective(plan) != MSCX_COLL_TEST) {
-                    r = run_case(plan, &g, pid, msg, dt, op, pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16, 1);
-                    g_flipped += r != 2;
-                    bad += r == 1;
-                }
-            }
-        }
-    }
-    printf("%s %s\n", bad ? "FAIL" : "ok  ", path);
+    struct plan_run pr = {plan, &g, pid, 0};
+    size_t nfull = full_sizes(mn, mx, full);
+    for (size_t i = 0; i < nfull && pr.bad < 3; i++)
+        plan_size_full(&pr, full[i]);
+    for (size_t si = 0; si < sizeof(k_sampled_sizes) / sizeof(k_sampled_sizes[0]) && pr.bad < 3; si++)
+        if (k_sampled_sizes[si] >= mn && k_sampled_sizes[si] <= mx)
+            plan_size_sampled(&pr, k_sampled_sizes[si], si);
+    printf("%s %s\n", pr.bad ? "FAIL" : "ok  ", path);
     fflush(stdout);
     group_free(&g);
 out:
@@ -322,14 +419,12 @@ static void test_dir(const char *dir)
 }
 
 /* Stress, graph and hang use the 2-rank packet allreduce (in place; max is idempotent). */
-static const char *g_ar2 = MSCX_SOURCE_ROOT "/../shared/reference/mscclpp-algo-plans/allreduce_pkt_n2.json";
+static const char *g_ar2 = MSCX_SOURCE_ROOT "/tests/data/mscclpp/mscclpp-algo-plans/allreduce_pkt_n2.json";
 
 static struct mscx_plan *load_ar2(void)
 {
     struct mscx_plan *plan;
     char err[1024];
-    if (access(g_ar2, R_OK) != 0) /* device machines get a copy of the reference plans in .deps/ref */
-        g_ar2 = MSCX_SOURCE_ROOT "/.deps/ref/mscclpp-algo-plans/allreduce_pkt_n2.json";
     if (mscx_plan_load(g_ar2, &plan, err, sizeof(err)) != MSCX_OK) {
         FAIL("load: %s", err);
         return NULL;
@@ -549,18 +644,18 @@ int main(int argc, char **argv)
                     test_dir(argv[i]);
             }
         } else {
-            const char *ref = MSCX_SOURCE_ROOT "/../shared/reference";
+            const char *ref = MSCX_SOURCE_ROOT "/tests/data/mscclpp";
             char d[4096];
-            if (access(ref, R_OK) != 0)
-                ref = MSCX_SOURCE_ROOT "/.deps/ref";
             snprintf(d, sizeof(d), "%s/mscclpp-op-plans", ref);
             test_dir(d);
             snprintf(d, sizeof(d), "%s/mscclpp-algo-plans", ref);
             test_dir(d);
+            test_dir(MSCX_SOURCE_ROOT "/tests/data/regressions");
             test_dir(MSCX_SOURCE_ROOT "/plans");
         }
-        printf("plans: %d plans, %d cases compared (%d more with the placement flipped), %d skipped, %d failures\n",
-               g_plans, g_cases, g_flipped, g_skipped, g_fail);
+        printf("plans: %d plans, %d cases compared (%d more with the placement flipped), %d plans refused, "
+               "%d skipped, %d failures\n",
+               g_plans, g_cases, g_flipped, g_refused, g_skipped, g_fail);
     } else if (strcmp(mode, "stress") == 0) {
         test_stress(0);
     } else if (strcmp(mode, "graph") == 0) {

@@ -913,9 +913,7 @@ int main(int argc, char **argv)
                                             "put_fuse_test",
                                             "put_with_signal_test",
                                             "put_with_signal_and_flush_test"};
-        const char *ref = MSCX_SOURCE_ROOT "/../shared/reference";
-        if (access(ref, R_OK) != 0) /* device machines get a copy of the reference plans in .deps/ref */
-            ref = MSCX_SOURCE_ROOT "/.deps/ref";
+        const char *ref = MSCX_SOURCE_ROOT "/tests/data/mscclpp";
         int ran = 0, bad = 0;
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
             char p[4096];

@@ -29,7 +29,7 @@
 # message of the bench, bytes, 1048576), BENCH_PLANS (the generated plans
 # benched, default plans; e.g. a folder of variants made with
 # BUILD/tools/mscx-plangen --blocks/--tbs-per-peer), BENCH_REF (the reference plans,
-# .deps/ref/mscclpp-algo-plans). Each part prints "PART rc=N Ts" (also in
+# tests/data/mscclpp/mscclpp-algo-plans). Each part prints "PART rc=N Ts" (also in
 # OUT/steps.txt) and the lines of its log that matter; the script exits 1
 # when any part failed. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 set -u
@@ -140,7 +140,7 @@ fi
 
 if want bench; then
     begin
-    timeout "${BENCH_S:-150}" "$BUILD/tools/mscx-bench-gpu" "${BENCH_REF:-.deps/ref/mscclpp-algo-plans}" \
+    timeout "${BENCH_S:-150}" "$BUILD/tools/mscx-bench-gpu" "${BENCH_REF:-tests/data/mscclpp/mscclpp-algo-plans}" \
         "${BENCH_PLANS:-plans}" \
         "${BENCH_MAX:-1048576}" >"$OUT/bench.txt" 2>&1
     end bench $?

@@ -45,7 +45,7 @@ run_one() { # name build-dir
         timeout 120 "$2/tools/mscx-bench-launch" 2>&1 | grep -E "^\| (launch|executor|plain|empty, 7 x 512, 16|one-shot)"
         for n in $RANKS; do
             MSCX_BENCH_RANKS=$n MSCX_BENCH_PLANS=$WHICH timeout 150 "$2/tools/mscx-bench-gpu" \
-                .deps/ref/mscclpp-algo-plans "$PLANS" "$MAX" 2>&1 | grep -E "^\| (plan|[a-z])"
+                tests/data/mscclpp/mscclpp-algo-plans "$PLANS" "$MAX" 2>&1 | grep -E "^\| (plan|[a-z])"
         done
     } >"$OUT/kv-$1.txt" 2>&1
     cat "$OUT/kv-$1.txt"

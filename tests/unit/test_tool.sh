@@ -3,7 +3,7 @@
 # Exercise the mscx-plan tool: check, show, fuse, sim, --help, and bad input.
 # usage: test_tool.sh PATH/TO/mscx-plan SOURCE_ROOT
 TOOL=$1
-REF=$2/../shared/reference
+REF=$2/tests/data/mscclpp
 OPS=$REF/mscclpp-op-plans
 ALGO=$REF/mscclpp-algo-plans
 TMP=$(mktemp -d)
