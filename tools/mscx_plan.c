@@ -357,8 +357,7 @@ static size_t default_sizes(const struct mscx_plan *plan, uint64_t *sizes)
 
 static bool coll_reduces(enum mscx_coll c)
 {
-    return c == MSCX_COLL_ALLREDUCE || c == MSCX_COLL_REDUCESCATTER || c == MSCX_COLL_TEST ||
-           c == MSCX_COLL_OTHER;
+    return c == MSCX_COLL_ALLREDUCE || c == MSCX_COLL_REDUCESCATTER || c == MSCX_COLL_TEST;
 }
 
 static int cmd_sim(int argc, char **argv)

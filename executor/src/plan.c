@@ -23,7 +23,7 @@ static const char *const dtype_names[MSCX_DT_COUNT] = {
 static const uint32_t dtype_sizes[MSCX_DT_COUNT] = {4, 2, 2, 4, 4, 1, 1, 8, 8, 8};
 static const char *const redop_names[MSCX_REDOP_COUNT] = {"sum", "prod", "min", "max"};
 static const char *const coll_names[MSCX_COLL_COUNT] = {
-    "allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv", "test", "other",
+    "allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv", "test",
 };
 static const char *const opcode_names[MSCX_OP_COUNT] = {
     [MSCX_OP_NOP] = "nop",

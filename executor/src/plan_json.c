@@ -825,7 +825,8 @@ static int parse_top(struct pctx *c, const json_t *root, struct mscx_plan *p)
     if ((p->collective_name = strdup(s)) == NULL)
         return nomem(c);
     if (mscx_coll_parse(s, &p->coll))
-        p->coll = MSCX_COLL_OTHER;
+        return fail(c, "collective", json_object_get(root, "collective"),
+                    "a collective (allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv or test)");
     s = get_str(c, root, "protocol", false);
     if (c->failed)
         return -1;

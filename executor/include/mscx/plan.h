@@ -33,7 +33,6 @@ enum mscx_coll {
     MSCX_COLL_BROADCAST,
     MSCX_COLL_SENDRECV,
     MSCX_COLL_TEST, /* the DSL's single-op demonstrations: no collective definition */
-    MSCX_COLL_OTHER,
     MSCX_COLL_COUNT
 };
 

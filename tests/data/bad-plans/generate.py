@@ -405,6 +405,12 @@ def _(p): p["gpus"][1]["channels"][0]["channel_type"] = "carrier-pigeon"
 def _(p): p["inplace"] = "yes"
 
 
+@case("unknown-collective", "collective",
+      "collective: expected a collective (allreduce, allgather, reducescatter, alltoall, broadcast, "
+      "sendrecv or test), got \"allsmash\"")
+def _(p): p["collective"] = "allsmash"
+
+
 @case("bad-protocol", "protocol", "protocol: expected a protocol (\"Simple\" or \"LL\"), got \"LL128\"")
 def _(p): p["protocol"] = "LL128"
 
