@@ -50,11 +50,12 @@ static const struct pg_entry pg_shipped[] = {
     /* one node */
     /*
      * Upper ends for 2 ranks from the 2 x H200 sweep (tools/multigpu/sweep.sh,
-     * one process per GPU, docs/perf/2026-11-29-2xH200/): stock NCCL is
-     * faster from 512 KB (AllReduce, AllGather) and 512 KB (ReduceScatter,
-     * graph: 0.98x); the one-block AllGather/ReduceScatter plans are slower
-     * than NCCL at 64 KB, the multi-block ones faster from there. 4 and 8
-     * ranks keep the 1 MB start of the issue until a sweep on 4 or 8 GPUs.
+     * one process per GPU, 2026-11-29, commit 7ec185b): under graphs stock
+     * NCCL is faster from 512 KB for AllReduce (0.92x) and ReduceScatter
+     * (0.98x), from 1 MB for AllGather (0.90x); the one-block AllGather/
+     * ReduceScatter plans are slower than NCCL at 64 KB, the multi-block
+     * ones faster from there (plans/README.md, evidence). 4 and 8 ranks
+     * keep the 1 MB start of the issue until a sweep on 4 or 8 GPUs.
      */
     /*
      * 1 KB-1 MB on 2, 4 and 8 ranks: chosen side by side with the MSCCL++

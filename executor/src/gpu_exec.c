@@ -16,6 +16,7 @@
 #include "mscx/trace.h"
 #include "plan_int.h"
 #include "gpu_int.h"
+#include "gpu_onerank.h"
 #include "gpu_port.h"
 #include "gpu_ureg.h"
 
@@ -58,6 +59,7 @@ struct gpu_plan {
     uint32_t geom_rank[MSCX_GPU_MAX_GEOM];
     int reduce;            /* the plan has reduction ops */
     int idle;              /* this rank's program is only nops: no kernel is needed */
+    int ident;             /* one rank, the identity program (mscx_gpu_onerank_identity): no kernel either */
     int pdl;               /* launch with programmatic dependent launch (pdl_usable) */
     int publish, sys_scope; /* copies of the context's flags (kernel arguments) */
     struct mscx_dev_op *h_ops;      /* the uploaded op image (sync marks set), for the launch compiler */
@@ -639,6 +641,7 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     for (uint32_t i = 0; i < gpu->nops; i++)
         if (gpu->ops[i].opcode != MSCX_OP_NOP)
             gp->idle = 0;
+    gp->ident = mscx_gpu_onerank_identity(plan, rank);
     uint64_t total_blocks = gpu->ntb;
     if (ex->group) {
         total_blocks = 0;
@@ -657,8 +660,9 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
         return MSCX_ERR_UNSUPPORTED;
     }
     gp->pdl = pdl_usable(cap, total_blocks);
-    MSCX_INFO(MSCX_SUB_EXEC, "plan %s: %u blocks of %u threads, programmatic dependent launch %s", plan->name,
-              gp->ntb, gp->nthreads, gp->pdl ? "on" : "off");
+    MSCX_INFO(MSCX_SUB_EXEC, "plan %s: %u blocks of %u threads, programmatic dependent launch %s%s",
+              plan->name, gp->ntb, gp->nthreads, gp->pdl ? "on" : "off",
+              gp->ident ? "; one rank, identity: launches are one device copy, or nothing in place" : "");
     ctx_layout(gp, gpu);
     GPU_CHECK_GOTO(cudaMalloc((void **)&gp->d_ctx, gp->ctx_bytes), st, fail);
     GPU_CHECK_GOTO(cudaMemset(gp->d_ctx, 0, gp->ctx_bytes), st, fail);
@@ -943,6 +947,24 @@ static mscx_status_t kp_upload(struct mscx_exec *ex, struct gpu_plan *gp, struct
     return MSCX_OK;
 }
 
+/*
+ * A launch of a one-rank identity plan (gpu_plan.ident): its output is its
+ * input. In place (one buffer: at rank 0 every collective's aliasing is
+ * send == recv) nothing is enqueued, so nothing is captured into a graph
+ * either; out of place one device copy on the call's stream (a memcpy node
+ * under capture) at the device's copy bandwidth, not the one thread block's
+ * of the plan. It gives the bytes the program would: every output chunk is
+ * the input chunk of the same index and size.
+ */
+static mscx_status_t onerank_launch(const void *sendbuf, void *recvbuf, uint64_t bytes, cudaStream_t s)
+{
+    if (sendbuf == recvbuf || bytes == 0)
+        return MSCX_OK;
+    if (cudaMemcpyAsync(recvbuf, sendbuf, bytes, cudaMemcpyDefault, s) != cudaSuccess)
+        return gpu_check(cudaGetLastError(), "one-rank copy");
+    return MSCX_OK;
+}
+
 mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf, void *recvbuf,
                                uint64_t msg_bytes, enum mscx_dtype dtype, enum mscx_redop op,
                                enum mscx_pkt_format pkt, void *stream)
@@ -1009,12 +1031,16 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
             a->trace_n = gp->d_trace_n;
         }
         a->pkt = pkt;
-        gp->c_kent = cfg->exec_compile ? kp_find(gp, plan, ex->bs.rank, msg_bytes, (int)dtype, (int)pkt, 0, a) : -1;
+        gp->c_kent = cfg->exec_compile && !gp->ident
+                         ? kp_find(gp, plan, ex->bs.rank, msg_bytes, (int)dtype, (int)pkt, 0, a)
+                         : -1;
         gp->c_kent_split = -2;
         gp->c_msg = msg_bytes;
         gp->c_dtype = (int)dtype;
         gp->c_pkt = (int)pkt;
     }
+    if (gp->ident && gp->c_args.in_bytes == gp->c_args.out_bytes && mscx_redop_keeps_one_value(op))
+        return onerank_launch(sendbuf, recvbuf, gp->c_args.in_bytes, (cudaStream_t)stream);
     /* the arguments are passed by value: cudaLaunchKernel copies them, so the cached ones are updated in place */
     struct mscx_gpu_args *a = &gp->c_args;
     struct alias_plan ap = {sendbuf, recvbuf, NULL, NULL, NULL, NULL, 0, 0};

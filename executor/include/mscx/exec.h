@@ -56,7 +56,9 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
 
 /**
  * Enqueue one launch on @p stream (a cudaStream_t, NULL for the legacy
- * stream); legal inside CUDA graph capture.
+ * stream); legal inside CUDA graph capture. A one-rank plan whose program
+ * leaves the output equal to the input enqueues no kernel: one device copy
+ * when the call is out of place, nothing when it is in place.
  * @param msg_bytes as in mscx_coll_sizes()
  * @param pkt packet format used by the packet ops of this launch
  */
