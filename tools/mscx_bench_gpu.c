@@ -322,10 +322,12 @@ static const char k_empty[] =
 
 /*
  * The launch probe: one rank, no peers, 8 blocks of 512 threads (about the
- * 8-rank one-shot plan's shape), each block copying its chunk of the input onto the
- * output (in place) through the executor, against the hand-written one-shot
- * kernel for one rank in the same shape. The difference is the executor's
- * fixed cost per launch (arguments, program staging, prologue).
+ * 8-rank one-shot plan's shape), each block copying its chunk of the input into
+ * scratch through the executor, against the hand-written one-shot kernel for
+ * one rank in the same shape. The difference is the executor's fixed cost per
+ * launch (arguments, program staging, prologue). The copy goes to scratch, not
+ * onto the output: a one-rank program that leaves the output equal to the
+ * input launches no kernel at all.
  */
 static void bench_probe(void)
 {
@@ -334,11 +336,11 @@ static void bench_probe(void)
                      "{\"name\":\"probe_oneshot\",\"collective\":\"allreduce\",\"protocol\":\"LL\",\"inplace\":true,"
                      "\"num_threads_per_block\":512,\"use_double_scratch_buffer\":false,\"buffer_alignment\":16,"
                      "\"min_message_size\":0,\"max_message_size\":65536,\"gpus\":[{\"id\":0,\"input_chunks\":8,"
-                     "\"output_chunks\":8,\"scratch_chunks\":0,\"threadblocks\":[");
+                     "\"output_chunks\":8,\"scratch_chunks\":8,\"threadblocks\":[");
     for (int b = 0; b < 8 && o < (int)sizeof(js); b++)
         o += snprintf(js + o, sizeof(js) - (size_t)o,
                       "%s{\"id\":%d,\"ops\":[{\"name\":\"copy\",\"src_buff\":[{\"type\":\"i\",\"index\":%d,"
-                      "\"size\":1}],\"dst_buff\":[{\"type\":\"o\",\"index\":%d,\"size\":1}]}],\"channels\":[],"
+                      "\"size\":1}],\"dst_buff\":[{\"type\":\"s\",\"index\":%d,\"size\":1}]}],\"channels\":[],"
                       "\"remote_buffer_refs\":[]}",
                       b ? "," : "", b, b, b);
     if (o < (int)sizeof(js))
