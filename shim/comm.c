@@ -415,11 +415,27 @@ int shim_group_leave(void)
 
 /* ---- routing a call ---- */
 
+/* NCCL's own answer to a bad datatype or op of a collective on one of our comms. */
+static ncclResult_t check_args(const struct shim_coll_call *call)
+{
+    int has_op = call->coll == MSCX_COLL_ALLREDUCE || call->coll == MSCX_COLL_REDUCESCATTER;
+    if ((int)call->dtype < 0 || (int)call->dtype >= (int)ncclNumTypes)
+        return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid datatype %d", call->fn, (int)call->dtype);
+    if (has_op && (int)call->op < 0)
+        return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid reduction operation %d", call->fn,
+                            (int)call->op);
+    return ncclSuccess;
+}
+
 int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
 {
     struct shim_comm *c = shim_comm_get(call->comm);
     if (!c)
-        return 0;
+        return 0; /* not a communicator we set up: NCCL's alone */
+    if ((*res_p = check_args(call)) != ncclSuccess) {
+        shim_comm_put(c);
+        return 1;
+    }
     size_t esize = shim_dtype_bytes(call->dtype);
     uint64_t msg = (uint64_t)call->count * esize;
     if (call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER)

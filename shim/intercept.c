@@ -6,6 +6,10 @@
  *
  * Groups: calls inside ncclGroupStart/End always go to NCCL (our kernels are
  * not fused into NCCL's group launch); see shim/README.md.
+ *
+ * A collective on a communicator we did not set up (not in comm.c's table)
+ * is forwarded untouched: never checked, counted or routed. Calls from inside
+ * an NCCL library never get here (caller.c).
  */
 #include <stddef.h>
 #include <string.h>
@@ -25,26 +29,15 @@ static int routing_on(void)
     return cfg && !cfg->disable;
 }
 
-/* NCCL's own answers to bad arguments of a collective. */
-static ncclResult_t check_args(const char *fn, ncclComm_t comm, ncclDataType_t dt, ncclRedOp_t op, int has_op)
-{
-    if (!comm)
-        return shim_err_set(ncclInvalidArgument, "mscx: %s: comm argument is NULL", fn);
-    if ((int)dt < 0 || (int)dt >= (int)ncclNumTypes)
-        return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid datatype %d", fn, (int)dt);
-    if (has_op && (int)op < 0)
-        return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid reduction operation %d", fn, (int)op);
-    return ncclSuccess;
-}
-
-static int try_route(enum mscx_coll coll, const void *send, void *recv, size_t count, ncclDataType_t dt,
-                     ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream, ncclResult_t *res_p)
+static int try_route(const char *fn, enum mscx_coll coll, const void *send, void *recv, size_t count,
+                     ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
+                     ncclResult_t *res_p)
 {
     struct shim_coll_call call = {
-        .coll = coll, .sendbuf = send, .recvbuf = recv, .count = count, .dtype = dt, .op = op, .root = root,
-        .comm = comm, .stream = stream,
+        .fn = fn, .coll = coll, .sendbuf = send, .recvbuf = recv, .count = count, .dtype = dt, .op = op,
+        .root = root, .comm = comm, .stream = stream,
     };
-    return shim_comm_try_route(&call, res_p);
+    return routing_on() && shim_comm_try_route(&call, res_p);
 }
 
 ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
@@ -52,12 +45,9 @@ ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, 
 {
     REAL_OR_FAIL(fn, prof, ncclAllReduce);
     ncclResult_t res;
-    if (routing_on()) {
-        if ((res = check_args("ncclAllReduce", comm, datatype, op, 1)) != ncclSuccess)
-            return res;
-        if (try_route(MSCX_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm, stream, &res))
-            return res;
-    }
+    if (try_route("ncclAllReduce", MSCX_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm,
+                  stream, &res))
+        return res;
     return fn(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
@@ -66,12 +56,9 @@ ncclResult_t shim_ncclAllGather(int prof, const void *sendbuff, void *recvbuff, 
 {
     REAL_OR_FAIL(fn, prof, ncclAllGather);
     ncclResult_t res;
-    if (routing_on()) {
-        if ((res = check_args("ncclAllGather", comm, datatype, ncclSum, 0)) != ncclSuccess)
-            return res;
-        if (try_route(MSCX_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm, stream, &res))
-            return res;
-    }
+    if (try_route("ncclAllGather", MSCX_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0,
+                  comm, stream, &res))
+        return res;
     return fn(sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 
@@ -80,12 +67,9 @@ ncclResult_t shim_ncclReduceScatter(int prof, const void *sendbuff, void *recvbu
 {
     REAL_OR_FAIL(fn, prof, ncclReduceScatter);
     ncclResult_t res;
-    if (routing_on()) {
-        if ((res = check_args("ncclReduceScatter", comm, datatype, op, 1)) != ncclSuccess)
-            return res;
-        if (try_route(MSCX_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream, &res))
-            return res;
-    }
+    if (try_route("ncclReduceScatter", MSCX_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op,
+                  0, comm, stream, &res))
+        return res;
     return fn(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }
 
@@ -94,12 +78,9 @@ ncclResult_t shim_ncclBroadcast(int prof, const void *sendbuff, void *recvbuff, 
 {
     REAL_OR_FAIL(fn, prof, ncclBroadcast);
     ncclResult_t res;
-    if (routing_on()) {
-        if ((res = check_args("ncclBroadcast", comm, datatype, ncclSum, 0)) != ncclSuccess)
-            return res;
-        if (try_route(MSCX_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream, &res))
-            return res;
-    }
+    if (try_route("ncclBroadcast", MSCX_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root,
+                  comm, stream, &res))
+        return res;
     return fn(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
@@ -108,12 +89,9 @@ ncclResult_t shim_ncclBcast(int prof, void *buff, size_t count, ncclDataType_t d
 {
     REAL_OR_FAIL(fn, prof, ncclBcast);
     ncclResult_t res;
-    if (routing_on()) {
-        if ((res = check_args("ncclBcast", comm, datatype, ncclSum, 0)) != ncclSuccess)
-            return res;
-        if (try_route(MSCX_COLL_BROADCAST, buff, buff, count, datatype, ncclSum, root, comm, stream, &res))
-            return res;
-    }
+    if (try_route("ncclBcast", MSCX_COLL_BROADCAST, buff, buff, count, datatype, ncclSum, root, comm, stream,
+                  &res))
+        return res;
     return fn(buff, count, datatype, root, comm, stream);
 }
 

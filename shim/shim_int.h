@@ -43,6 +43,18 @@ void shim_err_clear(void);
 /** Non-zero when the thread's last error is ours. */
 int shim_err_is_set(void);
 
+/* ---- caller.c: calls from inside an NCCL library ---- */
+
+/**
+ * The caller's own definition of @p id when the call (returning to @p ret)
+ * comes from inside an NCCL library other than us: the call must go there
+ * with its arguments untouched, and shim_caller_end() follow it. NULL for
+ * every other caller. Lock-free once the caller's object is known.
+ */
+void *shim_caller_begin(enum shim_fn id, const void *ret);
+/** After the call that shim_caller_begin() sent back has returned. */
+void shim_caller_end(void);
+
 /* ---- status_map.c ---- */
 
 /** The one mapping from mscx_status_t to ncclResult_t. */
@@ -188,6 +200,7 @@ ncclResult_t shim_comm_async_error(ncclComm_t comm);
 
 /** Route or forward one collective: the body of the four intercepts. */
 struct shim_coll_call {
+    const char *fn;          /* the NCCL function called, for messages */
     enum mscx_coll coll;
     const void *sendbuf;
     void *recvbuf;
@@ -199,8 +212,10 @@ struct shim_coll_call {
     cudaStream_t stream;
 };
 /**
- * Try our executor. @return 1 when the call ran on it (*res_p set), 0 when it
- * must go to NCCL.
+ * Try our executor. A communicator not in our table goes to NCCL untouched;
+ * on one of ours, bad arguments get NCCL's answer here. @return 1 when the
+ * call was answered here (*res_p set: it ran on our executor or was refused),
+ * 0 when it must go to NCCL.
  */
 int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
 

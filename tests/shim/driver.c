@@ -8,7 +8,8 @@
  *   --fidelity           call every function; the fake must log exactly that call
  *   --unavailable=CODE   every call returns CODE without reaching the fake
  *   --msg=TEXT           ncclGetLastError must contain TEXT (with --unavailable)
- *   --checks             bad arguments are refused by the shim as NCCL would
+ *   --checks             bad arguments on a comm of ours are refused by the shim as NCCL would;
+ *                        on any other handle they reach the fake untouched
  *   --disabled           MSCX_DISABLE=1: bad arguments pass through; the CUDA driver is never loaded
  *   --expect-shim        the nccl* symbols must come from libmscx_nccl.so
  *   --version=N          ncclGetVersion must report N (the real library's)
@@ -140,48 +141,72 @@ static int log_is_empty(void)
     return empty;
 }
 
-/* The shim answers bad arguments itself, as NCCL would, and the fake sees nothing. */
+/*
+ * Bad arguments on a communicator the shim set up are refused by the shim, as
+ * NCCL would, and the fake sees nothing. On a handle the shim did not create
+ * (NULL included) every call reaches the fake untouched, bad or not.
+ */
 static void run_checks(int disabled)
 {
-    ncclComm_t comm = (ncclComm_t)(uintptr_t)0x7f00deadb000ull;
+    ncclComm_t foreign = (ncclComm_t)(uintptr_t)0x7f00deadb000ull, ours = NULL;
+    ncclUniqueId id;
     float buf[4];
+    char want[DRV_REC_MAX];
+    memset(&id, 3, sizeof(id));
+    if (ncclCommInitRank(&ours, 1, id, 0) != want_result || (want_result == ncclSuccess && !ours)) {
+        FAIL("ncclCommInitRank for the checks failed");
+        return;
+    }
+    enum { ALLREDUCE, ALLGATHER_BAD_TYPE, REDUCESCATTER_BAD_OP };
     struct {
-        const char *what, *msg;
-        ncclResult_t res;
+        const char *what, *msg; /* msg NULL: the call must reach the fake */
+        int call;
+        ncclComm_t comm;
     } cases[] = {
-        {"null comm", "comm", (ncclResult_t)0},
-        {"bad datatype", "datatype", (ncclResult_t)0},
-        {"bad op", "operation", (ncclResult_t)0},
+        {"bad datatype", "datatype", ALLGATHER_BAD_TYPE, ours},
+        {"bad op", "operation", REDUCESCATTER_BAD_OP, ours},
+        {"null comm", NULL, ALLREDUCE, NULL},
+        {"bad datatype, foreign comm", NULL, ALLGATHER_BAD_TYPE, foreign},
+        {"bad op, foreign comm", NULL, REDUCESCATTER_BAD_OP, foreign},
     };
-    for (int k = 0; k < 3; k++) {
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        ncclComm_t comm = cases[k].comm;
+        ncclResult_t res;
         drv_before(NULL);
-        if (k == 0)
-            cases[k].res = ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, NULL, NULL);
-        else if (k == 1)
-            cases[k].res = ncclAllGather(buf, buf, 4, (ncclDataType_t)99, comm, NULL);
-        else
-            cases[k].res = ncclReduceScatter(buf, buf, 4, ncclFloat32, (ncclRedOp_t)-3, comm, NULL);
-        if (disabled) {
+        if (cases[k].call == ALLGATHER_BAD_TYPE) {
+            rec_fmt_ncclAllGather(want, sizeof(want), buf, buf, 4, (ncclDataType_t)99, comm, NULL);
+            res = ncclAllGather(buf, buf, 4, (ncclDataType_t)99, comm, NULL);
+        } else if (cases[k].call == REDUCESCATTER_BAD_OP) {
+            rec_fmt_ncclReduceScatter(want, sizeof(want), buf, buf, 4, ncclFloat32, (ncclRedOp_t)-3, comm,
+                                      NULL);
+            res = ncclReduceScatter(buf, buf, 4, ncclFloat32, (ncclRedOp_t)-3, comm, NULL);
+        } else {
+            rec_fmt_ncclAllReduce(want, sizeof(want), buf, buf, 4, ncclFloat32, ncclSum, comm, NULL);
+            res = ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, comm, NULL);
+        }
+        if (disabled || !cases[k].msg) {
             /* pure pass-through: the fake decides */
-            if (log_is_empty() || cases[k].res != want_result)
-                FAIL("%s: with MSCX_DISABLE the call must reach the fake (result %d)", cases[k].what,
-                     (int)cases[k].res);
+            check_log(cases[k].what, want);
+            if (res != want_result)
+                FAIL("%s: returned %d, expected the fake's %d", cases[k].what, (int)res, (int)want_result);
             continue;
         }
-        if (cases[k].res != ncclInvalidArgument)
-            FAIL("%s: returned %d, expected ncclInvalidArgument", cases[k].what, (int)cases[k].res);
+        if (res != ncclInvalidArgument)
+            FAIL("%s: returned %d, expected ncclInvalidArgument", cases[k].what, (int)res);
         if (!log_is_empty())
             FAIL("%s: an invalid call reached the fake", cases[k].what);
         const char *e = ncclGetLastError(comm);
         if (!e || !strstr(e, cases[k].msg))
-            FAIL("%s: ncclGetLastError '%s' does not mention '%s'", cases[k].what, e ? e : "(null)", cases[k].msg);
+            FAIL("%s: ncclGetLastError '%s' does not mention '%s'", cases[k].what, e ? e : "(null)",
+                 cases[k].msg);
     }
     /* after a good call the real library's last error applies again */
     drv_before(NULL);
-    ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, comm, NULL);
-    const char *e = ncclGetLastError(comm);
+    ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, ours, NULL);
+    const char *e = ncclGetLastError(ours);
     if (!e || strcmp(e, "fake:ncclGetLastError") != 0)
         FAIL("ncclGetLastError after a forwarded call: '%s', expected the fake's", e ? e : "(null)");
+    ncclCommDestroy(ours);
 }
 
 static int log_has(const char *text)
@@ -312,10 +337,11 @@ int main(int argc, char **argv)
         if (ncclGetVersion(&v) != ncclSuccess || v != version)
             FAIL("ncclGetVersion reported %d, expected the real library's %d", v, version);
     }
-    if (fidelity || mode_unavailable >= 0)
-        run_all();
+    /* before run_all(), which leaves a group open (it calls ncclGroupEnd before ncclGroupStart) */
     if (checks || disabled)
         run_checks(disabled);
+    if (fidelity || mode_unavailable >= 0)
+        run_all();
     if (disabled)
         check_no_cuda_mapped();
     if (lifecycle)
