@@ -560,6 +560,50 @@ static bool do_upkt(struct hx_tb *t, const struct pipe_ctx *pc)
     return true;
 }
 
+/* ---- a peer's user buffers ---- */
+
+struct start_wait {
+    struct hx_rank *peer;
+    uint32_t gen; /* launch_gen of the launch running here */
+};
+
+static bool peer_started(void *arg)
+{
+    const struct start_wait *w = arg;
+    return atomic_load(&w->peer->launch_gen) >= w->gen;
+}
+
+static void peer_started_describe(void *arg, char *buf, size_t len)
+{
+    const struct start_wait *w = arg;
+    snprintf(buf, len, "rank %u to start launch %u, whose input or output this op uses", w->peer->rank,
+             w->gen - 1u);
+}
+
+/*
+ * An op touches a peer's input or output only once that peer has started
+ * the same launch, as the GPU executor does (mscx_dpeer_user): before that,
+ * the peer's caller may still be reading or refilling those buffers.
+ */
+static bool wait_peer_buffers(struct hx_tb *t)
+{
+    const struct mscx_dev_op *op = t->op;
+    const struct mscx_gpu *g = t->rk->gpu;
+    uint32_t gen = atomic_load(&t->rk->launch_gen);
+    for (uint32_t k = 0; k < (uint32_t)op->nsrc + op->ndst; k++) {
+        const struct mscx_dev_operand *o = k < op->nsrc ? &op->src[k] : &op->dst[k - op->nsrc];
+        if (!(o->flags & MSCX_OPND_REMOTE) || (o->flags & MSCX_OPND_SWITCH) || o->rbuf >= g->nrbuf)
+            continue;
+        const struct mscx_rbuf *rb = &g->rbuf[o->rbuf];
+        if (rb->type > MSCX_BUF_OUTPUT || rb->rank == t->rk->rank)
+            continue;
+        struct start_wait w = {&t->run->ranks[rb->rank], gen};
+        if (!peer_started(&w) && !hx_wait(t, rb->rank, peer_started, peer_started_describe, &w))
+            return false;
+    }
+    return true;
+}
+
 /* ---- dispatch ---- */
 
 static bool exec_one(struct hx_tb *t, const struct pipe_ctx *pc)
@@ -567,6 +611,8 @@ static bool exec_one(struct hx_tb *t, const struct pipe_ctx *pc)
     const struct mscx_dev_op *op = t->op;
     bool port = op->chan_type == MSCX_CHAN_PORT;
     bool ok = true;
+    if (!wait_peer_buffers(t))
+        return false;
     switch (op->opcode) {
     case MSCX_OP_NOP:
         break;

@@ -213,9 +213,11 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
  * Small sizes: every plan runs at those in its range with every dtype, every
  * operator and both packet formats. They end in partial element groups and
  * partial 16-byte units (100 and 1000 B are not multiples of 8 or 16, 99 B
- * fits only 1-byte dtypes). A plan whose smallest size lies above them runs
- * so at its first multiple of 16 and at 100 B more. Sizes a dtype cannot
- * divide are not cases.
+ * fits only 1-byte dtypes). For AllGather and ReduceScatter they are the
+ * size per rank. A plan whose smallest size lies above them runs so at its
+ * first multiple of 16 (per rank) and at 100 B (per rank) more. Sizes a
+ * dtype cannot divide are no cases; sizes a plan's chunks cannot split are
+ * counted as skipped.
  */
 static const uint64_t k_full_sizes[] = {4, 12, 99, 100, 1000, 1024, 1024 + 100, 4096 + 12};
 #define FULL_SIZES_TOP (4096 + 12)
@@ -243,16 +245,21 @@ static int plan_reduces_any(const struct mscx_plan *plan)
     return 0;
 }
 
-/* The sizes of @p plan run with every dtype, operator and format, into @p out (at most 10); @return the count. */
-static size_t full_sizes(uint64_t mn, uint64_t mx, uint64_t *out)
+/* The sizes of @p plan run with every dtype, operator and format, into @p out (10 at most); @return n. */
+static size_t full_sizes(const struct mscx_plan *plan, uint64_t *out)
 {
+    enum mscx_coll coll = mscx_plan_collective(plan);
+    int sectioned = coll == MSCX_COLL_ALLGATHER || coll == MSCX_COLL_REDUCESCATTER;
+    uint64_t per = sectioned ? mscx_plan_nranks(plan) : 1;
+    uint64_t mn, mx;
     size_t n = 0;
+    mscx_plan_size_range(plan, &mn, &mx);
     for (size_t i = 0; i < sizeof(k_full_sizes) / sizeof(k_full_sizes[0]); i++)
-        if (k_full_sizes[i] >= mn && k_full_sizes[i] <= mx)
-            out[n++] = k_full_sizes[i];
-    if (mn > FULL_SIZES_TOP) {
-        uint64_t first = (mn + 15) & ~15ull;
-        for (uint64_t s = first; s <= first + 100; s += 100)
+        if (k_full_sizes[i] * per >= mn && k_full_sizes[i] * per <= mx)
+            out[n++] = k_full_sizes[i] * per;
+    if (mn > FULL_SIZES_TOP * per) {
+        uint64_t first = (mn + 16 * per - 1) / (16 * per) * (16 * per);
+        for (uint64_t s = first; s <= first + 100 * per; s += 100 * per)
             if (s <= mx)
                 out[n++] = s;
     }
@@ -299,8 +306,8 @@ static void plan_size_full(struct plan_run *pr, uint64_t msg)
         int flip_left = 1;
         for (int dt = 0; dt < MSCX_DT_COUNT; dt++)
             for (int op = 0; op < nop; op++)
-                plan_case(pr, msg, (enum mscx_dtype)dt, (enum mscx_redop)op, pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16,
-                          &flip_left);
+                plan_case(pr, msg, (enum mscx_dtype)dt, (enum mscx_redop)op,
+                          pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16, &flip_left);
     }
 }
 
@@ -367,6 +374,7 @@ static void test_plan(const char *path)
     }
     uint32_t n = mscx_plan_nranks(plan), pid[MAXR];
     uint64_t mn, mx, full[10];
+    size_t nfull = full_sizes(plan, full);
     mscx_plan_size_range(plan, &mn, &mx);
     struct group g;
     if (group_make(&g, n) != 0) {
@@ -384,7 +392,6 @@ static void test_plan(const char *path)
     }
     g_plans++;
     struct plan_run pr = {plan, &g, pid, 0};
-    size_t nfull = full_sizes(mn, mx, full);
     for (size_t i = 0; i < nfull && pr.bad < 3; i++)
         plan_size_full(&pr, full[i]);
     for (size_t si = 0; si < sizeof(k_sampled_sizes) / sizeof(k_sampled_sizes[0]) && pr.bad < 3; si++)

@@ -88,8 +88,7 @@ static void fill_cb(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t 
                     uint64_t out_bytes)
 {
     (void)ctx;
-    if (iter == 0) /* later launches: peers may already be writing our output */
-        memset(out, 0xee, out_bytes);
+    memset(out, 0xee, out_bytes); /* peers touch our buffers only once our launch has started */
     for (uint64_t e = 0; e < in_bytes / 4; e++) {
         int32_t v = val(rank, iter, e);
         memcpy((uint8_t *)in + 4 * e, &v, 4);
@@ -519,6 +518,195 @@ START_TEST(test_sched_seeds)
 }
 END_TEST
 
+/* Rank 1 refills its buffers late in every launch after the first, as a slow caller would. */
+static void slow_fill_cb(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
+                         uint64_t out_bytes)
+{
+    if (rank == 1 && iter > 0) {
+        struct timespec ts = {0, 30 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    memset(out, 0xee, out_bytes);
+    for (uint64_t e = 0; e < in_bytes / 4; e++) {
+        int32_t v = val(rank, iter, e);
+        memcpy((uint8_t *)in + 4 * e, &v, 4);
+    }
+}
+
+/*
+ * A peer's input or output is touched only once that peer has started the same launch: rank 1 refills both
+ * late, and rank 0's put into rank 1's output and get of rank 1's input, which no wait orders after that
+ * (only a signal after them), still see the refilled buffers. Without the wait the put lands before the
+ * refill overwrites it, and the get reads the previous launch's input.
+ */
+START_TEST(test_peer_start)
+{
+    static const char *const ops[] = {
+        "{'name':'put','channel_type':'memory','src_buff':[" L("i", 0) "],"
+        "'dst_buff':[" R(1, 0) "]}," SIGWAIT(""),
+        "{'name':'get','channel_type':'memory','src_buff':[" R(2, 0) "],"
+        "'dst_buff':[" L("o", 0) "]}," SIGWAIT(""),
+    };
+    struct cap *c = malloc(sizeof(*c));
+    for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
+        struct mscx_plan *p = plan2(false, 1, 1, 0, ops[k]);
+        struct mscx_hostexec_cfg cfg;
+        struct hx_hooks hooks = {NULL, final_cb};
+        char err[512];
+        memset(&cfg, 0, sizeof(cfg));
+        memset(c, 0, sizeof(*c));
+        cfg.in_bytes = cfg.out_bytes = 36;
+        cfg.dtype = MSCX_DT_INT32;
+        cfg.pkt = fmt_i(_i);
+        cfg.iters = 3;
+        cfg.timeout_ms = 5000;
+        cfg.fill = slow_fill_cb;
+        cfg.collect = collect_cb;
+        cfg.ctx = c;
+        ck_assert_msg(mscx_hostexec_run_hooks(p, &cfg, &hooks, err, sizeof(err)) == MSCX_OK, "%s", err);
+        for (uint32_t r = 0; r < 2; r++)
+            expect_copy(c, r, 0, 1 - r, 2, 0, 9);
+        mscx_plan_destroy(p);
+    }
+    free(c);
+}
+END_TEST
+
+/* ---- a thread-block group at sizes that end in partial chunks and elements ---- */
+
+#define TBG_MAX 4200
+
+struct tbg_ctx {
+    enum mscx_dtype dt;
+    uint32_t es;
+    uint8_t in[2][3][TBG_MAX], out[2][3][TBG_MAX]; /* [rank][launch] */
+};
+
+/* Element e of rank r's input in launch it: a small integer in [-8, 8] as the dtype holds it. */
+static void tbg_elem(enum mscx_dtype dt, uint32_t r, uint32_t it, uint64_t e, uint8_t *p)
+{
+    int32_t v = (int32_t)((e * 7 + r * 13 + it * 5) % 17) - 8;
+    uint32_t u = (uint32_t)v;
+    uint16_t h;
+    switch (dt) {
+    case MSCX_DT_FP32:
+        u = mscx_f32_bits((float)v);
+        break;
+    case MSCX_DT_FP16:
+        h = mscx_f32_to_f16((float)v);
+        u = h;
+        break;
+    case MSCX_DT_BF16:
+        h = mscx_f32_to_bf16((float)v);
+        u = h;
+        break;
+    default:
+        break;
+    }
+    memcpy(p, &u, mscx_dtype_size(dt));
+}
+
+static void tbg_fill(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
+                     uint64_t out_bytes)
+{
+    struct tbg_ctx *t = ctx;
+    for (uint64_t e = 0; e < in_bytes / t->es; e++)
+        tbg_elem(t->dt, rank, iter, e, (uint8_t *)in + e * t->es);
+    memset(out, 0xee, out_bytes);
+    memcpy(t->in[rank][iter], in, in_bytes);
+}
+
+static void tbg_collect(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
+                        const void *out, uint64_t out_bytes)
+{
+    struct tbg_ctx *t = ctx;
+    memcpy(t->out[rank][iter], out, out_bytes);
+}
+
+/*
+ * What rank @p r's output holds after launch @p it of tbg_reduce_send_ordered_test (@p n bytes): chunk 0 is
+ * its in[j] op in[c + j] (0 past the short chunk 1), chunk 1 its peer's in[j] op in[c + j], element by
+ * element.
+ */
+static void tbg_want(const struct tbg_ctx *t, uint64_t n, enum mscx_redop op, uint32_t r, uint32_t it,
+                     uint8_t *want)
+{
+    const uint32_t es = t->es;
+    const uint64_t c = (n / es + 1) / 2 * es; /* chunk 0's bytes; chunk 1 has n - c */
+    const uint8_t *mine = t->in[r][it], *peer = t->in[1 - r][it];
+    for (uint64_t j = 0; j < c; j += es) {
+        uint8_t other[4] = {0, 0, 0, 0};
+        if (j < n - c)
+            memcpy(other, mine + c + j, es);
+        memcpy(want + j, mine + j, es);
+        mscx_reduce_bytes(t->dt, (unsigned)op, want + j, other, es);
+    }
+    for (uint64_t j = 0; j < n - c; j += es) {
+        memcpy(want + c + j, peer + j, es);
+        mscx_reduce_bytes(t->dt, (unsigned)op, want + c + j, peer + c + j, es);
+    }
+}
+
+/* Three launches at @p n bytes; every rank's output at the end of each of its own launches is checked. */
+static void tbg_case(const struct mscx_plan *p, struct tbg_ctx *t, uint64_t n, enum mscx_dtype dt,
+                     enum mscx_redop op, enum mscx_pkt_format pkt, uint32_t seed)
+{
+    struct mscx_hostexec_cfg cfg;
+    char err[512];
+    uint8_t want[TBG_MAX];
+    memset(&cfg, 0, sizeof(cfg));
+    memset(t, 0, sizeof(*t));
+    t->dt = dt;
+    t->es = mscx_dtype_size(dt);
+    cfg.in_bytes = cfg.out_bytes = n;
+    cfg.dtype = dt;
+    cfg.op = op;
+    cfg.pkt = pkt;
+    cfg.iters = 3;
+    cfg.sched_seed = seed;
+    cfg.timeout_ms = 5000;
+    cfg.fill = tbg_fill;
+    cfg.collect = tbg_collect;
+    cfg.ctx = t;
+    ck_assert_msg(mscx_hostexec_run(p, &cfg, err, sizeof(err)) == MSCX_OK, "%s", err);
+    for (uint32_t it = 0; it < 3; it++)
+        for (uint32_t r = 0; r < 2; r++) {
+            tbg_want(t, n, op, r, it, want);
+            uint64_t b = 0;
+            while (b < n && t->out[r][it][b] == want[b])
+                b++;
+            ck_assert_msg(b == n, "%llu B %s %s %s launch %u rank %u: output byte %llu: 0x%02x, want 0x%02x",
+                          (unsigned long long)n, mscx_dtype_name(dt), mscx_redop_name(op),
+                          pkt == MSCX_PKT_LL8 ? "ll8" : "ll16", it, r, (unsigned long long)b,
+                          t->out[r][it][b], want[b]);
+        }
+}
+
+/*
+ * tbg_reduce_send_ordered_test (each rank reduces its input chunks 0 and 1 over a group of four blocks into
+ * its output chunk 0 and its peer's output chunk 1, the slices joined by barriers before block 0 signals) at
+ * sizes that do not split into two whole chunks of 16-byte units: every reducible dtype and every operator.
+ */
+START_TEST(test_tbg_partial_sizes)
+{
+    static const uint64_t sizes[] = {4, 12, 36, 100, 1000, 4096 + 12}; /* whole elements of every dtype */
+    static const enum mscx_dtype dts[] = {MSCX_DT_FP32, MSCX_DT_FP16, MSCX_DT_BF16, MSCX_DT_INT32,
+                                          MSCX_DT_UINT32};
+    struct mscx_plan *p = NULL;
+    char err[MSCX_PLAN_ERR_LEN];
+    const char *path = mscx_test_src("tests/data/regressions/tbg_reduce_send_ordered_test.json");
+    ck_assert_msg(mscx_plan_load(path, &p, err, sizeof(err)) == MSCX_OK, "%s", err);
+    struct tbg_ctx *t = malloc(sizeof(*t));
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+        for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
+            for (int op = 0; op < MSCX_REDOP_COUNT; op++)
+                tbg_case(p, t, sizes[si], dts[d], (enum mscx_redop)op, fmt_i(_i),
+                         (uint32_t)(si * 31 + d * 7 + (size_t)op + 1));
+    free(t);
+    mscx_plan_destroy(p);
+}
+END_TEST
+
 /* The launch flag never takes 0 and alternates scratch halves across its wrap. */
 START_TEST(test_flag_wrap_parity)
 {
@@ -549,6 +737,8 @@ Suite *mscx_test_suite(void)
     tcase_add_loop_test(tc, test_dtype_ops, 0, 2);
     tcase_add_loop_test(tc, test_timeout, 0, 2);
     tcase_add_loop_test(tc, test_sched_seeds, 0, 2);
+    tcase_add_loop_test(tc, test_peer_start, 0, 2);
+    tcase_add_loop_test(tc, test_tbg_partial_sizes, 0, 2);
     tcase_add_test(tc, test_flag_wrap_parity);
     suite_add_tcase(s, tc);
     return s;

@@ -144,7 +144,10 @@ START_TEST(test_pipeline_flattened)
 }
 END_TEST
 
-/* Rank 0: memory channels to [1, 2, 1]; its block's table is [2, 0] and its remote-buffer table [1, 0]. */
+/*
+ * Rank 0: memory channels to [1, 2, 1]; its block's table is [2, 0, 1] and its remote-buffer table [1, 0].
+ * Its last op tells rank 2 that the put into rank 2's output has landed.
+ */
 static const char tiny_plan[] =
     "{\"name\": \"tiny\", \"collective\": \"test\", \"protocol\": \"Simple\", \"inplace\": false,\n"
     " \"gpus\": [\n"
@@ -154,7 +157,7 @@ static const char tiny_plan[] =
     "                        {\"rank\": 1, \"type\": \"s\", \"access_channel_types\": [\"memory\"]}],\n"
     "   \"semaphores\": [],\n"
     "   \"threadblocks\": [{\"id\": 0,\n"
-    "     \"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [2, 0]}],\n"
+    "     \"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [2, 0, 1]}],\n"
     "     \"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", \"remote_buffer_ids\": [1, 0]}],\n"
     "     \"ops\": [\n"
     "      {\"name\": \"put\", \"src_buff\": [{\"type\": \"i\", \"index\": 1, \"size\": 1}],\n"
@@ -163,20 +166,25 @@ static const char tiny_plan[] =
     "      {\"name\": \"signal\", \"channel_ids\": [1], \"channel_type\": \"memory\"},\n"
     "      {\"name\": \"put\", \"src_buff\": [{\"type\": \"o\", \"index\": 0, \"size\": 2}],\n"
     "       \"dst_buff\": [{\"buffer_id\": 1, \"index\": 0, \"size\": 2}], \"channel_type\": \"memory\",\n"
-    "       \"tbg_info\": {\"tb_id\": 1, \"tbg_size\": 3}}]}]},\n"
+    "       \"tbg_info\": {\"tb_id\": 1, \"tbg_size\": 3}},\n"
+    "      {\"name\": \"signal\", \"channel_ids\": [2], \"channel_type\": \"memory\"}]}]},\n"
     "  {\"id\": 1, \"input_chunks\": 2, \"output_chunks\": 2, \"scratch_chunks\": 4,\n"
     "   \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [0, 0]}],\n"
-    "   \"threadblocks\": [{\"id\": 0, \"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [0, 1]}],\n"
+    "   \"threadblocks\": [{\"id\": 0, \"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [0, "
+    "1]}],\n"
     "     \"ops\": [{\"name\": \"wait\", \"channel_ids\": [0, 1], \"channel_type\": \"memory\"}]}]},\n"
     "  {\"id\": 2, \"input_chunks\": 2, \"output_chunks\": 2, \"scratch_chunks\": 0,\n"
-    "   \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [0]}], \"threadblocks\": []}\n"
+    "   \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [0]}],\n"
+    "   \"threadblocks\": [{\"id\": 0,\n"
+    "     \"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [0]}],\n"
+    "     \"ops\": [{\"name\": \"wait\", \"channel_ids\": [0], \"channel_type\": \"memory\"}]}]}\n"
     " ]}\n";
 
 START_TEST(test_table_resolution)
 {
     struct mscx_plan *p = load_str(tiny_plan);
     const struct mscx_gpu *g = &p->gpus[0];
-    ck_assert_uint_eq(g->nops, 4);
+    ck_assert_uint_eq(g->nops, 5);
     /* put: buffer_id 0 of the block's memory table -> rank-level remote buffer 1 (rank 1 scratch) */
     ck_assert_int_eq(g->ops[0].opcode, MSCX_OP_PUT);
     ck_assert_uint_eq(g->ops[0].dst[0].flags, MSCX_OPND_REMOTE);
@@ -195,6 +203,7 @@ START_TEST(test_table_resolution)
     ck_assert_uint_eq(g->ops[3].tbg_id, 1);
     ck_assert_uint_eq(g->ops[3].tbg_size, 3);
     ck_assert(g->ops[3].flags & MSCX_OPF_TBG);
+    ck_assert_uint_eq(g->ops[4].chan[0], 1); /* local 2 -> rank channel 1, to rank 2 */
     /* pairing: rank 0's k-th channel to rank 1 pairs with rank 1's k-th channel to rank 0 */
     const struct mscx_chan *c = g->chan[MSCX_CHAN_MEMORY];
     ck_assert(c[0].paired && c[0].peer == 1 && c[0].pair == 0 && c[0].occurrence == 0);
@@ -205,6 +214,130 @@ START_TEST(test_table_resolution)
     /* no port channels: one node */
     ck_assert_uint_eq(mscx_plan_ranks_per_node(p), 3);
     ck_assert(!p->ranks_per_node_given);
+    mscx_plan_destroy(p);
+}
+END_TEST
+
+/*
+ * Two ranks: rank 0 has blocks b0 and b1, rank 1 blocks p0 and p1 (ops as JSON, "" for none), two memory
+ * channels each way, rank 0's remote buffer 0 is rank 1's output and rank 0 has one semaphore with initial
+ * value @p sem.
+ */
+static mscx_status_t load_order_plan(const char *b0, const char *b1, const char *p0, const char *p1, int sem,
+                                     char *err)
+{
+    static char json[8192];
+    static const char blk[] = "{\"id\": %d, \"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": "
+                              "[0, 1]}], %s \"ops\": [%s]}";
+    static const char refs[] =
+        "\"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", \"remote_buffer_ids\": [0]}],";
+    char t0[1024], t1[1024], u0[1024], u1[1024];
+    snprintf(t0, sizeof(t0), blk, 0, refs, b0);
+    snprintf(t1, sizeof(t1), blk, 1, refs, b1);
+    snprintf(u0, sizeof(u0), blk, 0, "", p0);
+    snprintf(u1, sizeof(u1), blk, 1, "", p1);
+    snprintf(json, sizeof(json),
+             "{\"name\": \"order\", \"collective\": \"test\", \"protocol\": \"Simple\", \"inplace\": false, "
+             "\"gpus\": ["
+             "{\"id\": 0, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": 0,"
+             " \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [1, 1]}],"
+             " \"remote_buffers\": [{\"rank\": 1, \"type\": \"o\", \"access_channel_types\": [\"memory\"]}],"
+             " \"semaphores\": [{\"init_value\": %d}], \"threadblocks\": [%s, %s]},"
+             "{\"id\": 1, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": 0,"
+             " \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [0, 0]}], \"threadblocks\": "
+             "[%s, %s]}]}",
+             sem, t0, t1, u0, u1);
+    struct mscx_plan *p = NULL;
+    mscx_status_t st = mscx_plan_load_buffer(json, strlen(json), "order.json", &p, err, MSCX_PLAN_ERR_LEN);
+    ck_assert_msg((st == MSCX_OK) == (p != NULL), "%s", err);
+    mscx_plan_destroy(p);
+    return st;
+}
+
+#define PUT_O                                                                                                \
+    "{\"name\": \"put\", \"channel_type\": \"memory\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, "      \
+    "\"size\": 1}], \"dst_buff\": [{\"buffer_id\": 0, \"index\": 0, \"size\": 1}]}"
+#define GET_O                                                                                                \
+    "{\"name\": \"get\", \"channel_type\": \"memory\", \"src_buff\": [{\"buffer_id\": 0, \"index\": 0, "     \
+    "\"size\": 1}], \"dst_buff\": [{\"type\": \"o\", \"index\": 0, \"size\": 1}]}"
+#define SIG0 "{\"name\": \"signal\", \"channel_type\": \"memory\", \"channel_ids\": [0]}"
+#define WAIT0 "{\"name\": \"wait\", \"channel_type\": \"memory\", \"channel_ids\": [0]}"
+#define SIG1 "{\"name\": \"signal\", \"channel_type\": \"memory\", \"channel_ids\": [1]}"
+#define WAIT1 "{\"name\": \"wait\", \"channel_type\": \"memory\", \"channel_ids\": [1]}"
+#define BAR "{\"name\": \"barrier\", \"barrier_id\": 2, \"num_threadblocks\": 2}"
+#define REL "{\"name\": \"sem_release\", \"semaphore_ids\": [0]}"
+#define ACQ "{\"name\": \"sem_acquire\", \"semaphore_ids\": [0]}"
+
+/*
+ * A rank's reads and writes of a peer's user buffer must happen before some op of the peer (so before the end
+ * of its launch), through program order, signal-wait pairs, barriers and semaphores; otherwise the plan is
+ * refused, naming the access.
+ */
+START_TEST(test_peer_access_order)
+{
+    static const struct {
+        const char *b0, *b1, *p0, *p1;
+        int sem;
+        const char *refused_at; /* NULL: accepted */
+    } cases[] = {
+        {PUT_O "," SIG0, "", WAIT0, "", 0, NULL},
+        {PUT_O, "", "", "", 0, "gpus[0].threadblocks[0].ops[0].dst_buff[0]"},
+        {PUT_O "," SIG1, "", WAIT1, "", 0, NULL},
+        {SIG0 "," PUT_O, "", WAIT0, "", 0, "gpus[0].threadblocks[0].ops[1].dst_buff[0]"},
+        {GET_O, "", "", "", 0, "gpus[0].threadblocks[0].ops[0].src_buff[0]"},
+        /* a group slice in a block without the signal: ordered only through a barrier */
+        {PUT_O "," SIG0, PUT_O, WAIT0, "", 0, "gpus[0].threadblocks[1].ops[0].dst_buff[0]"},
+        {BAR "," PUT_O "," SIG0, PUT_O "," BAR, WAIT0, "", 0, NULL},
+        {PUT_O "," SIG0 "," BAR, BAR "," PUT_O, WAIT0, "", 0, "gpus[0].threadblocks[1].ops[1].dst_buff[0]"},
+        /* semaphores: the acquire needs the release only when it outnumbers the initial value */
+        {ACQ "," SIG0, PUT_O "," REL, WAIT0, "", 0, NULL},
+        {ACQ "," SIG0, PUT_O "," REL, WAIT0, "", 1, "gpus[0].threadblocks[1].ops[0].dst_buff[0]"},
+        /* signals of two blocks, waits in one: the last wait needs both */
+        {PUT_O "," SIG0, SIG0, WAIT0 "," WAIT0, "", 0, NULL},
+        /* signals in one block, waits in two: each wait needs the first signal, not the second */
+        {PUT_O "," SIG0 "," SIG0, "", WAIT0, WAIT0, 0, NULL},
+        {SIG0 "," PUT_O "," SIG0, "", WAIT0, WAIT0, 0, "gpus[0].threadblocks[0].ops[1].dst_buff[0]"},
+        /* both spread: no wait is known to need a given signal */
+        {PUT_O "," SIG0, SIG0, WAIT0, WAIT0, 0, "gpus[0].threadblocks[0].ops[0].dst_buff[0]"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char err[MSCX_PLAN_ERR_LEN] = "";
+        mscx_status_t st =
+            load_order_plan(cases[i].b0, cases[i].b1, cases[i].p0, cases[i].p1, cases[i].sem, err);
+        if (cases[i].refused_at == NULL) {
+            ck_assert_msg(st == MSCX_OK, "case %zu: %s", i, err);
+            continue;
+        }
+        ck_assert_msg(st == MSCX_ERR_PLAN, "case %zu: accepted", i);
+        ck_assert_msg(strstr(err, cases[i].refused_at) && strstr(err, "order.json:") &&
+                          strstr(err, "to be ordered before the end of rank 1's launch") &&
+                          strstr(err, "plan order is order-dependent"),
+                      "case %zu: %s", i, err);
+        ck_assert_msg(strstr(err, strstr(cases[i].refused_at, "src_buff")
+                                      ? "the read of rank 1's output chunk 0 by get"
+                                      : "the write of rank 1's output chunk 0 by put"),
+                      "case %zu: %s", i, err);
+    }
+}
+END_TEST
+
+/* The regression plan: slices 1 to 3 of a thread-block group write a peer's output unordered. */
+START_TEST(test_tbg_peer_write_refused)
+{
+    struct mscx_plan *p = NULL;
+    char err[MSCX_PLAN_ERR_LEN];
+    const char *path = mscx_test_src("tests/data/regressions/tbg_reduce_send_test.json");
+    ck_assert_int_eq(mscx_plan_load(path, &p, err, sizeof(err)), MSCX_ERR_PLAN);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(
+        strstr(err,
+               "gpus[0].threadblocks[1].ops[0].dst_buff[1]: expected the write of rank 1's output "
+               "chunk 1 by res (rank 0 thread block 1) to be ordered before the end of rank 1's launch") &&
+            strstr(err, "plan reduce_send_test is order-dependent"),
+        "%s", err);
+    /* the same group, its slices joined by barriers before block 0 signals: accepted */
+    path = mscx_test_src("tests/data/regressions/tbg_reduce_send_ordered_test.json");
+    ck_assert_msg(mscx_plan_load(path, &p, err, sizeof(err)) == MSCX_OK, "%s", err);
     mscx_plan_destroy(p);
 }
 END_TEST
@@ -520,6 +653,8 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_accessors);
     tcase_add_test(tc, test_pipeline_flattened);
     tcase_add_test(tc, test_table_resolution);
+    tcase_add_test(tc, test_peer_access_order);
+    tcase_add_test(tc, test_tbg_peer_write_refused);
     tcase_add_test(tc, test_ranks_per_node);
     tcase_add_test(tc, test_historical_names);
     tcase_add_test(tc, test_clone_and_revalidate);

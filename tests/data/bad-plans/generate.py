@@ -411,6 +411,25 @@ def _(p): p["inplace"] = "yes"
 def _(p): p["collective"] = "allsmash"
 
 
+@case("peer-write-unordered", "gpus[0].threadblocks[0].ops[8].dst_buff[0]",
+      "gpus[0].threadblocks[0].ops[8].dst_buff[0]: expected the write of rank 1's input chunk 1 by put "
+      "(rank 0 thread block 0) to be ordered before the end of rank 1's launch")
+def _(p):
+    ops = p["gpus"][0]["threadblocks"][0]["ops"]
+    ops.append(ops.pop(3))
+
+
+@case("peer-write-tbg-slice", "gpus[0].threadblocks[1].ops[0].dst_buff[0]",
+      "gpus[0].threadblocks[1].ops[0].dst_buff[0]: expected the write of rank 1's input chunk 1 by put "
+      "(rank 0 thread block 1) to be ordered before the end of rank 1's launch")
+def _(p):
+    tbs = p["gpus"][0]["threadblocks"]
+    put = tbs[0]["ops"][3]
+    put["tbg_info"] = {"tb_id": 0, "tbg_size": 2}
+    tbs[1]["ops"].insert(0, dict(copy.deepcopy(put), tbg_info={"tb_id": 1, "tbg_size": 2}))
+    tbs[1]["remote_buffer_refs"] = [{"access_channel_type": "memory", "remote_buffer_ids": [0, 1]}]
+
+
 @case("bad-protocol", "protocol", "protocol: expected a protocol (\"Simple\" or \"LL\"), got \"LL128\"")
 def _(p): p["protocol"] = "LL128"
 
