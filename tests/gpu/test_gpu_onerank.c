@@ -126,12 +126,14 @@ static void graph_nodes(cudaGraph_t graph, size_t *all_p, size_t *memcpy_p, size
 {
     size_t n = 0;
     CK(cudaGraphGetNodes(graph, NULL, &n));
-    cudaGraphNode_t *nodes = calloc(n ? n : 1, sizeof(*nodes));
+    *all_p = n;
+    *memcpy_p = *kernel_p = 0;
+    if (n == 0)
+        return; /* the runtime refuses a node array with a count of 0 */
+    cudaGraphNode_t *nodes = calloc(n, sizeof(*nodes));
     if (!nodes)
         exit(1);
     CK(cudaGraphGetNodes(graph, nodes, &n));
-    *all_p = n;
-    *memcpy_p = *kernel_p = 0;
     for (size_t i = 0; i < n; i++) {
         enum cudaGraphNodeType t;
         CK(cudaGraphNodeGetType(nodes[i], &t));
