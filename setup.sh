@@ -21,10 +21,10 @@ have_deps() {
 }
 
 # Hosts without a package registry (the GPU machine) use Debian packages
-# downloaded beforehand by tools/device-deps.sh into .deps/ and unpacked here.
+# downloaded beforehand by tools/dev/device-deps.sh into .deps/ and unpacked here.
 use_local_deps() {
-    if [ -x tools/device-deps.sh ] && [ -d .deps/debs ]; then
-        eval "$(tools/device-deps.sh --unpack --print-env)"
+    if [ -x tools/dev/device-deps.sh ] && [ -d .deps/debs ]; then
+        eval "$(tools/dev/device-deps.sh --unpack --print-env)"
     fi
 }
 
@@ -70,15 +70,15 @@ build) install_deps; build "$@" ;;
 test)
     install_deps
     build
-    exec tools/run-tests.sh "$BUILD" "$@"
+    exec tools/dev/run-tests.sh "$BUILD" "$@"
     ;;
 run)
     install_deps
     build
     if has_gpu; then
-        exec tools/mscx-main "$BUILD" --gpu "$@"
+        exec tools/ab/mscx-main "$BUILD" --gpu "$@"
     fi
-    exec tools/mscx-main "$BUILD" --host "$@"
+    exec tools/ab/mscx-main "$BUILD" --host "$@"
     ;;
 *)
     echo "usage: ./setup.sh run|test|deps|build" >&2

@@ -3,7 +3,7 @@
  * The routing summary file (MSCX_SUMMARY_FILE): a JSON list with one object
  * per communicator of this process, rewritten whole at every destroy/abort and
  * once at exit for communicators never destroyed. The format is the one
- * tools/mscx-ab parses:
+ * tools/ab/mscx-ab parses:
  *
  *   [{"comm": "0x...", "rank": 0, "nranks": 1, "at": "destroy",
  *     "routed": 12, "fallback": {"size": 3},

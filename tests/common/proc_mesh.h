@@ -5,7 +5,7 @@
  * allgather and a barrier over those sockets (bounded by a timeout: a dead
  * peer gives EOF, a hung one a timeout, never a hang), and a parent-side wait
  * with a hard deadline that kills every rank when it passes.
- * tests/net/net_pair.h (two ranks, the parent one of them) uses the same
+ * tests/unit/net/net_pair.h (two ranks, the parent one of them) uses the same
  * exact read and write and the same bounded wait.
  */
 #ifndef MSCX_TEST_PROC_MESH_H

@@ -5,7 +5,7 @@ Checks: named checks counted as they go, "ok: NAME" or "FAIL: NAME" plus the
 detail; Tests: a registry of test functions run one after the other, each
 "ok   NAME" or "FAIL NAME" plus its traceback. Both end in the line
 "N passed, M failed" and return the exit status (1 on any failure).
-load_script: a Python script without the .py ending (tools/mscx-ab) as a
+load_script: a Python script without the .py ending (tools/ab/mscx-ab) as a
 module.
 
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))

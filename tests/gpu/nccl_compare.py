@@ -2,10 +2,10 @@
 # SPDX-License-Identifier: MIT
 """Run one NCCL program twice, on stock NCCL and with the mscx shim
 preloaded, compare everything it dumped bit for bit, and require that the
-shim's summary (MSCX_SUMMARY_FILE, read with tools/mscx-ab's parser) reports
+shim's summary (MSCX_SUMMARY_FILE, read with tools/ab/mscx-ab's parser) reports
 routed calls.
 
-  nccl_compare.py --shim LIB --plans DIR --ab tools/mscx-ab --workdir DIR
+  nccl_compare.py --shim LIB --plans DIR --ab tools/ab/mscx-ab --workdir DIR
                   [--preload-real] -- PROGRAM ARGS... (OUTFILE is appended)
 
 --preload-real: the program is linked against some libnccl.so.2; the real one

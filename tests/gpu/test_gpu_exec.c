@@ -25,9 +25,9 @@
 #include "mscx/env.h"
 #include "mscx/hostexec.h"
 #include "plan_int.h"
-#include "gpu_int.h"
+#include "launch_abi.h"
 #include "op_plan_skip.h"
-#include "op_sem.h"
+#include "op_math.h"
 #include "test_data.h"
 
 #define ITERS 2

@@ -16,10 +16,10 @@
  *   kill     the twonode setup; rank 2 SIGKILLs itself right after launching
  *            a collective: every survivor must end with MSCX_ERR_TIMEOUT or
  *            MSCX_ERR_REMOTE within MSCX_TIMEOUT_MS (+ slack), nothing hangs
- *   ureg     MSCCL++ DSL op plans whose ops read or write a peer's input or
+ *   peerbufs MSCCL++ DSL op plans whose ops read or write a peer's input or
  *            output buffer (put, get, read-reduce, port-channel put ...), one
  *            rank per process: user buffers registered across processes
- *            (gpu_ureg.c). Every rank's input and output are compared with
+ *            (peer_buffers.c). Every rank's input and output are compared with
  *            the host executor over launches with reused, new and
  *            freed-and-reallocated buffers, a CUDA graph captured with
  *            registered buffers and replayed, and two refusals that must be
@@ -48,7 +48,7 @@
 #include "mscx/exec.h"
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
-#include "gpu_int.h"
+#include "launch_abi.h"
 #include "op_plan_skip.h"
 #include "proc_mesh.h"
 
@@ -475,7 +475,7 @@ static int rank_kill(struct proc_mesh *m, const char *path)
     return 1;
 }
 
-/* ---- ureg: user buffers of peers in other processes ---- */
+/* ---- peerbufs: user buffers of peers in other processes ---- */
 
 #define UITERS 6   /* eager launches: buffers reused, new, freed and reallocated */
 #define UREPLAYS 3 /* replays of the captured launch */
@@ -645,7 +645,7 @@ static uint32_t first_exporter(const struct mscx_plan *plan)
     return best;
 }
 
-static int rank_ureg(struct proc_mesh *m, const char *path)
+static int rank_peerbufs(struct proc_mesh *m, const char *path)
 {
     static const uint64_t sizes[] = {4096 + 16, 1024, 65536};
     struct rank_ctx c;
@@ -823,7 +823,7 @@ static int run_procs(const char *mode, const char *path, uint32_t n, int vnodes)
     if (r >= 0) {
         setvbuf(stdout, NULL, _IOLBF, 0);
         int rc = kill_mode                      ? rank_kill(&m, path)
-                 : strcmp(mode, "ureg") == 0    ? rank_ureg(&m, path)
+                 : strcmp(mode, "peerbufs") == 0    ? rank_peerbufs(&m, path)
                                                 : rank_run(&m, path, vnodes > 1 ? vnodes : 0);
         fflush(NULL);
         _exit(rc);
@@ -888,8 +888,8 @@ int main(int argc, char **argv)
         path = MSCX_SOURCE_ROOT "/plans/allreduce_n2_rpn2_oneshot_1K_16K.json";
     } else if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "cudaport") == 0 || strcmp(g_mode, "kill") == 0) {
         path = MSCX_SOURCE_ROOT "/plans/allreduce_n4_rpn2_hier2_1K_64K.json";
-    } else if (strcmp(g_mode, "ureg") != 0) {
-        fprintf(stderr, "unknown mode %s (ipc, twonode, cudaport, kill, ureg)\n", g_mode);
+    } else if (strcmp(g_mode, "peerbufs") != 0) {
+        fprintf(stderr, "unknown mode %s (ipc, twonode, cudaport, kill, peerbufs)\n", g_mode);
         return 2;
     }
     if (argc > 2)
@@ -898,7 +898,7 @@ int main(int argc, char **argv)
         printf("no GPU: skipped\n");
         return 77;
     }
-    if (strcmp(g_mode, "ureg") == 0 && !path) {
+    if (strcmp(g_mode, "peerbufs") == 0 && !path) {
         /*
          * The DSL's op demonstrations that reach peers' user buffers: through
          * memory channels, and (put_with_signal*_test) through port channels,
@@ -932,10 +932,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "FAIL: only %d of the op plans ran (reference plans missing? looked in %s)\n", ran, ref);
             bad = 1;
         }
-        printf("ureg: %d plans across processes, %s\n", ran, bad ? "FAILED" : "passed");
+        printf("peerbufs: %d plans across processes, %s\n", ran, bad ? "FAILED" : "passed");
         return bad;
     }
-    const char *why = plan_ranks(path, strcmp(g_mode, "ureg") == 0, &n, &rpn);
+    const char *why = plan_ranks(path, strcmp(g_mode, "peerbufs") == 0, &n, &rpn);
     if (why) {
         fprintf(stderr, "FAIL: %s: %s\n", path, why);
         return 1;

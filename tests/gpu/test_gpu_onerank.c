@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * One-rank identity plans on the GPU (gpu_onerank.h). Every shipped plan of
+ * One-rank identity plans on the GPU (onerank.h). Every shipped plan of
  * one rank, and a one-rank plan the decision refuses (a copy split into two
  * slices: its result is the input, but only a kernel computes it), through
  * mscx_exec_launch:

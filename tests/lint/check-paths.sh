@@ -12,7 +12,7 @@ hits=$(cd "$root" && grep -rnE "$pat" \
     --include='*.py' --include='*.sh' --include='meson.build' --include='meson_options.txt' \
     executor shim plans tools tests .ci setup.sh meson.build meson_options.txt 2>/dev/null |
     grep -v '^tests/lint/check-paths\.sh:' | grep -v '^tests/data/')
-# scripts without an extension (tools/mscx-ab, .ci/run and the like)
+# scripts without an extension (tools/ab/mscx-ab, .ci/run and the like)
 for f in $(cd "$root" && find tools .ci -type f ! -name '*.*' 2>/dev/null); do
     h=$(cd "$root" && grep -nE "$pat" "$f" | sed "s|^|$f:|")
     [ -n "$h" ] && hits="$hits

@@ -3,10 +3,10 @@
 # gpu_gate.sh MIN [--torch] -- CMD...: run CMD only when at least MIN GPUs are
 # present (nvidia-smi -L, or torch.cuda.device_count() with --torch, which
 # also needs torch importable); otherwise exit 77, meson's "skipped".
-# The GPU counts are tools/multigpu/common.sh's, as the sweep scripts count.
+# The GPU counts are tools/ab/multigpu/common.sh's, as the sweep scripts count.
 set -euo pipefail
 MG_NAME=gpu_gate
-. "$(dirname "$0")/../../tools/multigpu/common.sh"
+. "$(dirname "$0")/../../tools/ab/multigpu/common.sh"
 min=$1
 shift
 need_torch=0

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The GPU launch compiler (executor/src/gpu_compile.c) on the host: for every
+ * The GPU launch compiler (executor/gpu/launch_compile.c) on the host: for every
  * shipped plan, every rank, sizes at and inside the plan's range (aligned and
  * odd), LL16 and LL8, fp32 and fp16, every compiled entry's operands must lie
  * inside their buffers (input, output, this launch's scratch half, the
@@ -16,8 +16,8 @@
 #include <string.h>
 #include "test_common.h"
 #include "mscx/plan.h"
-#include "gpu_int.h"
-#include "op_sem.h"
+#include "launch_abi.h"
+#include "op_math.h"
 #include "plan_int.h"
 
 #define MAX_RB 64
@@ -26,7 +26,7 @@ struct ctx {
     const struct mscx_plan *plan;
     uint32_t rank;
     struct mscx_gpu_args a;
-    struct mscx_kprog kp;
+    struct mscx_program kp;
     uint64_t own_half; /* this rank's fixed scratch half (0: single buffered) */
     struct mscx_kp_rbuf rb[MAX_RB];
     uint64_t rb_bytes[MAX_RB]; /* usable bytes from the operand base: the owner's half */
@@ -104,9 +104,9 @@ static uint64_t base_bytes(const struct ctx *c, uint32_t base)
 }
 
 /* Operand j of entry k covers [off, off + bytes): inside its buffer. */
-static void check_opnd(const struct ctx *c, const struct mscx_kop *k, uint32_t j, uint64_t bytes, const char *what)
+static void check_opnd(const struct ctx *c, const struct mscx_entry *k, uint32_t j, uint64_t bytes, const char *what)
 {
-    const struct mscx_kopnd *o = &c->kp.opnd[k->opnd + j];
+    const struct mscx_entry_opnd *o = &c->kp.opnd[k->opnd + j];
     uint64_t have = base_bytes(c, o->base);
     ck_assert_msg((uint64_t)o->off + bytes <= have,
                   "plan %s rank %u op %u (%s, kind %u): operand %u (%s, base %u) [%u, +%llu) past %llu bytes",
@@ -122,7 +122,7 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
                               uint32_t *nfolded_p)
 {
     const struct mscx_gpu *gpu = &c->plan->gpus[c->rank];
-    const struct mscx_kprog *kp = &c->kp;
+    const struct mscx_program *kp = &c->kp;
     const uint64_t pl = c->a.pkt == MSCX_PKT_LL8 ? 4u : 8u;
     uint32_t generic = 0, compiled = 0;
     for (uint32_t b = 0; b < gpu->ntb; b++) {
@@ -130,27 +130,27 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
             continue;
         ck_assert_uint_le(kp->kbegin[b], kp->kbegin[b + 1]);
         for (uint32_t i = kp->kbegin[b]; i < kp->kbegin[b + 1]; i++) {
-            const struct mscx_kop *k = &kp->kop[i];
+            const struct mscx_entry *k = &kp->kop[i];
             uint64_t n = k->units;
             ck_assert_uint_lt(k->op, gpu->tb[b].nops);
             ck_assert_uint_ge(k->opnd, kp->pbegin[b]);
             ck_assert_uint_le((uint32_t)k->opnd + k->nsrc + k->ndst, kp->pbegin[b + 1]);
             switch (k->kind) {
-            case MSCX_KOP_PACK:
+            case MSCX_ENTRY_PACK:
                 check_opnd(c, k, 0, n * pl, "raw source");
                 for (uint32_t j = 0; j < k->ndst; j++)
                     check_opnd(c, k, 1 + j, n * 2 * pl, "lines");
                 break;
-            case MSCX_KOP_UNPACK:
+            case MSCX_ENTRY_UNPACK:
                 check_opnd(c, k, 0, n * 2 * pl, "lines");
                 check_opnd(c, k, 1, n * pl, "raw destination");
                 break;
-            case MSCX_KOP_FWD:
+            case MSCX_ENTRY_FWD:
                 check_opnd(c, k, 0, n * 2 * pl, "lines");
                 for (uint32_t j = 0; j < k->ndst; j++)
                     check_opnd(c, k, 1 + j, n * 2 * pl, "lines");
                 break;
-            case MSCX_KOP_REDPKT:
+            case MSCX_ENTRY_REDPKT:
                 check_opnd(c, k, 0, k->lsrc0 ? n * 2 * pl : n * pl, k->lsrc0 ? "fused source lines" : "raw source");
                 ck_assert_uint_lt(k->fsrc, k->nsrc);
                 for (uint32_t j = 1; j < k->nsrc; j++)
@@ -163,18 +163,18 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
                 for (uint32_t j = 1; j < k->ndst; j++)
                     check_opnd(c, k, k->nsrc + j, n * 2 * pl, "destination lines");
                 break;
-            case MSCX_KOP_COPY:
+            case MSCX_ENTRY_COPY:
                 check_opnd(c, k, 0, n * 16u, "source");
                 check_opnd(c, k, 1, n * 16u, "destination");
                 break;
-            case MSCX_KOP_REDUCE:
+            case MSCX_ENTRY_REDUCE:
                 for (uint32_t j = 0; j < (uint32_t)k->nsrc + k->ndst; j++)
                     check_opnd(c, k, j, n * 16u, "operand");
                 break;
-            case MSCX_KOP_GENERIC:
+            case MSCX_ENTRY_GENERIC:
                 generic++;
                 continue;
-            case MSCX_KOP_SKIP:
+            case MSCX_ENTRY_SKIP:
                 /* fusion's SKIPs are dropped (kp_compact), except one that ends its block */
                 ck_assert_msg(i + 1 == kp->kbegin[b + 1], "%s rank %u block %u: a SKIP at entry %u of [%u, %u)",
                               c->plan->name, c->rank, b, i, kp->kbegin[b], kp->kbegin[b + 1]);
@@ -184,8 +184,8 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
             }
             ck_assert_uint_gt(n, 0);
             compiled++;
-            *nfused_p += k->kind == MSCX_KOP_REDPKT && k->lsrc0;
-            *nfolded_p += k->kind == MSCX_KOP_REDPKT && k->fsrc;
+            *nfused_p += k->kind == MSCX_ENTRY_REDPKT && k->lsrc0;
+            *nfolded_p += k->kind == MSCX_ENTRY_REDPKT && k->fsrc;
         }
     }
     *ncompiled_p += compiled;
@@ -193,7 +193,7 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
 }
 
 /* The operand's pointer as the kernel resolved it before programs moved to device memory (launch flag @p f). */
-static uint64_t old_kbase(const struct ctx *c, const struct mscx_kopnd *d, uint32_t f, uint64_t in, uint64_t out,
+static uint64_t old_kbase(const struct ctx *c, const struct mscx_entry_opnd *d, uint32_t f, uint64_t in, uint64_t out,
                           uint64_t scratch)
 {
     if (d->base >= MSCX_KB_RBUF) {
@@ -233,8 +233,8 @@ static void check_encoding(const struct ctx *c)
     for (uint32_t b = 0; b < gpu->ntb; b++) {
         const char *rec = buf + (size_t)stride * b;
         const struct mscx_kblk_head *h = (const struct mscx_kblk_head *)rec;
-        const struct mscx_kop *ko = (const struct mscx_kop *)(rec + 16);
-        const struct mscx_kptr *po = (const struct mscx_kptr *)(rec + 16u * (1u + km));
+        const struct mscx_entry *ko = (const struct mscx_entry *)(rec + 16);
+        const struct mscx_tagged_ptr *po = (const struct mscx_tagged_ptr *)(rec + 16u * (1u + km));
         uint32_t kb = c->kp.kbegin[b], pb = c->kp.pbegin[b];
         ck_assert_uint_eq(h->nk, c->kp.kbegin[b + 1] - kb);
         ck_assert_uint_eq(h->np, c->kp.pbegin[b + 1] - pb);
@@ -242,18 +242,18 @@ static void check_encoding(const struct ctx *c)
         ck_assert_uint_le(h->np, pm);
         ck_assert_uint_eq(h->obase, c->kp.obase[b]);
         for (uint32_t i = 0; i < h->nk; i++) {
-            struct mscx_kop want = c->kp.kop[kb + i];
+            struct mscx_entry want = c->kp.kop[kb + i];
             want.opnd = (uint16_t)(want.opnd - pb);
             ck_assert_int_eq(memcmp(&ko[i], &want, sizeof(want)), 0);
         }
         for (uint32_t i = 0; i < h->np; i++) {
-            const struct mscx_kopnd *d = &c->kp.opnd[pb + i];
+            const struct mscx_entry_opnd *d = &c->kp.opnd[pb + i];
             for (uint32_t f = 1; f <= 2; f++) { /* odd, even */
-                uint64_t v0 = po[i].v[0], tag = v0 >> MSCX_KPTR_TAG_SHIFT, got;
+                uint64_t v0 = po[i].v[0], tag = v0 >> MSCX_TAGGED_TAG_SHIFT, got;
                 if (tag == 0)
                     got = po[i].v[f & 1u];
                 else
-                    got = (tag == 1 ? in : out) + (v0 & MSCX_KPTR_OFF_MASK);
+                    got = (tag == 1 ? in : out) + (v0 & MSCX_TAGGED_OFF_MASK);
                 ck_assert_msg(got == old_kbase(c, d, f, in, out, scratch),
                               "plan %s rank %u block %u operand %u flag parity %u: %#llx, want %#llx", c->plan->name,
                               c->rank, b, i, f & 1u, (unsigned long long)got,
@@ -310,7 +310,7 @@ START_TEST(test_compile_shipped_plans)
                          */
                         int has_redpkt = 0;
                         for (uint32_t i = 0; i < c->kp.kbegin[gpu->ntb]; i++)
-                            has_redpkt |= c->kp.kop[i].kind == MSCX_KOP_REDPKT;
+                            has_redpkt |= c->kp.kop[i].kind == MSCX_ENTRY_REDPKT;
                         if (oneshot && r > 0 && has_redpkt)
                             ck_assert_msg(fused > 0, "%s rank %u, %llu bytes: the unpack was not fused", plan->name,
                                           r, (unsigned long long)sizes[s]);
@@ -337,8 +337,8 @@ START_TEST(test_compile_shipped_plans)
                          */
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             for (uint32_t b = 0; b < gpu->ntb; b++) {
-                                const struct mscx_kop *k0 = &c->kp.kop[c->kp.kbegin[b]];
-                                ck_assert_msg(k0->kind == MSCX_KOP_PACK && k0->ndst == plan->nranks - 1,
+                                const struct mscx_entry *k0 = &c->kp.kop[c->kp.kbegin[b]];
+                                ck_assert_msg(k0->kind == MSCX_ENTRY_PACK && k0->ndst == plan->nranks - 1,
                                               "%s rank %u block %u, %llu bytes: first entry kind %u with %u "
                                               "destinations", plan->name, r, b, (unsigned long long)sizes[s],
                                               k0->kind, k0->ndst);
@@ -363,10 +363,10 @@ END_TEST
 /* ---- mscx_gpu_kp_split on hand-made programs ---- */
 
 /* Append entry (kind, units, block's next) with operands (base, off) pairs: nsrc sources then ndst. */
-static void kp_add(struct mscx_kprog *kp, uint32_t *nk, uint32_t *np, uint8_t kind, uint32_t units, uint8_t nsrc,
+static void kp_add(struct mscx_program *kp, uint32_t *nk, uint32_t *np, uint8_t kind, uint32_t units, uint8_t nsrc,
                    uint8_t ndst, const uint32_t *bo)
 {
-    struct mscx_kop *k = &kp->kop[(*nk)++];
+    struct mscx_entry *k = &kp->kop[(*nk)++];
     memset(k, 0, sizeof(*k));
     k->kind = kind;
     k->units = units;
@@ -390,7 +390,7 @@ static void kp_add(struct mscx_kprog *kp, uint32_t *nk, uint32_t *np, uint8_t ki
  * reads a range partly written before, 3 a range nothing writes, 4 packets
  * in the user buffer.
  */
-static void kp_hand(struct mscx_kprog *kp, int variant)
+static void kp_hand(struct mscx_program *kp, int variant)
 {
     uint32_t nk = 0, np = 0;
     memset(kp, 0, sizeof(*kp));
@@ -399,16 +399,16 @@ static void kp_hand(struct mscx_kprog *kp, int variant)
         kp->kbegin[b] = (uint16_t)nk;
         kp->pbegin[b] = (uint16_t)np;
         uint32_t pack[] = {MSCX_KB_IN, h, MSCX_KB_SCRATCH, 2u * h};
-        kp_add(kp, &nk, &np, MSCX_KOP_PACK, 32, 1, 1, pack);
+        kp_add(kp, &nk, &np, MSCX_ENTRY_PACK, 32, 1, 1, pack);
         uint32_t unpack[] = {MSCX_KB_RBUF, 2u * h, variant == 4 && b ? MSCX_KB_IN : MSCX_KB_SCRATCH, 4096};
         if (variant == 4 && b)
-            kp_add(kp, &nk, &np, MSCX_KOP_FWD, 16, 1, 1, unpack);
+            kp_add(kp, &nk, &np, MSCX_ENTRY_FWD, 16, 1, 1, unpack);
         unpack[2] = MSCX_KB_OUT;
         unpack[3] = h;
-        kp_add(kp, &nk, &np, MSCX_KOP_UNPACK, variant == 3 && b ? 24 : 32, 1, 1, unpack);
+        kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, variant == 3 && b ? 24 : 32, 1, 1, unpack);
         uint32_t rd = variant == 1 && b ? 0 : variant == 2 && b ? h - 16 : h;
         uint32_t red[] = {MSCX_KB_IN, h, MSCX_KB_OUT, rd, MSCX_KB_OUT, h};
-        kp_add(kp, &nk, &np, MSCX_KOP_REDUCE, variant == 3 && b ? 12 : 16, 2, 1, red);
+        kp_add(kp, &nk, &np, MSCX_ENTRY_REDUCE, variant == 3 && b ? 12 : 16, 2, 1, red);
     }
     kp->kbegin[2] = (uint16_t)nk;
     kp->pbegin[2] = (uint16_t)np;
@@ -417,16 +417,16 @@ static void kp_hand(struct mscx_kprog *kp, int variant)
 /* mscx_gpu_kp_packet_only: a COPY, a REDUCE or a GENERIC entry anywhere, in any block, rules the packet kernel out */
 START_TEST(test_packet_only)
 {
-    static const uint8_t other[] = {MSCX_KOP_COPY, MSCX_KOP_REDUCE, MSCX_KOP_GENERIC};
-    struct mscx_kprog *kp = calloc(1, sizeof(*kp));
+    static const uint8_t other[] = {MSCX_ENTRY_COPY, MSCX_ENTRY_REDUCE, MSCX_ENTRY_GENERIC};
+    struct mscx_program *kp = calloc(1, sizeof(*kp));
     ck_assert_ptr_nonnull(kp);
     kp_hand(kp, 0); /* PACK, UNPACK, REDUCE per block */
     ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 2), 0);
     ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 0), 1); /* no blocks: nothing to refuse */
     for (size_t o = 0; o < sizeof(other) / sizeof(other[0]); o++)
         for (uint32_t at = 0; at < 6; at++) {
-            uint8_t kinds[6] = {MSCX_KOP_PACK, MSCX_KOP_FWD, MSCX_KOP_REDPKT, MSCX_KOP_UNPACK, MSCX_KOP_SKIP,
-                                MSCX_KOP_REDPKT};
+            uint8_t kinds[6] = {MSCX_ENTRY_PACK, MSCX_ENTRY_FWD, MSCX_ENTRY_REDPKT, MSCX_ENTRY_UNPACK, MSCX_ENTRY_SKIP,
+                                MSCX_ENTRY_REDPKT};
             memset(kp, 0, sizeof(*kp));
             for (uint32_t i = 0; i < 6; i++)
                 kp->kop[i].kind = i == at ? other[o] : kinds[i];
@@ -486,11 +486,11 @@ END_TEST
 
 START_TEST(test_split_rules)
 {
-    static struct mscx_kprog kp, orig;
+    static struct mscx_program kp, orig;
     kp_hand(&kp, 0);
     ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 1);
     for (uint32_t b = 0; b < 2; b++) {
-        const struct mscx_kop *k = &kp.kop[kp.kbegin[b]];
+        const struct mscx_entry *k = &kp.kop[kp.kbegin[b]];
         /* PACK reads the input (nothing wrote it); UNPACK writes the output */
         ck_assert_uint_eq(kp.opnd[k[0].opnd].base, MSCX_KB_IN);
         ck_assert_uint_eq(kp.opnd[k[1].opnd + 1].base, MSCX_KB_OUT);
@@ -512,7 +512,7 @@ START_TEST(test_split_rules)
     }
     /* a GENERIC entry or an interpreter block: refused */
     kp_hand(&kp, 0);
-    kp.kop[1].kind = MSCX_KOP_GENERIC;
+    kp.kop[1].kind = MSCX_ENTRY_GENERIC;
     ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 0);
     kp_hand(&kp, 0);
     kp.interp_mask = 2;
@@ -530,37 +530,37 @@ END_TEST
  * where the input lies without the COPY before it, 5 an entry writes the
  * input.
  */
-static void kp_hand_ag(struct mscx_kprog *kp, int variant, uint32_t *ntb_p)
+static void kp_hand_ag(struct mscx_program *kp, int variant, uint32_t *ntb_p)
 {
     uint32_t nk = 0, np = 0;
     memset(kp, 0, sizeof(*kp));
     kp->kbegin[0] = 0;
     kp->pbegin[0] = 0;
     uint32_t pack[] = {MSCX_KB_IN, 0, MSCX_KB_SCRATCH, 0};
-    kp_add(kp, &nk, &np, MSCX_KOP_PACK, 32, 1, 1, pack);
+    kp_add(kp, &nk, &np, MSCX_ENTRY_PACK, 32, 1, 1, pack);
     if (variant != 4) {
         uint32_t copy[] = {MSCX_KB_IN, 0, MSCX_KB_OUT, 256};
-        kp_add(kp, &nk, &np, MSCX_KOP_COPY, 16, 1, 1, copy);
+        kp_add(kp, &nk, &np, MSCX_ENTRY_COPY, 16, 1, 1, copy);
     }
     uint32_t unpack[] = {MSCX_KB_RBUF, 0, MSCX_KB_OUT, variant == 1 || variant == 2 ? 256u : 0u};
     if (variant != 3)
-        kp_add(kp, &nk, &np, MSCX_KOP_UNPACK, 32, 1, 1, unpack);
+        kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
     if (variant == 2)
         kp->kop[nk - 1].sync = 1;
     if (variant == 4) {
         uint32_t red[] = {MSCX_KB_OUT, 256, MSCX_KB_OUT, 0, MSCX_KB_OUT, 0};
-        kp_add(kp, &nk, &np, MSCX_KOP_REDUCE, 16, 2, 1, red);
+        kp_add(kp, &nk, &np, MSCX_ENTRY_REDUCE, 16, 2, 1, red);
     }
     if (variant == 5) {
         uint32_t wr[] = {MSCX_KB_OUT, 0, MSCX_KB_IN, 0};
-        kp_add(kp, &nk, &np, MSCX_KOP_COPY, 16, 1, 1, wr);
+        kp_add(kp, &nk, &np, MSCX_ENTRY_COPY, 16, 1, 1, wr);
     }
     *ntb_p = 1;
     if (variant == 3) {
         kp->kbegin[1] = (uint16_t)nk;
         kp->pbegin[1] = (uint16_t)np;
         unpack[3] = 256;
-        kp_add(kp, &nk, &np, MSCX_KOP_UNPACK, 32, 1, 1, unpack);
+        kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
         kp->kop[nk - 1].sync = 1;
         *ntb_p = 2;
     }
@@ -570,7 +570,7 @@ static void kp_hand_ag(struct mscx_kprog *kp, int variant, uint32_t *ntb_p)
 
 START_TEST(test_alias_rules)
 {
-    static struct mscx_kprog kp;
+    static struct mscx_program kp;
     static const int want[] = {1, 0, 1, 0, 0, 0};
     for (int v = 0; v <= 5; v++) {
         uint32_t ntb;
@@ -584,7 +584,7 @@ START_TEST(test_alias_rules)
     ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 1024, 0, 256), 1);
     /* a GENERIC entry or an interpreter block: never */
     kp_hand_ag(&kp, 0, &ntb);
-    kp.kop[0].kind = MSCX_KOP_GENERIC;
+    kp.kop[0].kind = MSCX_ENTRY_GENERIC;
     ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256), 0);
     kp_hand_ag(&kp, 0, &ntb);
     kp.interp_mask = 1;
@@ -625,8 +625,8 @@ static uint32_t own_scratch_packs(const struct ctx *c, uint32_t b)
 {
     uint32_t n = 0;
     for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++) {
-        const struct mscx_kop *k = &c->kp.kop[e];
-        if (k->kind == MSCX_KOP_PACK)
+        const struct mscx_entry *k = &c->kp.kop[e];
+        if (k->kind == MSCX_ENTRY_PACK)
             for (uint32_t j = 0; j < k->ndst; j++)
                 n += c->kp.opnd[k->opnd + 1 + j].base == MSCX_KB_SCRATCH;
     }
@@ -656,18 +656,18 @@ START_TEST(test_fold_pack_oneshot)
         ck_assert_uint_gt(ntb, 0);
         for (uint32_t b = 0; b < ntb; b++) {
             ck_assert_uint_eq(own_scratch_packs(c, b), 0);
-            ck_assert_uint_eq(count_kind(c, b, MSCX_OP_COPY_PACKETS, MSCX_KOP_SKIP), 0);
+            ck_assert_uint_eq(count_kind(c, b, MSCX_OP_COPY_PACKETS, MSCX_ENTRY_SKIP), 0);
             /* the puts to the peers: one PACK with 7 destinations, then the reduction, nothing else */
             ck_assert_uint_eq(c->kp.kbegin[b + 1] - c->kp.kbegin[b], 2);
-            const struct mscx_kop *p = &c->kp.kop[c->kp.kbegin[b]], *r = p + 1;
-            ck_assert_uint_eq(p->kind, MSCX_KOP_PACK);
+            const struct mscx_entry *p = &c->kp.kop[c->kp.kbegin[b]], *r = p + 1;
+            ck_assert_uint_eq(p->kind, MSCX_ENTRY_PACK);
             ck_assert_uint_eq(p->opcode, MSCX_OP_PUT_PACKETS);
             ck_assert_uint_eq(p->ndst, 7);
-            ck_assert_uint_eq(r->kind, MSCX_KOP_REDPKT);
+            ck_assert_uint_eq(r->kind, MSCX_ENTRY_REDPKT);
             /* src[0] is slot 0's lines (the unpack fused in), src[1] was slot 1: now the input */
             ck_assert_uint_eq(r->lsrc0, 1);
             ck_assert_uint_eq(r->fsrc, 1);
-            const struct mscx_kopnd *x = &c->kp.opnd[p->opnd], *f = &c->kp.opnd[r->opnd + r->fsrc];
+            const struct mscx_entry_opnd *x = &c->kp.opnd[p->opnd], *f = &c->kp.opnd[r->opnd + r->fsrc];
             ck_assert_uint_eq(x->base, MSCX_KB_IN);
             ck_assert_uint_eq(f->base, x->base);
             ck_assert_uint_eq(f->off, x->off);
@@ -678,11 +678,11 @@ START_TEST(test_fold_pack_oneshot)
     compile_rank(c, plan, 0, 1024, pkt);
         for (uint32_t b = 0; b < plan->gpus[0].ntb; b++)
             for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++) {
-                const struct mscx_kop *k = &c->kp.kop[e];
-                ck_assert_uint_ne(k->kind, MSCX_KOP_SKIP);
+                const struct mscx_entry *k = &c->kp.kop[e];
+                ck_assert_uint_ne(k->kind, MSCX_ENTRY_SKIP);
                 ck_assert_uint_eq(k->fsrc, 0);
                 ck_assert_uint_eq(k->lsrc0, 0);
-                ck_assert(k->kind == (k->opcode == MSCX_OP_PUT_PACKETS ? MSCX_KOP_PACK : MSCX_KOP_REDPKT));
+                ck_assert(k->kind == (k->opcode == MSCX_OP_PUT_PACKETS ? MSCX_ENTRY_PACK : MSCX_ENTRY_REDPKT));
             }
     }
     /*
@@ -693,10 +693,10 @@ START_TEST(test_fold_pack_oneshot)
     compile_rank(c, plan, 1, 1028, MSCX_PKT_LL16);
     uint32_t generic = 0;
     for (uint32_t e = 0; e < c->kp.kbegin[plan->gpus[1].ntb]; e++) {
-        generic += c->kp.kop[e].kind == MSCX_KOP_GENERIC;
+        generic += c->kp.kop[e].kind == MSCX_ENTRY_GENERIC;
         ck_assert_uint_eq(c->kp.kop[e].fsrc, 0);
         if (c->kp.kop[e].opcode == MSCX_OP_COPY_PACKETS)
-            ck_assert_uint_ne(c->kp.kop[e].kind, MSCX_KOP_SKIP);
+            ck_assert_uint_ne(c->kp.kop[e].kind, MSCX_ENTRY_SKIP);
     }
     ck_assert_uint_gt(generic, 0);
     free(c);

@@ -4,7 +4,7 @@
  * plan and every (size, dtype, operator, packet format) at which every rank's
  * program compiles whole (no GENERIC entry, no interpreter block: what the
  * fast kernel runs), emulate the encoded block records (exactly what the
- * kernel stages, see mscx_run_compiled and mscx_kop_run in
+ * kernel stages, see mscx_run_compiled and mscx_entry_run in
  * kernels/exec_ops.cuh) for two consecutive launches (flags 1 and 2, so both
  * scratch halves) and compare every rank's output and input bit for bit with
  * the host reference executor.
@@ -32,8 +32,8 @@
 #include "test_data.h"
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
-#include "gpu_int.h"
-#include "op_sem.h"
+#include "launch_abi.h"
+#include "op_math.h"
 #include "plan_int.h"
 
 #define MAXR 16
@@ -50,7 +50,7 @@ struct rank_st {
     struct mscx_kp_rbuf *rb;      /* [nrbuf] */
     uint32_t ngeom, geom_rank[MSCX_GPU_MAX_GEOM];
     struct mscx_gpu_args a;
-    struct mscx_kprog kp;
+    struct mscx_program kp;
     char *rec;
     uint32_t stride, kmax, pmax;
     /* emulation */
@@ -212,7 +212,7 @@ static int emu_compile(struct emu *e, const char **why_p)
             return 0;
         }
         for (uint32_t i = 0; i < R->kp.kbegin[gpu->ntb]; i++)
-            if (R->kp.kop[i].kind == MSCX_KOP_GENERIC) {
+            if (R->kp.kop[i].kind == MSCX_ENTRY_GENERIC) {
                 *why_p = "GENERIC entries";
                 return 0;
             }
@@ -234,7 +234,7 @@ static int emu_compile(struct emu *e, const char **why_p)
  */
 static int emu_split(struct emu *e)
 {
-    static struct mscx_kprog kp2;
+    static struct mscx_program kp2;
     for (uint32_t q = 0; q < e->n; q++) {
         struct rank_st *R = &e->r[q];
         const uint32_t ntb = e->plan->gpus[q].ntb;
@@ -287,7 +287,7 @@ static int emu_buffers(struct emu *e)
     return 1;
 }
 
-/* ---- the entries, as mscx_kop_run runs them ---- */
+/* ---- the entries, as mscx_entry_run runs them ---- */
 
 static uint32_t ld32(const char *p)
 {
@@ -353,20 +353,20 @@ struct opnd {
 
 static struct opnd opnd_at(const struct rank_st *R, uint32_t b, uint32_t j, uint32_t parity)
 {
-    const struct mscx_kptr *po =
-        (const struct mscx_kptr *)(R->rec + (size_t)R->stride * b + 16u * (1u + R->kmax));
-    uint64_t v0 = po[j].v[0], tag = v0 >> MSCX_KPTR_TAG_SHIFT;
+    const struct mscx_tagged_ptr *po =
+        (const struct mscx_tagged_ptr *)(R->rec + (size_t)R->stride * b + 16u * (1u + R->kmax));
+    uint64_t v0 = po[j].v[0], tag = v0 >> MSCX_TAGGED_TAG_SHIFT;
     struct opnd o = {NULL, tag};
     if (tag == 0)
         o.p = (char *)(uintptr_t)(parity ? po[j].v[1] : v0);
     else
-        o.p = (char *)(tag == 1 ? R->in : R->out) + (v0 & MSCX_KPTR_OFF_MASK);
+        o.p = (char *)(tag == 1 ? R->in : R->out) + (v0 & MSCX_TAGGED_OFF_MASK);
     return o;
 }
 
 struct loc {
     uint32_t rank, block, entry;
-    const struct mscx_kop *k;
+    const struct mscx_entry *k;
 };
 
 static void emu_fail(const struct emu *e, const struct loc *L, const char *fmt, ...)
@@ -421,11 +421,11 @@ static void check_access(const struct emu *e, const struct loc *L, uint32_t j, c
 static void entry_operands(const struct emu *e, const struct loc *L, struct opnd *P, uint8_t *is_line)
 {
     const struct rank_st *R = &e->r[L->rank];
-    const struct mscx_kop *k = L->k;
+    const struct mscx_entry *k = L->k;
     const uint64_t pl = mscx_pkt_payload(e->pkt), ll = mscx_pkt_line(e->pkt), n = k->units;
     const struct mscx_kblk_head *h = (const struct mscx_kblk_head *)(R->rec + (size_t)R->stride * L->block);
     uint32_t no = (uint32_t)k->nsrc + k->ndst;
-    if (k->kind == MSCX_KOP_SKIP)
+    if (k->kind == MSCX_ENTRY_SKIP)
         return; /* a fused unpack keeps its operands, unused */
     if (k->opnd + no > h->np)
         emu_fail(e, L, "operands [%u, +%u) past the block's %u", k->opnd, no, h->np);
@@ -433,16 +433,16 @@ static void entry_operands(const struct emu *e, const struct loc *L, struct opnd
         P[j] = opnd_at(R, L->block, k->opnd + j, R->flag & 1u);
         int line = 0, raw16 = 0;
         switch (k->kind) {
-        case MSCX_KOP_PACK:
+        case MSCX_ENTRY_PACK:
             line = j >= 1;
             break;
-        case MSCX_KOP_UNPACK:
+        case MSCX_ENTRY_UNPACK:
             line = j == 0;
             break;
-        case MSCX_KOP_FWD:
+        case MSCX_ENTRY_FWD:
             line = 1;
             break;
-        case MSCX_KOP_REDPKT: /* src[0] flat unless lsrc0, src[fsrc] flat, dst[0] flat, the rest lines */
+        case MSCX_ENTRY_REDPKT: /* src[0] flat unless lsrc0, src[fsrc] flat, dst[0] flat, the rest lines */
             line = j == 0 ? k->lsrc0 : j < k->nsrc ? j != k->fsrc : j != k->nsrc;
             break;
         default: /* COPY, REDUCE */
@@ -463,10 +463,10 @@ static void entry_operands(const struct emu *e, const struct loc *L, struct opnd
 static int entry_ready(const struct emu *e, const struct loc *L, const struct opnd *P, const uint8_t *is_line,
                        char *wait, size_t wlen)
 {
-    const struct mscx_kop *k = L->k;
+    const struct mscx_entry *k = L->k;
     const uint64_t ll = mscx_pkt_line(e->pkt);
-    uint32_t nread = k->kind == MSCX_KOP_PACK ? 0 : k->kind == MSCX_KOP_REDPKT ? k->nsrc : 1;
-    if (k->kind == MSCX_KOP_COPY || k->kind == MSCX_KOP_REDUCE || k->kind == MSCX_KOP_SKIP)
+    uint32_t nread = k->kind == MSCX_ENTRY_PACK ? 0 : k->kind == MSCX_ENTRY_REDPKT ? k->nsrc : 1;
+    if (k->kind == MSCX_ENTRY_COPY || k->kind == MSCX_ENTRY_REDUCE || k->kind == MSCX_ENTRY_SKIP)
         nread = 0;
     for (uint32_t j = 0; j < nread; j++) {
         if (!is_line[j])
@@ -485,33 +485,33 @@ static int entry_ready(const struct emu *e, const struct loc *L, const struct op
 
 static void entry_run(struct emu *e, const struct loc *L, const struct opnd *P)
 {
-    const struct mscx_kop *k = L->k;
+    const struct mscx_entry *k = L->k;
     const enum mscx_pkt_format pkt = e->pkt;
     const uint32_t pl = mscx_pkt_payload(pkt), ll = mscx_pkt_line(pkt), nw = pl / 4u;
     const uint32_t flag = e->r[L->rank].flag, ns = k->nsrc, nd = k->ndst;
     uint32_t w[4], v[4];
     switch (k->kind) {
-    case MSCX_KOP_PACK:
+    case MSCX_ENTRY_PACK:
         for (uint64_t u = 0; u < k->units; u++) {
             vload(P[0].p + u * pl, pl, w);
             for (uint32_t j = 0; j < nd; j++)
                 line_store(P[1 + j].p + u * ll, pkt, w, flag);
         }
         break;
-    case MSCX_KOP_UNPACK:
+    case MSCX_ENTRY_UNPACK:
         for (uint64_t u = 0; u < k->units; u++) {
             line_read(P[0].p + u * ll, pkt, w);
             vstore(P[1].p + u * pl, pl, w);
         }
         break;
-    case MSCX_KOP_FWD:
+    case MSCX_ENTRY_FWD:
         for (uint64_t u = 0; u < k->units; u++) {
             line_read(P[0].p + u * ll, pkt, w);
             for (uint32_t j = 0; j < nd; j++)
                 line_store(P[1 + j].p + u * ll, pkt, w, flag);
         }
         break;
-    case MSCX_KOP_REDPKT:
+    case MSCX_ENTRY_REDPKT:
         if (!e->r[L->rank].a.reduce)
             emu_fail(e, L, "a reduction in a launch of the copy-only kernel");
         for (uint64_t u = 0; u < k->units; u++) {
@@ -532,12 +532,12 @@ static void entry_run(struct emu *e, const struct loc *L, const struct opnd *P)
                 line_store(P[ns + j].p + u * ll, pkt, w, flag);
         }
         break;
-    case MSCX_KOP_COPY:
+    case MSCX_ENTRY_COPY:
         if (P[0].p != P[1].p && P[0].p < P[1].p + k->units * 16u && P[1].p < P[0].p + k->units * 16u)
             emu_fail(e, L, "source and destination overlap (threads would race)");
         memcpy(P[1].p, P[0].p, k->units * 16u);
         break;
-    case MSCX_KOP_REDUCE:
+    case MSCX_ENTRY_REDUCE:
         if (!e->r[L->rank].a.reduce)
             emu_fail(e, L, "a reduction in a launch of the copy-only kernel");
         for (uint64_t u = 0; u < k->units; u++) {
@@ -550,14 +550,14 @@ static void entry_run(struct emu *e, const struct loc *L, const struct opnd *P)
                 vstore(P[ns + j].p + u * 16u, 16u, w);
         }
         break;
-    case MSCX_KOP_SKIP:
+    case MSCX_ENTRY_SKIP:
         break;
     default:
         emu_fail(e, L, "entry kind %u is not emulated (the program was taken as whole)", k->kind);
     }
     e->entries_run++;
     e->units_run += k->units;
-    e->fsrc_run += k->kind == MSCX_KOP_REDPKT && k->fsrc;
+    e->fsrc_run += k->kind == MSCX_ENTRY_REDPKT && k->fsrc;
 }
 
 /* ---- the schedule ---- */
@@ -606,7 +606,7 @@ static int task_step(struct emu *e, uint32_t q, uint32_t b, char *wait, size_t w
             launch_end(e, q);
         return 1;
     }
-    const struct mscx_kop *kop = (const struct mscx_kop *)(R->rec + (size_t)R->stride * b + 16u);
+    const struct mscx_entry *kop = (const struct mscx_entry *)(R->rec + (size_t)R->stride * b + 16u);
     struct loc L = {q, b, R->pc[b], &kop[R->pc[b]]};
     struct opnd P[2 * MSCX_MAX_OPERANDS];
     uint8_t is_line[2 * MSCX_MAX_OPERANDS];
@@ -675,8 +675,8 @@ static void emu_run(struct emu *e, uint32_t seed)
             if (R->launch >= LAUNCHES || R->pc[tb[t]] >= h->nk)
                 continue;
             task_step(e, tq[t], tb[t], wait, sizeof(wait));
-            const struct mscx_kop *k =
-                (const struct mscx_kop *)(R->rec + (size_t)R->stride * tb[t] + 16u) + R->pc[tb[t]];
+            const struct mscx_entry *k =
+                (const struct mscx_entry *)(R->rec + (size_t)R->stride * tb[t] + 16u) + R->pc[tb[t]];
             m += (size_t)snprintf(msg + m, sizeof(msg) - m,
                                   "\n  rank %u launch %u block %u entry %u (op %u %s, %s): %s", tq[t],
                                   R->launch + 1, tb[t], R->pc[tb[t]], k->op,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The GPU executor's one-rank identity decision (gpu_onerank.h): which plans
+ * The GPU executor's one-rank identity decision (onerank.h): which plans
  * launch as one device copy (out of place) or nothing (in place) instead of
  * a kernel. Every plan the decision accepts is run on the host reference
  * executor, which must leave the output equal to the input bit for bit; the
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_onerank.h"
+#include "onerank.h"
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
 #include "plan_int.h"

@@ -9,7 +9,7 @@
 #include "hostexec_int.h"
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
-#include "op_sem.h"
+#include "op_math.h"
 #include "plan_int.h"
 #include "test_common.h"
 

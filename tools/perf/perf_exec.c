@@ -2,7 +2,7 @@
 /*
  * The executor backend (--executor N): N ranks on one GPU through the mscx
  * executor directly, no NCCL; with --baseline, the hand-written kernel of
- * the same algorithm (tools/ref/) instead. Every rank has its own stream;
+ * the same algorithm (tools/bench/ref/) instead. Every rank has its own stream;
  * one timed iteration forks from stream 0 to every rank's stream, launches
  * every rank and joins back. Under -G the iterations are captured that way
  * in one graph.
@@ -492,7 +492,7 @@ static int setup_executor(struct exec_ctx *c, int dev)
 static void describe(const struct exec_ctx *c, FILE *out, int dev)
 {
     fprintf(out, "# Using device %d: %u ranks through %s\n", dev, c->n,
-            c->baseline ? "the hand-written baseline kernels (tools/ref)" : "the mscx executor");
+            c->baseline ? "the hand-written baseline kernels (tools/bench/ref)" : "the mscx executor");
     for (size_t i = 0; i < c->nplans; i++) {
         const struct exec_plan *ep = &c->plans[i];
         if (c->fixed)

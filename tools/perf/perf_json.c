@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * --json output, read by tools/mscx-ab. Schema (version 1):
+ * --json output, read by tools/ab/mscx-ab. Schema (version 1):
  * {"tool": "mscx-perf", "version": 1, "collective", "backend", "nranks",
  *  "config": {...}, "results": [{"size", "count", "type", "redop", "root",
  *  "out_of_place": {"time_us", "algbw", "busbw", "wrong"}, "in_place": {...}}],

@@ -135,7 +135,7 @@ struct mscx_ll8 {
 
 /**
  * One operand. Position and length are in unit chunks, as in the JSON; the
- * executors turn them into bytes per launch (see op_sem.h), so one encoding
+ * executors turn them into bytes per launch (see op_math.h), so one encoding
  * serves every message size.
  */
 struct mscx_dev_operand {

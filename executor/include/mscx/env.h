@@ -2,7 +2,7 @@
 /**
  * @file env.h
  * All configuration of mscx. Every MSCX_* environment variable is declared in
- * one table in executor/src/env.c, parsed once into an immutable struct.
+ * one table in executor/common/env.c, parsed once into an immutable struct.
  * No other file calls getenv().
  */
 #ifndef MSCX_ENV_H

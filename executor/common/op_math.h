@@ -1,0 +1,305 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The one definition of what operations compute: element reductions, packet
+ * lines and the chunk/byte geometry. Included by the host reference executor
+ * (C) and by the CUDA kernels, so the two cannot drift.
+ *
+ * Reductions are defined bit for bit: fp16 and bf16 widen to fp32, apply the
+ * operator in fp32 and round back to nearest-even; integers wrap. Both
+ * executors compute exactly this, in the same operand order: the accumulator
+ * starts from the first operand (never from zero, which would be wrong for
+ * min, max and prod) and folds the others in list order.
+ */
+#ifndef MSCX_OP_MATH_H
+#define MSCX_OP_MATH_H
+
+#include <stdint.h>
+#include <string.h>
+#include "mscx/dev_types.h"
+
+#ifdef __CUDACC__
+#define MSCX_HD __host__ __device__ __forceinline__
+#else
+#define MSCX_HD static inline
+#endif
+
+/* ---- scalar conversions, bit exact on host and device ---- */
+
+MSCX_HD float mscx_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+MSCX_HD uint32_t mscx_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+MSCX_HD float mscx_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while ((man & 0x400u) == 0) {
+                man <<= 1;
+                exp--;
+            }
+            man &= 0x3ffu;
+            u = sign | (exp << 23) | (man << 13);
+        }
+    } else if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0); /* inf, quiet NaN */
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    return mscx_bits_f32(u);
+}
+
+MSCX_HD uint16_t mscx_f32_to_f16(float f)
+{
+    uint32_t u = mscx_f32_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t exp = (u >> 23) & 0xffu;
+    uint32_t man = u & 0x7fffffu;
+    if (exp == 0xff) /* inf or NaN (canonical quiet NaN) */
+        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+    int32_t e = (int32_t)exp - 127 + 15;
+    if (e >= 0x1f)
+        return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) { /* subnormal or zero in half precision */
+        if (e < -10)
+            return (uint16_t)sign;
+        man |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - e);
+        uint32_t half = man >> shift;
+        uint32_t rem = man & ((1u << shift) - 1);
+        uint32_t mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1u)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = ((uint32_t)e << 10) | (man >> 13);
+    uint32_t rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (half & 1u)))
+        half++; /* may carry into the exponent, up to infinity: correct */
+    return (uint16_t)(sign | half);
+}
+
+MSCX_HD float mscx_bf16_to_f32(uint16_t b)
+{
+    return mscx_bits_f32((uint32_t)b << 16);
+}
+
+MSCX_HD uint16_t mscx_f32_to_bf16(float f)
+{
+    uint32_t u = mscx_f32_bits(f);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu))
+        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    uint32_t lsb = (u >> 16) & 1u;
+    u += 0x7fffu + lsb;
+    return (uint16_t)(u >> 16);
+}
+
+/* ---- element reductions ---- */
+
+MSCX_HD float mscx_apply_f32(unsigned op, float a, float b)
+{
+    switch (op) {
+    case MSCX_REDOP_PROD:
+        return a * b;
+    case MSCX_REDOP_MIN:
+        return b < a ? b : a;
+    case MSCX_REDOP_MAX:
+        return b > a ? b : a;
+    default:
+        return a + b;
+    }
+}
+
+MSCX_HD uint32_t mscx_apply_u32(unsigned op, uint32_t a, uint32_t b, int is_signed)
+{
+    switch (op) {
+    case MSCX_REDOP_PROD:
+        return a * b;
+    case MSCX_REDOP_MIN:
+        if (is_signed)
+            return (int32_t)b < (int32_t)a ? b : a;
+        return b < a ? b : a;
+    case MSCX_REDOP_MAX:
+        if (is_signed)
+            return (int32_t)b > (int32_t)a ? b : a;
+        return b > a ? b : a;
+    default:
+        return a + b;
+    }
+}
+
+/* Reduce one 16-bit element held in the low bits. */
+MSCX_HD uint16_t mscx_reduce16(unsigned dtype, unsigned op, uint16_t a, uint16_t b)
+{
+    if (dtype == MSCX_DT_BF16)
+        return mscx_f32_to_bf16(mscx_apply_f32(op, mscx_bf16_to_f32(a), mscx_bf16_to_f32(b)));
+    return mscx_f32_to_f16(mscx_apply_f32(op, mscx_f16_to_f32(a), mscx_f16_to_f32(b)));
+}
+
+/**
+ * Reduce one 32-bit word of payload: a single fp32/int32/uint32 element, or
+ * two fp16/bf16 elements (the lower-addressed element in the low half).
+ */
+MSCX_HD uint32_t mscx_reduce_word(unsigned dtype, unsigned op, uint32_t a, uint32_t b)
+{
+    switch (dtype) {
+    case MSCX_DT_FP32:
+        return mscx_f32_bits(mscx_apply_f32(op, mscx_bits_f32(a), mscx_bits_f32(b)));
+    case MSCX_DT_INT32:
+        return mscx_apply_u32(op, a, b, 1);
+    case MSCX_DT_UINT32:
+        return mscx_apply_u32(op, a, b, 0);
+    case MSCX_DT_FP16:
+    case MSCX_DT_BF16: {
+        uint16_t lo = mscx_reduce16(dtype, op, (uint16_t)(a & 0xffffu), (uint16_t)(b & 0xffffu));
+        uint16_t hi = mscx_reduce16(dtype, op, (uint16_t)(a >> 16), (uint16_t)(b >> 16));
+        return (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+    default:
+        return a; /* not reducible: validated away before launch */
+    }
+}
+
+/**
+ * Fold @p n bytes of @p b into @p acc element by element (the reference
+ * definition that both executors' vector paths must match). @p n is a
+ * multiple of the element size.
+ */
+MSCX_HD void mscx_reduce_bytes(unsigned dtype, unsigned op, uint8_t *acc, const uint8_t *b, uint64_t n)
+{
+    uint64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32_t x, y;
+        memcpy(&x, acc + i, 4);
+        memcpy(&y, b + i, 4);
+        x = mscx_reduce_word(dtype, op, x, y);
+        memcpy(acc + i, &x, 4);
+    }
+    if (i + 2 <= n && (dtype == MSCX_DT_FP16 || dtype == MSCX_DT_BF16)) {
+        uint16_t x, y;
+        memcpy(&x, acc + i, 2);
+        memcpy(&y, b + i, 2);
+        x = mscx_reduce16(dtype, op, x, y);
+        memcpy(acc + i, &x, 2);
+    }
+}
+
+/* ---- packet lines ---- */
+
+/* Payload bytes per line and line bytes for a format. */
+MSCX_HD uint32_t mscx_pkt_payload(unsigned fmt)
+{
+    return fmt == MSCX_PKT_LL8 ? 4u : 8u;
+}
+
+MSCX_HD uint32_t mscx_pkt_line(unsigned fmt)
+{
+    return fmt == MSCX_PKT_LL8 ? 8u : 16u;
+}
+
+/* Build the 8-byte half {data, flag} as one 64-bit value (data in the low, lower-addressed word). */
+MSCX_HD uint64_t mscx_pkt_half(uint32_t data, uint32_t flag)
+{
+    return (uint64_t)data | ((uint64_t)flag << 32);
+}
+
+MSCX_HD int mscx_pkt_half_valid(uint64_t half, uint32_t flag)
+{
+    return (uint32_t)(half >> 32) == flag;
+}
+
+MSCX_HD uint32_t mscx_pkt_half_data(uint64_t half)
+{
+    return (uint32_t)half;
+}
+
+/**
+ * Flags: the launch flag is a per-context counter kept in device memory and
+ * advanced by the executor once per launch. It is never 0, so zeroed scratch
+ * never matches. At the wrap it goes from 0xffffffff (odd) to 2 (even), not
+ * to 1: consecutive launches must alternate scratch halves (see
+ * mscx_scratch_offset), and 0xffffffff followed by 1 would put two launches
+ * in a row on the same half.
+ */
+MSCX_HD uint32_t mscx_flag_next(uint32_t flag)
+{
+    uint32_t n = flag + 1u;
+    return n == 0u ? 2u : n;
+}
+
+/* Scratch half used by a launch with @p flag: the second half on even flags. */
+MSCX_HD uint64_t mscx_scratch_offset(uint32_t flag, uint64_t half)
+{
+    return (flag & 1u) ? 0u : half;
+}
+
+/* ---- geometry ---- */
+
+/**
+ * Slice @p total bytes (a multiple of @p unit) into @p n parts as evenly as
+ * possible in whole units; the first (total/unit % n) parts get one unit more.
+ */
+MSCX_HD void mscx_slice(uint64_t total, uint32_t unit, uint32_t t, uint32_t n, uint64_t *off_p, uint64_t *len_p)
+{
+    uint64_t units = total / unit;
+    uint64_t per = units / n, rem = units % n;
+    uint64_t start = per * t + (t < rem ? t : rem);
+    *off_p = start * unit;
+    *len_p = (per + (t < rem ? 1u : 0u)) * unit;
+}
+
+/**
+ * Logical byte range [*off_p, *off_p + *len_p) of an operand, after
+ * thread-block-group slicing (unit: @p slice_unit bytes).
+ */
+MSCX_HD void mscx_operand_range(const struct mscx_dev_op *op, const struct mscx_dev_operand *o, uint64_t slot,
+                                uint32_t slice_unit, uint64_t *off_p, uint64_t *len_p)
+{
+    uint64_t off = (uint64_t)o->index * slot;
+    uint64_t len = (uint64_t)o->size * slot;
+    if (op->tbg_size > 1) {
+        uint64_t so, sl;
+        mscx_slice(len, slice_unit, op->tbg_id, op->tbg_size, &so, &sl);
+        off += so;
+        len = sl;
+    }
+    *off_p = off;
+    *len_p = len;
+}
+
+/**
+ * Map a logical offset of a raw buffer to its real byte offset and the number
+ * of real bytes available there (0 past the chunk's or the buffer's end).
+ * @param chunk real bytes per chunk; @param size real buffer size
+ */
+MSCX_HD uint64_t mscx_raw_map(uint64_t logical, uint64_t slot, uint64_t chunk, uint64_t size, uint64_t *avail_p)
+{
+    uint64_t c = logical / slot, w = logical % slot;
+    uint64_t real = c * chunk + w;
+    uint64_t avail = 0;
+    if (w < chunk && real < size) {
+        avail = chunk - w;
+        if (avail > size - real)
+            avail = size - real;
+    }
+    *avail_p = avail;
+    return real;
+}
+
+#endif /* MSCX_OP_MATH_H */

@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mscx-plangen: generate MSCCL++-format execution plans for the packet
+ * collectives mscx ships (allreduce, allgather, reducescatter on one or
+ * several nodes), validate them with the plan loader, fuse them and write
+ * them in canonical form. `--all DIR` regenerates the shipped set in plans/.
+ *
+ * The algorithms are in plangen/pg_algo.c, the JSON builder in
+ * plangen/pg_build.c. Output is deterministic: the same parameters always
+ * give the same bytes.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "mscx/plan.h"
+#include "plangen/plangen.h"
+
+#define K1 1024ull
+#define M1 (1024ull * 1024ull)
+
+struct pg_opts {
+    bool fuse;
+    bool raw;      /* write the builder's JSON, unvalidated (debugging) */
+    bool quiet;
+};
+
+/*
+ * The shipped set. Thread blocks per rank stay small enough that every rank
+ * of the largest plan fits on one GPU at once (the GPU test harness runs all
+ * ranks on one device): nranks * blocks <= 128 (H100/H200: 132 SMs).
+ */
+struct pg_entry {
+    const char *coll;
+    const char *algo;
+    uint32_t nranks, rpn;
+    uint64_t min, max;
+    uint32_t tpp, nthreads;
+    uint32_t blocks;    /* oneshot, twophase: blocks per rank (0: tpp x peers) */
+    const char *layout; /* twophase with blocks: "rows", "peer" or "cols" */
+};
+
+static const struct pg_entry pg_shipped[] = {
+    /* one rank */
+    {"allreduce", "copy", 1, 1, K1, M1, 1, 512, 0, NULL},
+    {"allgather", "copy", 1, 1, K1, M1, 1, 512, 0, NULL},
+    {"reducescatter", "copy", 1, 1, K1, M1, 1, 512, 0, NULL},
+    /* one node */
+    /*
+     * Upper ends for 2 ranks from the 2 x H200 sweep (tools/ab/multigpu/sweep.sh,
+     * one process per GPU, 2026-11-29, commit 7ec185b): under graphs stock
+     * NCCL is faster from 512 KB for AllReduce (0.92x) and ReduceScatter
+     * (0.98x), from 1 MB for AllGather (0.90x); the one-block AllGather/
+     * ReduceScatter plans are slower than NCCL at 64 KB, the multi-block
+     * ones faster from there (plans/README.md, evidence). 4 and 8 ranks
+     * keep the 1 MB start of the issue until a sweep on 4 or 8 GPUs.
+     */
+    /*
+     * 1 KB-1 MB on 2, 4 and 8 ranks: chosen side by side with the MSCCL++
+     * DSL's allreduce_pkt on one H200 (mscx-bench-gpu, in-process ranks,
+     * CUDA graphs, tools/bench/bench-select.sh, docs/perf/2026-11-30-h200-s15,
+     * calls 5-6; us, ours vs the DSL's):
+     *   2 ranks: one-shot, 2 blocks of 1024 threads: 1 KB 2.22 vs 2.70,
+     *            16 KB 2.58 vs 2.97; two-phase, 8 blocks per peer: 64 KB
+     *            3.33 vs 5.51, 256 KB 4.89 vs 16.29
+     *   4 ranks: one-shot, 4 blocks of 512: 1 KB 2.94 vs 4.04, 16 KB 3.22 vs
+     *            3.81; two-phase, 4 blocks per peer of 1024: 64 KB 4.20 vs
+     *            4.84, 1 MB 12.32 vs 33.25. Up to 4 KB one block of 512
+     *            (tools/bench/bench-blocks.sh, docs/perf/2026-11-30-h200-s16
+     *            call 7, against 4 blocks: 1 KB 2.05 vs 2.34, 4 KB 2.35 vs
+     *            2.36; at 8 ranks one block was no faster at 1 KB and 0.7 us
+     *            slower at 4 KB)
+     *   8 ranks: one-shot, 4 blocks of 512: 1 KB 3.56 vs 6.90, 16 KB 4.53
+     *            vs 5.05; above 16 KB the DSL's own structure (two-phase,
+     *            rows, 8 blocks of 1024): 64 KB 5.46 vs 5.47, 256 KB 7.87 vs
+     *            7.86, 1 MB 22.15 vs 22.07 (the same plan: equal within
+     *            noise; one block per peer was 6.02 at 64 KB and 25.83 at
+     *            1 MB). Shipped with --layout peer (the same ops per block;
+     *            each peer's share scattered and gathered by one block), so
+     *            that out-of-place calls run split instead of staged.
+     */
+    {"allreduce", "oneshot", 2, 2, K1, 16 * K1, 2, 1024, 0, NULL},
+    {"allreduce", "twophase", 2, 2, 16 * K1 + 1, 256 * K1, 8, 1024, 0, NULL},
+    {"allreduce", "oneshot", 4, 4, K1, 4 * K1, 1, 512, 1, NULL},
+    {"allreduce", "oneshot", 4, 4, 4 * K1 + 1, 16 * K1, 1, 512, 4, NULL},
+    {"allreduce", "twophase", 4, 4, 16 * K1 + 1, M1, 4, 1024, 0, NULL},
+    {"allreduce", "oneshot", 8, 8, K1, 16 * K1, 1, 512, 4, NULL},
+    {"allreduce", "twophase", 8, 8, 16 * K1 + 1, M1, 1, 1024, 8, "peer"},
+    {"allgather", "allpairs", 2, 2, K1, 32 * K1, 1, 512, 0, NULL},
+    {"allgather", "allpairs", 2, 2, 32 * K1 + 1, 512 * K1, 8, 1024, 0, NULL},
+    {"allgather", "allpairs", 4, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allgather", "allpairs", 4, 4, 64 * K1 + 1, M1, 4, 1024, 0, NULL},
+    {"allgather", "allpairs", 8, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allgather", "allpairs", 8, 8, 64 * K1 + 1, M1, 2, 1024, 0, NULL},
+    {"reducescatter", "allpairs", 2, 2, K1, 32 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "allpairs", 2, 2, 32 * K1 + 1, 256 * K1, 8, 1024, 0, NULL},
+    {"reducescatter", "allpairs", 4, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "allpairs", 4, 4, 64 * K1 + 1, M1, 4, 1024, 0, NULL},
+    {"reducescatter", "allpairs", 8, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "allpairs", 8, 8, 64 * K1 + 1, M1, 2, 1024, 0, NULL},
+    /* two nodes */
+    {"allreduce", "hier2", 4, 2, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allreduce", "hier2", 4, 2, 64 * K1 + 1, 2 * M1, 8, 1024, 0, NULL},
+    {"allreduce", "hier2", 8, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allreduce", "hier2", 8, 4, 64 * K1 + 1, 2 * M1, 4, 1024, 0, NULL},
+    {"allreduce", "hier2", 16, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allreduce", "hier2", 16, 8, 64 * K1 + 1, 2 * M1, 1, 1024, 0, NULL},
+    {"allgather", "hier2", 4, 2, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allgather", "hier2", 4, 2, 64 * K1 + 1, 2 * M1, 8, 1024, 0, NULL},
+    {"allgather", "hier2", 8, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allgather", "hier2", 8, 4, 64 * K1 + 1, 2 * M1, 4, 1024, 0, NULL},
+    {"allgather", "hier2", 16, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"allgather", "hier2", 16, 8, 64 * K1 + 1, 2 * M1, 1, 1024, 0, NULL},
+    {"reducescatter", "hier2", 4, 2, K1, 64 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "hier2", 4, 2, 64 * K1 + 1, 2 * M1, 8, 1024, 0, NULL},
+    {"reducescatter", "hier2", 8, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "hier2", 8, 4, 64 * K1 + 1, 2 * M1, 4, 1024, 0, NULL},
+    {"reducescatter", "hier2", 16, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"reducescatter", "hier2", 16, 8, 64 * K1 + 1, 2 * M1, 1, 1024, 0, NULL},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mscx-plangen --coll allreduce|allgather|reducescatter --algo ALGO --ranks N\n"
+            "                    [--ranks-per-node P] [--min-size S] [--max-size S] [--tbs-per-peer T]\n"
+            "                    [--threads-per-block B] [--blocks G] [--layout rows|peer|cols]\n"
+            "                    [--packet ll16|ll8] [--name NAME] [--no-fuse]\n"
+            "                    [-o FILE]\n"
+            "       mscx-plangen --all DIR [--no-fuse]\n"
+            "algorithms: copy (one rank); oneshot, twophase (allreduce, one node);\n"
+            "            allpairs (allgather, reducescatter, one node); hier2 (two or more nodes)\n"
+            "sizes take K, M or G suffixes (powers of 1024); the range of allgather is the output size\n"
+            "--blocks G: oneshot with G thread blocks per rank (default: tbs-per-peer x (ranks - 1));\n"
+            "            twophase with G blocks per rank, each rank's share in G sub-chunks (block b reduces\n"
+            "            sub-chunk b), no per-peer slicing; --layout rows (default: the scatter and gather of\n"
+            "            a peer's share are one op each, the MSCCL++ DSL's allreduce_pkt when G = ranks), peer\n"
+            "            (as rows, a peer's share scattered and gathered by one block: out-of-place calls\n"
+            "            run split, not staged) or cols (block b scatters, reduces and gathers sub-chunk b of\n"
+            "            every rank)\n"
+            "--raw writes the builder's JSON without validation or fusion (debugging)\n");
+}
+
+static int parse_size(const char *s, uint64_t *v_p)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    switch (*end) {
+    case 'K': case 'k': v *= K1; end++; break;
+    case 'M': case 'm': v *= M1; end++; break;
+    case 'G': case 'g': v *= 1024 * M1; end++; break;
+    default: break;
+    }
+    if (*end == '+') { /* "64K+1" */
+        char *e2;
+        unsigned long long add = strtoull(end + 1, &e2, 10);
+        if (e2 == end + 1)
+            return -1;
+        v += add;
+        end = e2;
+    }
+    if (*end)
+        return -1;
+    *v_p = v;
+    return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *v_p)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || v > 0xffffffffu)
+        return -1;
+    *v_p = (uint32_t)v;
+    return 0;
+}
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = path ? fopen(path, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "mscx-plangen: cannot open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t n = strlen(text);
+    int rc = fwrite(text, 1, n, f) == n ? 0 : -1;
+    if (n == 0 || text[n - 1] != '\n')
+        rc |= fputc('\n', f) == EOF ? -1 : 0;
+    if (path)
+        rc |= fclose(f) ? -1 : 0;
+    else
+        rc |= fflush(f) ? -1 : 0;
+    if (rc)
+        fprintf(stderr, "mscx-plangen: cannot write %s\n", path ? path : "stdout");
+    return rc;
+}
+
+/* Generate, validate, fuse, serialise. @return malloc'd JSON or NULL. */
+static char *generate(const struct pg_params *par, const struct pg_opts *o)
+{
+    struct pg_plan p;
+    struct mscx_plan *plan = NULL, *fused = NULL;
+    struct mscx_fuse_stats st;
+    char err[MSCX_PLAN_ERR_LEN];
+    char *raw, *out = NULL;
+    mscx_status_t s;
+
+    if (pg_generate(par, &p) < 0)
+        return NULL;
+    raw = pg_plan_dump(&p);
+    pg_plan_fini(&p);
+    if (!raw || o->raw)
+        return raw;
+
+    s = mscx_plan_load_buffer(raw, strlen(raw), par->name ? par->name : "mscx-plangen", &plan, err, sizeof(err));
+    if (s != MSCX_OK) {
+        fprintf(stderr, "mscx-plangen: generated plan does not load: %s\n", err);
+        goto out;
+    }
+    if (o->fuse) {
+        s = mscx_plan_fuse(plan, &fused, &st);
+        if (s != MSCX_OK) {
+            fprintf(stderr, "mscx-plangen: fusion failed: %s\n", mscx_status_str(s));
+            goto out;
+        }
+        if (!o->quiet)
+            fprintf(stderr, "mscx-plangen: %s: %u ops fused into %u\n", mscx_plan_name(fused), st.ops_before,
+                    st.ops_after);
+    }
+    s = mscx_plan_to_json(fused ? fused : plan, &out);
+    if (s != MSCX_OK) {
+        fprintf(stderr, "mscx-plangen: cannot serialise: %s\n", mscx_status_str(s));
+        out = NULL;
+    }
+out:
+    mscx_plan_destroy(fused);
+    mscx_plan_destroy(plan);
+    free(raw);
+    return out;
+}
+
+static int generate_all(const char *dir, const struct pg_opts *o)
+{
+    if (mkdir(dir, 0777) && errno != EEXIST) {
+        fprintf(stderr, "mscx-plangen: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(pg_shipped) / sizeof(pg_shipped[0]); i++) {
+        const struct pg_entry *e = &pg_shipped[i];
+        struct pg_params par = {
+            .algo = e->algo, .nranks = e->nranks, .rpn = e->rpn, .min_size = e->min, .max_size = e->max,
+            .tbs_per_peer = e->tpp, .nthreads = e->nthreads, .packet = "ll16",
+            .blocks = e->blocks, .layout = e->layout,
+        };
+        struct pg_plan p;
+        char path[4096];
+        if (mscx_coll_parse(e->coll, &par.coll) < 0)
+            return 1;
+        /* the plan name is also the file name */
+        if (pg_generate(&par, &p) < 0)
+            return 1;
+        snprintf(path, sizeof(path), "%s/%s.json", dir, p.name);
+        pg_plan_fini(&p);
+        char *json = generate(&par, o);
+        if (!json)
+            return 1;
+        int rc = write_file(path, json);
+        free(json);
+        if (rc)
+            return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"coll", required_argument, NULL, 'c'},
+        {"algo", required_argument, NULL, 'a'},
+        {"ranks", required_argument, NULL, 'n'},
+        {"ranks-per-node", required_argument, NULL, 'p'},
+        {"min-size", required_argument, NULL, 'm'},
+        {"max-size", required_argument, NULL, 'M'},
+        {"tbs-per-peer", required_argument, NULL, 't'},
+        {"blocks", required_argument, NULL, 'G'},
+        {"layout", required_argument, NULL, 'L'},
+        {"threads-per-block", required_argument, NULL, 'b'},
+        {"packet", required_argument, NULL, 'k'},
+        {"name", required_argument, NULL, 'N'},
+        {"no-fuse", no_argument, NULL, 'F'},
+        {"raw", no_argument, NULL, 'R'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"all", required_argument, NULL, 'A'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct pg_params par = {
+        .coll = MSCX_COLL_COUNT, .algo = NULL, .min_size = K1, .max_size = M1, .tbs_per_peer = 1,
+        .nthreads = 512, .packet = "ll16",
+    };
+    struct pg_opts o = {.fuse = true};
+    const char *out = NULL, *all = NULL;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "o:hq", longopts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'c': bad = mscx_coll_parse(optarg, &par.coll); break;
+        case 'a': par.algo = optarg; break;
+        case 'n': bad = parse_u32(optarg, &par.nranks); break;
+        case 'p': bad = parse_u32(optarg, &par.rpn); break;
+        case 'm': bad = parse_size(optarg, &par.min_size); break;
+        case 'M': bad = parse_size(optarg, &par.max_size); break;
+        case 't': bad = parse_u32(optarg, &par.tbs_per_peer); break;
+        case 'G': bad = parse_u32(optarg, &par.blocks) || par.blocks == 0; break;
+        case 'L':
+            bad = strcmp(optarg, "rows") && strcmp(optarg, "cols");
+            par.layout = optarg;
+            break;
+        case 'b': bad = parse_u32(optarg, &par.nthreads) || par.nthreads == 0 || par.nthreads > 1024; break;
+        case 'k': /* plans are packet-format independent: a hint, checked and not recorded */
+            bad = strcmp(optarg, "ll16") && strcmp(optarg, "ll8");
+            par.packet = optarg;
+            break;
+        case 'N': par.name = optarg; break;
+        case 'F': o.fuse = false; break;
+        case 'R': o.raw = true; break;
+        case 'q': o.quiet = true; break;
+        case 'A': all = optarg; break;
+        case 'o': out = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "mscx-plangen: bad option value: %s\n", optarg);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    if (all) {
+        o.quiet = true;
+        return generate_all(all, &o);
+    }
+    if (par.coll == MSCX_COLL_COUNT || !par.algo || !par.nranks) {
+        usage(stderr);
+        return 2;
+    }
+    if (!par.rpn)
+        par.rpn = par.nranks;
+    if (par.min_size > par.max_size) {
+        fprintf(stderr, "mscx-plangen: --min-size is above --max-size\n");
+        return 2;
+    }
+    char *json = generate(&par, &o);
+    if (!json)
+        return 1;
+    int rc = write_file(out, json);
+    free(json);
+    return rc ? 1 : 0;
+}
