@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""A multi-rank PyTorch job for the shim A/B (issue 9), and its comparer.
+"""A multi-rank PyTorch job for the shim A/B, and its comparer.
 
   torchrun --standalone --nproc-per-node N tests/multigpu/torch_job.py run --out DIR
       every rank runs the collectives below and 50 DDP steps, and writes

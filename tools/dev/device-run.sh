@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# On the GPU machine, one call runs the chosen parts, in this order:
+# On a GPU machine, runs the chosen parts, in this order:
 #   build    meson setup (when needed) and ninja -k 0 of BUILD
 #   main     the README's main job: tools/ab/mscx-main BUILD --gpu (NCCL vs the
 #            shim at world size 1, the executor vs the hand-written kernel for
-#            2, 4, 8 ranks, eager and graph); its results as OUT/ab-out.tgz
+#            2, 4, 8 ranks, eager and graph); its results as RESULTS/ab-out.tgz
 #   trace    MSCX_TRACE of an 8-rank allreduce (mscx-perf --executor 8),
 #            checked as Chrome trace JSON: X events, monotonic per track
 #   compare  the NCCL-vs-shim comparisons (gpu-nccl-api-compare, gpu-torch-compare)
@@ -21,7 +21,7 @@
 #   tools/dev/device-run.sh all
 #   PARTS="build bench" BENCH_MAX=4194304 tools/dev/device-run.sh
 #
-# Settings (environment): OUT (results, default out), BUILD (default bd),
+# Settings (environment): RESULTS (results, default out), BUILD (default bd),
 # MGPU_S (600: the multigpu part's limit),
 # PARTS (when no part is named), time limits in seconds MAIN_S (200),
 # TRACE_S (30), COMPARE_S (200), AB_S (120), SUITE_S (240), BENCH_S (150);
@@ -30,12 +30,12 @@
 # benched, default plans; e.g. a folder of variants made with
 # BUILD/tools/mscx-plangen --blocks/--tbs-per-peer), BENCH_REF (the reference plans,
 # tests/data/mscclpp/mscclpp-algo-plans). Each part prints "PART rc=N Ts" (also in
-# OUT/steps.txt) and the lines of its log that matter; the script exits 1
+# RESULTS/steps.txt) and the lines of its log that matter; the script exits 1
 # when any part failed. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export NCCL_NVLS_ENABLE=0
-OUT=${OUT:-out}
+RESULTS=${RESULTS:-out}
 BUILD=${BUILD:-bd}
 ALL="build main trace compare ab suite bench mgpu"
 [ $# -gt 0 ] && PARTS="$*"
@@ -45,8 +45,8 @@ for p in $PARTS; do
     case " $ALL " in *" $p "*) ;; *) echo "usage: $0 [all | PART...], PART one of: $ALL" >&2; exit 2 ;; esac
 done
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
-mkdir -p "$OUT"
-: >"$OUT/steps.txt"
+mkdir -p "$RESULTS"
+: >"$RESULTS/steps.txt"
 [ -d .deps/debs ] && eval "$(tools/dev/device-deps.sh --unpack)"
 # programs linked against libnccl: the system's, else the one in torch's wheel
 if ! ldconfig -p | grep -q 'libnccl.so.2 '; then
@@ -58,41 +58,41 @@ T0=0
 begin() { T0=$(date +%s); }
 # end PART RC: one line for the part, kept in steps.txt
 end() {
-    echo "$1 rc=$2 $(($(date +%s) - T0))s" | tee -a "$OUT/steps.txt"
+    echo "$1 rc=$2 $(($(date +%s) - T0))s" | tee -a "$RESULTS/steps.txt"
     [ "$2" = 0 ] || FAILED=1
 }
-# the test log of the last meson test, kept as OUT/$1
-keep_testlog() { cp "$BUILD/meson-logs/testlog.txt" "$OUT/$1" 2>/dev/null; }
+# the test log of the last meson test, kept as RESULTS/$1
+keep_testlog() { cp "$BUILD/meson-logs/testlog.txt" "$RESULTS/$1" 2>/dev/null; }
 TESTLINES='^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass):'
 
 {
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
     python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
     date -u
-} >"$OUT/machine.txt" 2>&1
+} >"$RESULTS/machine.txt" 2>&1
 
 if want build; then
     begin
-    { [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" -Dgpu_arch=sm_90; ninja -C "$BUILD" -k 0; } >"$OUT/build.log" 2>&1
+    { [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" -Dgpu_arch=sm_90; ninja -C "$BUILD" -k 0; } >"$RESULTS/build.log" 2>&1
     end build $?
-    grep -E "error|FAILED" "$OUT/build.log" | head -5
+    grep -E "error|FAILED" "$RESULTS/build.log" | head -5
 fi
 
 if want main; then
     begin
     MSCX_AB_OUT=$PWD/ab-out timeout "${MAIN_S:-200}" tools/ab/mscx-main "$BUILD" --gpu --runs "${MAIN_RUNS:-2}" \
-        >"$OUT/main.txt" 2>&1
+        >"$RESULTS/main.txt" 2>&1
     end main $?
-    grep -vE "^\s*$" "$OUT/main.txt" | grep -E "^\||^#|FAIL|wrong|rc=|==|->|ab.png" | head -120
-    tar czf "$OUT/ab-out.tgz" ab-out 2>/dev/null
+    grep -vE "^\s*$" "$RESULTS/main.txt" | grep -E "^\||^#|FAIL|wrong|rc=|==|->|ab.png" | head -120
+    tar czf "$RESULTS/ab-out.tgz" ab-out 2>/dev/null
 fi
 
 if want trace; then
     begin
-    MSCX_PLAN_DIR=${MSCX_PLAN_DIR:-plans} MSCX_TRACE=$OUT/trace8.json timeout "${TRACE_S:-30}" "$BUILD/tools/perf/mscx-perf" --executor 8 -b 1K -e 1K \
-        -n 3 -w 1 >"$OUT/trace-run.txt" 2>&1
+    MSCX_PLAN_DIR=${MSCX_PLAN_DIR:-plans} MSCX_TRACE=$RESULTS/trace8.json timeout "${TRACE_S:-30}" "$BUILD/tools/perf/mscx-perf" --executor 8 -b 1K -e 1K \
+        -n 3 -w 1 >"$RESULTS/trace-run.txt" 2>&1
     rc=$?
-    python3 - "$OUT/trace8.json" <<'PY' || rc=1
+    python3 - "$RESULTS/trace8.json" <<'PY' || rc=1
 import json, sys
 ev = json.load(open(sys.argv[1]))
 ev = ev["traceEvents"] if isinstance(ev, dict) else ev
@@ -111,30 +111,30 @@ fi
 if want compare; then
     begin
     timeout "${COMPARE_S:-200}" meson test -C "$BUILD" --no-rebuild --print-errorlogs gpu-nccl-api-compare \
-        gpu-torch-compare >"$OUT/compare.log" 2>&1
+        gpu-torch-compare >"$RESULTS/compare.log" 2>&1
     end compare $?
     grep -E "^ *[0-9]+/[0-9]+ |compared|shim summary|DIFF|FAIL|real NCCL|ncclAllReduce from|torch_collectives" \
-        "$OUT/compare.log" | head -40
+        "$RESULTS/compare.log" | head -40
     keep_testlog compare-testlog.txt
     for d in nccl-api torch; do
-        cp "$BUILD"/tests/gpu/$d/summary.json* "$OUT/" 2>/dev/null
+        cp "$BUILD"/tests/gpu/$d/summary.json* "$RESULTS/" 2>/dev/null
     done
 fi
 
 if want ab; then
     begin
-    timeout "${AB_S:-120}" tools/ab/mscx-ab --build "$BUILD" --plan-dir plans --out "$OUT/ab-nccl" --runs "${AB_RUNS:-3}" -- \
-        -b 1K -e 1M -f 2 -d float -o sum -n 50 -w 10 >"$OUT/ab-nccl.txt" 2>&1
+    timeout "${AB_S:-120}" tools/ab/mscx-ab --build "$BUILD" --plan-dir plans --out "$RESULTS/ab-nccl" --runs "${AB_RUNS:-3}" -- \
+        -b 1K -e 1M -f 2 -d float -o sum -n 50 -w 10 >"$RESULTS/ab-nccl.txt" 2>&1
     end ab $?
-    tail -25 "$OUT/ab-nccl.txt"
+    tail -25 "$RESULTS/ab-nccl.txt"
 fi
 
 if want suite; then
     begin
-    timeout "${SUITE_S:-240}" meson test -C "$BUILD" --no-rebuild --print-errorlogs --suite gpu >"$OUT/gpu.log" 2>&1
+    timeout "${SUITE_S:-240}" meson test -C "$BUILD" --no-rebuild --print-errorlogs --suite gpu >"$RESULTS/gpu.log" 2>&1
     end suite $?
     grep -E "$TESTLINES|^plans:|^stress:|^graph:|^hang:|^wrap:|compared|shim summary|passed|latency|FAIL" \
-        "$OUT/gpu.log" | head -60
+        "$RESULTS/gpu.log" | head -60
     keep_testlog gpu-testlog.txt
 fi
 
@@ -142,9 +142,9 @@ if want bench; then
     begin
     timeout "${BENCH_S:-150}" "$BUILD/tools/mscx-bench-gpu" "${BENCH_REF:-tests/data/mscclpp/mscclpp-algo-plans}" \
         "${BENCH_PLANS:-plans}" \
-        "${BENCH_MAX:-1048576}" >"$OUT/bench.txt" 2>&1
+        "${BENCH_MAX:-1048576}" >"$RESULTS/bench.txt" 2>&1
     end bench $?
-    cat "$OUT/bench.txt"
+    cat "$RESULTS/bench.txt"
 fi
 
 if want mgpu; then
@@ -159,21 +159,21 @@ if want mgpu; then
             meson test -C "$1" --no-rebuild --suite multigpu >"$2/mgpu.log" 2>&1 || echo "multigpu suite failed"
             cp "$1"/multigpu-sweep-2/README.md "$2/sweep.md" 2>/dev/null
             cp "$1"/multigpu-sweep-2/crossovers.txt "$2/" 2>/dev/null
-            OUT=$2 BUILD=$1 tools/bench/mg-diag.sh allreduce >"$2/mg-diag.txt" 2>&1
+            RESULTS=$2 BUILD=$1 tools/bench/mg-diag.sh allreduce >"$2/mg-diag.txt" 2>&1
             for m in nccl mscx; do
                 e=()
                 [ $m = mscx ] && e=(LD_PRELOAD="$PWD/$1/shim/libmscx_nccl.so" MSCX_PLAN_DIR="$PWD/plans")
                 env "${e[@]}" python3 -m torch.distributed.run --standalone --nproc-per-node "$3" \
                     tests/multigpu/torch_ar_time.py --out "$2/torch-$m.json" >"$2/torch-$m.txt" 2>&1 ||
                     echo "torch_ar_time $m failed"
-            done' _ "$BUILD" "$OUT" "$ngpu" | tee "$OUT/mgpu-fail.txt"
-        [ -s "$OUT/mgpu-fail.txt" ] && rc=1
-        grep -E "^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped):" "$OUT/mgpu.log"
-        grep -A12 "^## Crossovers" "$OUT/crossovers.txt" 2>/dev/null
-        for m in nccl mscx; do echo "torch $m (bytes eager_us graph_us):"; grep -E "^ +[0-9]+ " "$OUT/torch-$m.txt"; done
+            done' _ "$BUILD" "$RESULTS" "$ngpu" | tee "$RESULTS/mgpu-fail.txt"
+        [ -s "$RESULTS/mgpu-fail.txt" ] && rc=1
+        grep -E "^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped):" "$RESULTS/mgpu.log"
+        grep -A12 "^## Crossovers" "$RESULTS/crossovers.txt" 2>/dev/null
+        for m in nccl mscx; do echo "torch $m (bytes eager_us graph_us):"; grep -E "^ +[0-9]+ " "$RESULTS/torch-$m.txt"; done
     fi
     end mgpu $rc
 fi
 
-echo "parts: $PARTS; $(grep -c ' rc=0 ' "$OUT/steps.txt") of $(wc -l <"$OUT/steps.txt") passed; results in $OUT"
+echo "parts: $PARTS; $(grep -c ' rc=0 ' "$RESULTS/steps.txt") of $(wc -l <"$RESULTS/steps.txt") passed; results in $RESULTS"
 exit $FAILED

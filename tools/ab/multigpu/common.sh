@@ -3,7 +3,7 @@
 # tests/multigpu/gpu_gate.sh: NVLink multicast off for every step, GPU counts,
 # messages, dry-run aware command runners, the failure list and the final
 # report. The sourcing script sets MG_NAME (its name in messages); the
-# runners read DRY (1: print only), fail and mg_finish read FAILS and OUT.
+# runners read DRY (1: print only), fail and mg_finish read FAILS.
 
 export NCCL_NVLS_ENABLE=0
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1

@@ -3,7 +3,7 @@
 """crossover.py: read the mscx-ab result directories of a multi-GPU sweep,
 print per (collective, ranks) the largest message size up to which mscx is not
 slower than NCCL (the crossover), suggest new upper bounds for the shipped
-plans, and check the targets of issue 8.
+plans, and check the targets for 8 ranks in graph mode.
 
   tools/ab/multigpu/crossover.py SWEEP_DIR [--plan-dir plans] [--json OUT.json]
                               [--tol 0.0] [--require-targets] [--build BUILD]
@@ -353,7 +353,7 @@ def main(argv):
                        (t[0], "FAIL", "%d failed step(s), see %s; %s" % (len(lines), args.failures, t[2]))
                        for t in targets]
     print()
-    print("## Targets (issue 8: 8 ranks, graph mode)")
+    print("## Targets (8 ranks, graph mode)")
     failed = 0
     for name, status, detail in targets:
         print("%-8s %s: %s" % (status, name, detail))

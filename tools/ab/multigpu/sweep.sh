@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The multi-GPU A/B sweep of issue 8, in one command on one host:
+# The multi-GPU A/B sweep, in one command on one host:
 #   build, GPU topology, NCCL version and whether NCCL's symmetric kernels ran,
 #   then tools/ab/mscx-ab (stock NCCL vs the LD_PRELOAD shim) for every
 #   collective x ranks x dtype x mode, 1K..64M, and finally
@@ -12,7 +12,7 @@
 #   tools/ab/multigpu/sweep.sh --dry-run        # print every command, run nothing
 #
 # Every failed step is printed at once as "sweep: FAILED: ..." and listed in
-# OUT/failures.txt; the sweep goes on with the next configuration and exits 1
+# DIR/failures.txt; the sweep goes on with the next configuration and exits 1
 # at the end when anything failed (a failed build stops it at once).
 set -euo pipefail
 
@@ -34,7 +34,7 @@ MIN_SIZE=1K
 MAX_SIZE=64M
 BUILD=${MSCX_BUILD_DIR:-build}
 PLAN_DIR=plans
-OUT=""
+RESULTS=""
 SKIP_BUILD=0
 TOL=0
 
@@ -52,7 +52,7 @@ usage: tools/ab/multigpu/sweep.sh [options]
   --min S --max S      size range (default $MIN_SIZE .. $MAX_SIZE, factor 2)
   --build DIR          build directory (default \$MSCX_BUILD_DIR or build)
   --plan-dir DIR       plans for the shim (default plans)
-  --out DIR            results (default docs/perf/<date>-<N>x<GPU>)
+  --out DIR            results (default ab-out/<date>-<N>x<GPU>)
   --tol F              crossover tolerance, fraction (default 0)
   --skip-build         use the build directory as it is
 EOF
@@ -73,7 +73,7 @@ while [ $# -gt 0 ]; do
     --max) MAX_SIZE=$2; shift ;;
     --build) BUILD=$2; shift ;;
     --plan-dir) PLAN_DIR=$2; shift ;;
-    --out) OUT=$2; shift ;;
+    --out) RESULTS=$2; shift ;;
     --tol) TOL=$2; shift ;;
     --skip-build) SKIP_BUILD=1 ;;
     -h | --help) usage; exit 0 ;;
@@ -104,13 +104,13 @@ if [ "$DRY" = 0 ] && [ "$NGPU" -lt "$MAXR" ]; then
     die "--ranks '$RANKS' needs $MAXR GPUs, nvidia-smi -L lists $NGPU"
 fi
 DATE=$(date +%Y-%m-%d)
-[ -n "$OUT" ] || OUT="docs/perf/$DATE-${NGPU}x$GPU_NAME"
+[ -n "$RESULTS" ] || RESULTS="ab-out/$DATE-${NGPU}x$GPU_NAME"
 PERF=$BUILD/tools/perf/mscx-perf
 SHIM=$BUILD/shim/libmscx_nccl.so
-FAILS=$OUT/failures.txt
+FAILS=$RESULTS/failures.txt
 
-log "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE (multicast off); results in $OUT"
-run mkdir -p "$OUT"
+log "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE (multicast off); results in $RESULTS"
+run mkdir -p "$RESULTS"
 [ "$DRY" = 1 ] || : >"$FAILS"
 
 # ---- 1. build
@@ -125,9 +125,9 @@ if [ "$DRY" = 0 ]; then
 fi
 
 # ---- 2. machine, topology, NCCL version, symmetric kernels
-run_log "$OUT/topology.txt" nvidia-smi topo -m || fail "nvidia-smi topo -m failed"
-run_log "$OUT/nvidia-smi.txt" nvidia-smi || fail "nvidia-smi failed"
-INFO_LOG=$OUT/nccl-info.log
+run_log "$RESULTS/topology.txt" nvidia-smi topo -m || fail "nvidia-smi topo -m failed"
+run_log "$RESULTS/nvidia-smi.txt" nvidia-smi || fail "nvidia-smi failed"
+INFO_LOG=$RESULTS/nccl-info.log
 printf '+ NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,ENV %s --coll allreduce --nproc %s -b 1K -e 64K -f 2 -d float -n 5 -w 2 > %s\n' \
     "$PERF" "$MAXR" "$INFO_LOG"
 if [ "$DRY" = 0 ]; then
@@ -155,8 +155,8 @@ if [ "$DRY" = 0 ]; then
         echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
         echo "mscx commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (+ uncommitted changes)')"
         echo "ranks: $RANKS; collectives: $COLLS; dtypes: $DTYPES; modes: $MODES; runs: $RUNS; iters: $ITERS; sizes: $MIN_SIZE..$MAX_SIZE"
-    } >"$OUT/machine.txt"
-    cat "$OUT/machine.txt"
+    } >"$RESULTS/machine.txt"
+    cat "$RESULTS/machine.txt"
 fi
 
 # ---- 3. the A/B sweep
@@ -166,7 +166,7 @@ for coll in $COLLS; do
         for dt in $DTYPES; do
             for mode in $MODES; do
                 name=$coll-n$n-$dt-$mode
-                dir=$OUT/ab/$name
+                dir=$RESULTS/ab/$name
                 extra=()
                 [ "$mode" = graph ] && extra=(-G "$GRAPH_LAUNCHES")
                 log "$name ($((SECONDS - START)) s into the sweep)"
@@ -193,9 +193,9 @@ if [ "$DRY" = 0 ]; then
         echo "# mscx vs NCCL, $DATE, $NGPU x $GPU_NAME"
         echo
         echo '```'
-        cat "$OUT/machine.txt"
+        cat "$RESULTS/machine.txt"
         echo '```'
-        for d in "$OUT"/ab/*/; do
+        for d in "$RESULTS"/ab/*/; do
             [ -f "$d/ab.md" ] || continue
             echo
             echo "## $(basename "$d")"
@@ -203,15 +203,15 @@ if [ "$DRY" = 0 ]; then
             cat "$d/ab.md"
             [ -f "$d/ab.png" ] && echo && echo "![$(basename "$d")](ab/$(basename "$d")/ab.png)"
         done
-    } >"$OUT/README.md"
+    } >"$RESULTS/README.md"
 fi
 
 # ---- 5. crossovers, suggested plan bounds, targets
 req=()
 case " $RANKS " in *" 8 "*) req=(--require-targets) ;; esac
-if ! run_log "$OUT/crossovers.txt" python3 tools/ab/multigpu/crossover.py "$OUT" --plan-dir "$PLAN_DIR" \
-    --build "$BUILD" --json "$OUT/crossovers.json" --tol "$TOL" --failures "$FAILS" "${req[@]}"; then
-    fail "crossover.py: targets failed or results unreadable (see $OUT/crossovers.txt)"
+if ! run_log "$RESULTS/crossovers.txt" python3 tools/ab/multigpu/crossover.py "$RESULTS" --plan-dir "$PLAN_DIR" \
+    --build "$BUILD" --json "$RESULTS/crossovers.json" --tol "$TOL" --failures "$FAILS" "${req[@]}"; then
+    fail "crossover.py: targets failed or results unreadable (see $RESULTS/crossovers.txt)"
 fi
 
-mg_finish "all steps passed; results in $OUT" "results (partial) in $OUT"
+mg_finish "all steps passed; results in $RESULTS" "results (partial) in $RESULTS"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The PyTorch A/B of issue 9 in one command on one host:
+# The PyTorch A/B in one command on one host:
 #   for N in --nproc: torchrun tests/multigpu/torch_job.py without and with the
 #   shim (LD_PRELOAD, MSCX_PLAN_DIR, MSCX_SUMMARY_FILE), compare the two; then
 #   (N >= 4) the same job and an mscx-perf AllReduce A/B with the ranks split
@@ -12,7 +12,7 @@
 #   tools/ab/multigpu/torch_ab.sh --dry-run       # print the commands only
 #
 # Every failure is printed as "torch_ab: FAILED: ..." and listed in
-# OUT/failures.txt; the script goes on and exits 1 at the end.
+# DIR/failures.txt; the script goes on and exits 1 at the end.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -24,7 +24,7 @@ DRY=0
 NPROCS="2 4 8"
 BUILD=${MSCX_BUILD_DIR:-build}
 PLAN_DIR=plans
-OUT=""
+RESULTS=""
 STEPS=50
 TIMEOUT=30
 JOB_LIMIT=300
@@ -39,7 +39,7 @@ usage: tools/ab/multigpu/torch_ab.sh [options]
   --nproc "LIST"       ranks per job (default "$NPROCS"); 1 runs the job on one GPU
   --build DIR          build directory (default \$MSCX_BUILD_DIR or build)
   --plan-dir DIR       MSCX_PLAN_DIR for the shim (default plans)
-  --out DIR            results (default docs/perf/<date>-torch)
+  --out DIR            results (default ab-out/<date>-torch)
   --steps N            DDP steps (default $STEPS)
   --timeout S          process-group / NCCL timeout in the failure test (default $TIMEOUT)
   --job-limit S        kill a job that runs longer (default $JOB_LIMIT)
@@ -54,7 +54,7 @@ while [ $# -gt 0 ]; do
     --nproc) NPROCS=$2; shift ;;
     --build) BUILD=$2; shift ;;
     --plan-dir) PLAN_DIR=$2; shift ;;
-    --out) OUT=$2; shift ;;
+    --out) RESULTS=$2; shift ;;
     --steps) STEPS=$2; shift ;;
     --timeout) TIMEOUT=$2; shift ;;
     --job-limit) JOB_LIMIT=$2; shift ;;
@@ -68,16 +68,16 @@ done
 
 mg_need_uints $NPROCS $STEPS $TIMEOUT $JOB_LIMIT
 
-[ -n "$OUT" ] || OUT="docs/perf/$(date +%Y-%m-%d)-torch"
-FAILS=$OUT/failures.txt
+[ -n "$RESULTS" ] || RESULTS="ab-out/$(date +%Y-%m-%d)-torch"
+FAILS=$RESULTS/failures.txt
 abspath() {
     case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$ROOT" "$1" ;; esac
 }
-OUT=$(abspath "$OUT")
+RESULTS=$(abspath "$RESULTS")
 SHIM=$(abspath "$BUILD/shim/libmscx_nccl.so")
 PLANS=$(abspath "$PLAN_DIR")
 
-run mkdir -p "$OUT"
+run mkdir -p "$RESULTS"
 [ "$DRY" = 1 ] || : >"$FAILS"
 
 mg_build
@@ -88,7 +88,7 @@ if [ "$DRY" = 0 ]; then
     for n in $NPROCS; do
         [ "$n" -le "$ngpu" ] || die "--nproc $n needs $n GPUs, torch sees $ngpu"
     done
-    "$PY" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' | tee "$OUT/versions.txt"
+    "$PY" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' | tee "$RESULTS/versions.txt"
 fi
 
 # torchrun of the job; $1 = output dir, $2 = N, rest = env assignments
@@ -109,7 +109,7 @@ compare() { # base dir, mscx dir, summary, label
 }
 
 for n in $NPROCS; do
-    d=$OUT/n$n
+    d=$RESULTS/n$n
     log "N=$n: NCCL run"
     job "$d/nccl" "$n" "NCCL_NVLS_ENABLE=0" || fail "n$n: the NCCL job failed (log $d/nccl.log)"
     log "N=$n: shim run"
@@ -151,4 +151,4 @@ for n in $NPROCS; do
     fi
 done
 
-mg_finish "all passed; results in $OUT"
+mg_finish "all passed; results in $RESULTS"
