@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""tools/ab/nccl-tests-ab against fake nccl-tests binaries: a shim run as fast
+as NCCL passes, a slower one or a #wrong fails, the summary's routed counts
+are printed. Prints 'N passed, M failed'; exit 1 on any failure."""
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
+import pycheck  # noqa: E402
+
+FAKE = r'''#!/bin/sh
+# a fake nccl-tests binary: FAKE_SLOW (us added with the shim), FAKE_WRONG (#wrong with the shim)
+add=0; wrong=0
+if [ -n "$LD_PRELOAD" ]; then
+    add=${FAKE_SLOW:-0}; wrong=${FAKE_WRONG:-0}
+    [ -n "$MSCX_SUMMARY_FILE" ] && printf '[{"buckets": [{"coll": "allreduce", "bucket": "<=8K", "routed": 44, "fallback": {}}]}]' > "$MSCX_SUMMARY_FILE.0"
+fi
+echo "# nccl-tests version 2.19.6"
+echo "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong"
+for s in 1024 2048 4096; do
+    t=$(awk -v a=$add 'BEGIN { printf "%.2f", 5.00 + a }')
+    echo "        $s           256     float     sum      -1     $t    0.15    0.00       $wrong     0.30    3.30    0.00       0"
+done
+'''
+
+
+def run(tool, bindir, extra_env, *args):
+    env = dict(os.environ, **extra_env)
+    p = subprocess.run([sys.executable, tool, "--bin", bindir, "--shim", "/nonexistent/libmscx_nccl.so",
+                        "--runs", "2", "--tests", "all_reduce", "--modes", "eager", *args],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    return p.returncode, p.stdout
+
+
+def main():
+    tool = sys.argv[1]
+    check = pycheck.Checks(tail=2000)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "all_reduce_perf")
+        with open(path, "w") as f:
+            f.write(FAKE)
+        os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+        rc, out = run(tool, d, {})
+        check("equal times pass", rc == 0, out)
+        check("the table row of 1K", "| 1K | 5.00 | 5.00 | 1.00 |" in out, out)
+        check("the summary's routed count", "allreduce <=8K routed 44" in out, out)
+        rc, out = run(tool, d, {"FAKE_SLOW": "1.0"})
+        check("a slower shim fails", rc == 1 and "FAIL: all_reduce eager size 1024 oop" in out, out)
+        rc, out = run(tool, d, {"FAKE_SLOW": "0.2"}, "--limit", "1.05")
+        check("within the limit (1.04x) passes", rc == 0, out)
+        rc, out = run(tool, d, {"FAKE_WRONG": "3"})
+        check("#wrong fails", rc == 1 and "#wrong 3" in out and "wrong results: 6" in out, out)
+    return check.done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
