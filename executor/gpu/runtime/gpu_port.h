@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Node topology and port channels through the CPU proxy, for the GPU
- * executor (gpu_exec.c calls these at add_plan, launch and destroy;
- * gpu_proxy.c implements them).
+ * executor (finalize.c calls these at add_plan, context.c at destroy and
+ * for an asynchronous error; topology.c and ports.c implement them, with
+ * the pieces of port_int.h).
  */
 #ifndef MSCX_GPU_PORT_H
 #define MSCX_GPU_PORT_H
@@ -21,6 +22,12 @@ struct gpu_peer {
     int32_t device;
     uint64_t scratch_bytes;
 };
+
+/* Whether ranks @p a and @p b share a process. */
+static inline int mscx_gpu_same_proc(const struct gpu_peer *a, const struct gpu_peer *b)
+{
+    return a->pid == b->pid && a->host == b->host;
+}
 
 /**
  * Place every rank of @p plan on a node: ranks of one host share a node,

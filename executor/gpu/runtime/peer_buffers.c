@@ -107,11 +107,6 @@ struct peer_bufs {
     attrs_fn attrs;
 };
 
-static int same_proc(const struct gpu_peer *a, const struct gpu_peer *b)
-{
-    return a->pid == b->pid && a->host == b->host;
-}
-
 static int user_type(uint32_t t)
 {
     return t == MSCX_BUF_INPUT || t == MSCX_BUF_OUTPUT;
@@ -133,7 +128,7 @@ static uint32_t rank_slots(const struct mscx_plan *plan, const struct gpu_peer *
         uint32_t o = g->rbuf[i].rank, t = g->rbuf[i].type == MSCX_BUF_OUTPUT;
         if (uslot)
             uslot[i] = UINT32_MAX;
-        if (!user_type(g->rbuf[i].type) || same_proc(&peers[r], &peers[o]) || node[o] != node[r])
+        if (!user_type(g->rbuf[i].type) || mscx_gpu_same_proc(&peers[r], &peers[o]) || node[o] != node[r])
             continue;
         uint32_t k = 0;
         while (k < n && !(seen[k].owner == o && seen[k].type == t))
@@ -151,13 +146,15 @@ static uint32_t rank_slots(const struct mscx_plan *plan, const struct gpu_peer *
     return n;
 }
 
-mscx_status_t mscx_peer_bufs_check(const struct mscx_plan *plan, const struct gpu_peer *peers, const uint32_t *node)
+mscx_status_t mscx_peer_bufs_check(const struct mscx_plan *plan, const struct gpu_peer *peers,
+                                   const uint32_t *node)
 {
     for (uint32_t r = 0; r < plan->nranks; r++) {
         uint32_t n = rank_slots(plan, peers, node, r, NULL, NULL);
         if (n > MSCX_GPU_MAX_UPTR) {
-            MSCX_WARN("plan %s: rank %u reaches %s%u input or output buffers of ranks in other processes, more than "
-                      "%d; refusing", plan->name, r, n > 2 * MSCX_GPU_MAX_UPTR ? "over " : "",
+            MSCX_WARN("plan %s: rank %u reaches %s%u input or output buffers of ranks in other processes, "
+                      "more than %d; refusing",
+                      plan->name, r, n > 2 * MSCX_GPU_MAX_UPTR ? "over " : "",
                       n > 2 * MSCX_GPU_MAX_UPTR ? 2 * MSCX_GPU_MAX_UPTR : n, MSCX_GPU_MAX_UPTR);
             return MSCX_ERR_UNSUPPORTED;
         }
@@ -192,12 +189,132 @@ static void bufs_free(struct peer_bufs *u)
     free(u);
 }
 
+/*
+ * Each rank's part in the exchange, in @p role: bit 0 it reads, bit 1 its
+ * input is read, bit 2 its output is read (by other processes of its node).
+ * @return whether any rank takes part
+ */
+static int exchange_roles(const struct peer_bufs_setup *s, uint8_t *role)
+{
+    const struct mscx_plan *plan = s->plan;
+    int any = 0;
+    for (uint32_t r = 0; r < plan->nranks; r++) {
+        const struct mscx_gpu *g = &plan->gpus[r];
+        for (uint32_t i = 0; i < g->nrbuf; i++) {
+            uint32_t o = g->rbuf[i].rank;
+            if (!user_type(g->rbuf[i].type) || mscx_gpu_same_proc(&s->peers[r], &s->peers[o]) ||
+                s->node[o] != s->node[r])
+                continue;
+            role[r] |= 1u;
+            role[o] |= g->rbuf[i].type == MSCX_BUF_OUTPUT ? 4u : 2u;
+            any = 1;
+        }
+    }
+    return any;
+}
+
+/* This rank's part in @p u: what it exports, the buffers it reads, their owners, the ranks of its group. */
+static void bufs_fill(struct peer_bufs *u, const struct peer_bufs_setup *s, const uint8_t *role)
+{
+    uint32_t rank = s->rank;
+    u->plan = s->plan;
+    u->rank = rank;
+    u->device = s->device;
+    u->lim.timeout_ms = s->timeout_ms;
+    u->lim.abort = s->abort;
+    u->export_need[0] = (role[rank] & 2u) != 0;
+    u->export_need[1] = (role[rank] & 4u) != 0;
+    u->nslot = rank_slots(s->plan, s->peers, s->node, rank, u->slot, NULL);
+    for (uint32_t k = 0; k < u->nslot; k++) {
+        uint32_t j = 0;
+        while (j < u->nowner && u->owner[j] != u->slot[k].owner)
+            j++;
+        if (j == u->nowner)
+            u->owner[u->nowner++] = u->slot[k].owner;
+    }
+    for (uint32_t r = 0; r < s->plan->nranks; r++) {
+        u->pid[r] = s->peers[r].pid;
+        u->host[r] = s->peers[r].host;
+        if (role[r] && s->node[r] == s->node[rank])
+            u->group[u->ngroup++] = r;
+    }
+}
+
+/*
+ * The context of a rank that takes part, in *u_p (NULL: no memory; freed
+ * with bufs_free whatever this returns), and its exchange segment, whose
+ * name goes to @p name. @return why this rank cannot take part (it still
+ * makes the exchange's collective calls)
+ */
+static mscx_status_t bufs_create(const struct peer_bufs_setup *s, const uint8_t *role, char *name,
+                                 struct peer_bufs **u_p)
+{
+    uint32_t n = s->plan->nranks;
+    struct peer_bufs *u = calloc(1, sizeof(*u));
+    *u_p = u;
+    if (u) {
+        u->group = calloc(n, sizeof(*u->group));
+        u->pid = calloc(n, sizeof(*u->pid));
+        u->host = calloc(n, sizeof(*u->host));
+    }
+    if (!u || !u->group || !u->pid || !u->host)
+        return MSCX_ERR_NO_MEMORY;
+    bufs_fill(u, s, role);
+    if ((u->export_need[0] || u->export_need[1]) && !(u->attrs = attrs_entry())) {
+        MSCX_WARN("plan %s: rank %u: cuPointerGetAttributes is not available from the CUDA driver: user "
+                  "buffers cannot be shared with other processes", s->plan->name, s->rank);
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    return mscx_slots_create(s->plan->name, s->rank, n, name, &u->x);
+}
+
+static mscx_status_t setup_allgather(const struct peer_bufs_setup *s, const void *mine, void *all,
+                                     size_t bytes)
+{
+    mscx_status_t st = s->bs->allgather(s->bs->ctx, mine, all, bytes);
+    if (st != MSCX_OK)
+        MSCX_WARN("plan %s: rank %u: bootstrap allgather of the user-buffer exchange failed: %s",
+                  s->plan->name, s->rank, mscx_status_str(st));
+    return st;
+}
+
+/* Attach to the segments of the other ranks of this rank's group (@p all: every rank's setup record). */
+static int32_t attach_group(struct peer_bufs *u, const struct setup_rec *all)
+{
+    int32_t st = MSCX_OK;
+    for (uint32_t i = 0; st == MSCX_OK && i < u->ngroup; i++) {
+        uint32_t r = u->group[i];
+        if (r == u->rank)
+            continue;
+        if (all[r].st != MSCX_OK || !all[r].part)
+            st = MSCX_ERR_REMOTE; /* that rank says why */
+        else
+            st = mscx_slots_attach(u->x, r, all[r].name);
+    }
+    return st;
+}
+
+/* Every rank's verdict on the setup (@p sts; this rank's @p ost): a failure anywhere refuses the plan. */
+static mscx_status_t setup_verdict(const struct peer_bufs_setup *s, int32_t ost, const int32_t *sts)
+{
+    for (uint32_t r = 0; r < s->plan->nranks; r++)
+        if (sts[r] != MSCX_OK) {
+            if (r != s->rank || ost == MSCX_ERR_REMOTE)
+                MSCX_WARN(
+                    "plan %s: rank %u could not set up the user-buffer exchange (%s; its log says why); "
+                    "refusing the plan",
+                    s->plan->name, r, mscx_status_str(sts[r]));
+            return MSCX_ERR_UNSUPPORTED;
+        }
+    return MSCX_OK;
+}
+
 mscx_status_t mscx_peer_bufs_setup(const struct peer_bufs_setup *s, uint32_t *uslot, struct peer_bufs **u_p)
 {
     const struct mscx_plan *plan = s->plan;
     uint32_t n = plan->nranks, rank = s->rank;
     mscx_status_t st = MSCX_OK;
-    uint8_t *role = calloc(n, 1); /* bit 0: reads, bit 1: input read, bit 2: output read (by other processes) */
+    uint8_t *role = calloc(n, 1); /* exchange_roles */
     struct setup_rec *all = calloc(n, sizeof(*all));
     int32_t *sts = calloc(n, sizeof(*sts));
     struct peer_bufs *u = NULL;
@@ -205,18 +322,7 @@ mscx_status_t mscx_peer_bufs_setup(const struct peer_bufs_setup *s, uint32_t *us
         st = MSCX_ERR_NO_MEMORY;
         goto out;
     }
-    int any = 0;
-    for (uint32_t r = 0; r < n; r++) {
-        const struct mscx_gpu *g = &plan->gpus[r];
-        for (uint32_t i = 0; i < g->nrbuf; i++) {
-            uint32_t o = g->rbuf[i].rank;
-            if (!user_type(g->rbuf[i].type) || same_proc(&s->peers[r], &s->peers[o]) || s->node[o] != s->node[r])
-                continue;
-            role[r] |= 1u;
-            role[o] |= g->rbuf[i].type == MSCX_BUF_OUTPUT ? 4u : 2u;
-            any = 1;
-        }
-    }
+    int any = exchange_roles(s, role);
     rank_slots(plan, s->peers, s->node, rank, NULL, uslot);
     if (!any) {
         *u_p = NULL;
@@ -226,81 +332,24 @@ mscx_status_t mscx_peer_bufs_setup(const struct peer_bufs_setup *s, uint32_t *us
     struct setup_rec mine;
     memset(&mine, 0, sizeof(mine));
     mine.part = role[rank] != 0;
-    if (mine.part) {
-        u = calloc(1, sizeof(*u));
-        if (u) {
-            u->group = calloc(n, sizeof(*u->group));
-            u->pid = calloc(n, sizeof(*u->pid));
-            u->host = calloc(n, sizeof(*u->host));
-        }
-        if (!u || !u->group || !u->pid || !u->host) {
-            mine.st = MSCX_ERR_NO_MEMORY;
-        } else {
-            u->plan = plan;
-            u->rank = rank;
-            u->device = s->device;
-            u->lim.timeout_ms = s->timeout_ms;
-            u->lim.abort = s->abort;
-            u->export_need[0] = (role[rank] & 2u) != 0;
-            u->export_need[1] = (role[rank] & 4u) != 0;
-            u->nslot = rank_slots(plan, s->peers, s->node, rank, u->slot, NULL);
-            for (uint32_t k = 0; k < u->nslot; k++) {
-                uint32_t j = 0;
-                while (j < u->nowner && u->owner[j] != u->slot[k].owner)
-                    j++;
-                if (j == u->nowner)
-                    u->owner[u->nowner++] = u->slot[k].owner;
-            }
-            for (uint32_t r = 0; r < n; r++) {
-                u->pid[r] = s->peers[r].pid;
-                u->host[r] = s->peers[r].host;
-                if (role[r] && s->node[r] == s->node[rank])
-                    u->group[u->ngroup++] = r;
-            }
-            if ((u->export_need[0] || u->export_need[1]) && !(u->attrs = attrs_entry())) {
-                MSCX_WARN("plan %s: rank %u: cuPointerGetAttributes is not available from the CUDA driver: user "
-                          "buffers cannot be shared with other processes", plan->name, rank);
-                mine.st = MSCX_ERR_UNSUPPORTED;
-            } else {
-                mine.st = mscx_slots_create(plan->name, rank, n, mine.name, &u->x);
-            }
-        }
-    }
-    st = s->bs->allgather(s->bs->ctx, &mine, all, sizeof(mine));
-    if (st != MSCX_OK) {
-        MSCX_WARN("plan %s: rank %u: bootstrap allgather of the user-buffer exchange failed: %s", plan->name, rank,
-                  mscx_status_str(st));
+    if (mine.part)
+        mine.st = bufs_create(s, role, mine.name, &u);
+    if ((st = setup_allgather(s, &mine, all, sizeof(mine))) != MSCX_OK)
         goto out;
-    }
     int32_t ost = mine.st;
-    for (uint32_t i = 0; mine.part && ost == MSCX_OK && i < u->ngroup; i++) {
-        uint32_t r = u->group[i];
-        if (r == rank)
-            continue;
-        if (all[r].st != MSCX_OK || !all[r].part)
-            ost = MSCX_ERR_REMOTE; /* that rank says why */
-        else
-            ost = mscx_slots_attach(u->x, r, all[r].name);
-    }
-    st = s->bs->allgather(s->bs->ctx, &ost, sts, sizeof(ost));
-    if (st != MSCX_OK) {
-        MSCX_WARN("plan %s: rank %u: bootstrap allgather of the user-buffer exchange failed: %s", plan->name, rank,
-                  mscx_status_str(st));
+    if (mine.part && ost == MSCX_OK)
+        ost = attach_group(u, all);
+    if ((st = setup_allgather(s, &ost, sts, sizeof(ost))) != MSCX_OK)
         goto out;
-    }
     if (u && u->x)
         mscx_slots_unlink(u->x); /* everyone attached (or gave up): the name is no longer needed */
-    for (uint32_t r = 0; r < n; r++)
-        if (sts[r] != MSCX_OK) {
-            if (r != rank || ost == MSCX_ERR_REMOTE)
-                MSCX_WARN("plan %s: rank %u could not set up the user-buffer exchange (%s; its log says why); "
-                          "refusing the plan", plan->name, r, mscx_status_str(sts[r]));
-            st = MSCX_ERR_UNSUPPORTED;
-            goto out;
-        }
+    if ((st = setup_verdict(s, ost, sts)) != MSCX_OK)
+        goto out;
     if (mine.part) {
-        MSCX_INFO(MSCX_SUB_IPC, "plan %s: rank %u exchanges user buffers with %u ranks of its node (exports%s%s, "
-                  "reads %u)", plan->name, rank, u->ngroup - 1, u->export_need[0] ? " input" : "",
+        MSCX_INFO(MSCX_SUB_IPC,
+                  "plan %s: rank %u exchanges user buffers with %u ranks of its node (exports%s%s, "
+                  "reads %u)",
+                  plan->name, rank, u->ngroup - 1, u->export_need[0] ? " input" : "",
                   u->export_need[1] ? " output" : "", u->nslot);
         *u_p = u;
         u = NULL;
@@ -318,87 +367,134 @@ out:
 
 /* ---- export ---- */
 
-static mscx_status_t export_buf(struct peer_bufs *u, const void *ptr, uint64_t bytes, int capturing,
-                                const char *which, struct ubuf_pub *b)
+/* The allocation behind a buffer, as cuPointerGetAttributes reports it. */
+struct alloc_info {
+    unsigned long long id;
+    CUdeviceptr base;
+    size_t size;
+};
+
+/* The allocation behind this rank's @p which buffer [ptr, +bytes); refused unless peers can map it. */
+static mscx_status_t export_alloc(struct peer_bufs *u, const void *ptr, uint64_t bytes, const char *which,
+                                  struct alloc_info *ai_p)
 {
-    memset(b, 0, sizeof(*b));
-    if (!ptr || bytes == 0)
-        return MSCX_OK;
     unsigned int memtype = 0, managed = 0, ipc_ok = 0;
     unsigned long long id = 0;
     CUdeviceptr base = 0;
     size_t size = 0;
-    CUpointer_attribute at[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                                CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, CU_POINTER_ATTRIBUTE_BUFFER_ID,
-                                CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    CUpointer_attribute at[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                CU_POINTER_ATTRIBUTE_RANGE_SIZE};
     void *data[] = {&memtype, &managed, &ipc_ok, &id, &base, &size};
     CUresult rc = u->attrs(6, at, data, (CUdeviceptr)(uintptr_t)ptr);
     const char *pn = u->plan->name;
     if (rc != CUDA_SUCCESS) {
-        MSCX_WARN("plan %s: rank %u: cuPointerGetAttributes on its %s buffer %p failed (CUresult %d)", pn, u->rank,
-                  which, ptr, (int)rc);
+        MSCX_WARN("plan %s: rank %u: cuPointerGetAttributes on its %s buffer %p failed (CUresult %d)", pn,
+                  u->rank, which, ptr, (int)rc);
         return MSCX_ERR_UNSUPPORTED;
     }
     /* booleans are written as bool: only the low byte counts */
     managed &= 0xffu;
     ipc_ok &= 0xffu;
     if (memtype != CU_MEMORYTYPE_DEVICE || managed) {
-        MSCX_WARN("plan %s: rank %u: its %s buffer %p is %s, which peers in other processes cannot map (CUDA IPC "
-                  "needs cudaMalloc memory); such calls are refused", pn, u->rank, which, ptr,
-                  managed ? "managed memory" : memtype == CU_MEMORYTYPE_HOST ? "host memory" : "not device memory");
+        MSCX_WARN(
+            "plan %s: rank %u: its %s buffer %p is %s, which peers in other processes cannot map (CUDA IPC "
+            "needs cudaMalloc memory); such calls are refused",
+            pn, u->rank, which, ptr,
+            managed                         ? "managed memory"
+            : memtype == CU_MEMORYTYPE_HOST ? "host memory"
+                                            : "not device memory");
         return MSCX_ERR_UNSUPPORTED;
     }
     if (!ipc_ok) {
-        MSCX_WARN("plan %s: rank %u: its %s buffer %p comes from an allocation without a CUDA IPC handle "
-                  "(cuMemCreate/VMM or a memory pool); peers in other processes cannot map it; such calls are "
-                  "refused", pn, u->rank, which, ptr);
+        MSCX_WARN(
+            "plan %s: rank %u: its %s buffer %p comes from an allocation without a CUDA IPC handle "
+            "(cuMemCreate/VMM or a memory pool); peers in other processes cannot map it; such calls are "
+            "refused",
+            pn, u->rank, which, ptr);
         return MSCX_ERR_UNSUPPORTED;
     }
     uintptr_t p = (uintptr_t)ptr;
     if (p < (uintptr_t)base || p - (uintptr_t)base + bytes > size) {
         MSCX_WARN("caller bug: plan %s: rank %u: its %s buffer %p + %llu bytes runs past its allocation "
-                  "[0x%llx, +%zu)", pn, u->rank, which, ptr, (unsigned long long)bytes, (unsigned long long)base,
-                  size);
+                  "[0x%llx, +%zu)",
+                  pn, u->rank, which, ptr, (unsigned long long)bytes, (unsigned long long)base, size);
         return MSCX_ERR_UNSUPPORTED;
     }
+    *ai_p = (struct alloc_info){id, base, size};
+    return MSCX_OK;
+}
+
+/*
+ * The export cache's entry of allocation @p ai: on a miss (or a new
+ * allocation at a reused address) a new CUDA IPC handle, refused under
+ * capture, in a free entry or the least recently used one.
+ */
+static mscx_status_t export_entry(struct peer_bufs *u, const struct alloc_info *ai, int capturing,
+                                  const char *which, const void *ptr, struct export_ent **e_p)
+{
+    const char *pn = u->plan->name;
     struct export_ent *e = NULL, *lru = NULL;
     for (uint32_t i = 0; i < u->nexp; i++) {
-        if (u->exp[i].base == (uintptr_t)base) {
+        if (u->exp[i].base == (uintptr_t)ai->base) {
             e = &u->exp[i];
             break;
         }
         if (!lru || u->exp[i].used < lru->used)
             lru = &u->exp[i];
     }
-    if (!e || e->id != id) {
-        /* new allocation, or a new one at a reused address (its buffer id differs) */
-        if (capturing) {
-            MSCX_WARN("plan %s: rank %u: its %s buffer %p is new to the executor and the launch is being captured "
-                      "into a CUDA graph, where no CUDA IPC handle can be made: run one launch with this buffer "
-                      "outside capture first; this call is refused", pn, u->rank, which, ptr);
-            return MSCX_ERR_UNSUPPORTED;
-        }
-        cudaIpcMemHandle_t h;
-        cudaError_t ce = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
-        if (ce != cudaSuccess) {
-            cudaGetLastError();
-            MSCX_WARN("plan %s: rank %u: cudaIpcGetMemHandle on the allocation of its %s buffer %p: %s; such calls "
-                      "are refused", pn, u->rank, which, ptr, cudaGetErrorString(ce));
-            return MSCX_ERR_UNSUPPORTED;
-        }
-        if (!e)
-            e = u->nexp < EXPORT_CAP ? &u->exp[u->nexp++] : lru;
-        e->base = (uintptr_t)base;
-        e->size = size;
-        e->id = id;
-        e->h = h;
-        MSCX_INFO(MSCX_SUB_IPC, "plan %s: rank %u exports the allocation 0x%llx (%zu bytes) of its %s buffer", pn,
-                  u->rank, (unsigned long long)base, size, which);
+    if (e && e->id == ai->id) {
+        *e_p = e;
+        return MSCX_OK;
     }
+    /* new allocation, or a new one at a reused address (its buffer id differs) */
+    if (capturing) {
+        MSCX_WARN(
+            "plan %s: rank %u: its %s buffer %p is new to the executor and the launch is being captured "
+            "into a CUDA graph, where no CUDA IPC handle can be made: run one launch with this buffer "
+            "outside capture first; this call is refused",
+            pn, u->rank, which, ptr);
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    cudaIpcMemHandle_t h;
+    cudaError_t ce = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)ai->base);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        MSCX_WARN(
+            "plan %s: rank %u: cudaIpcGetMemHandle on the allocation of its %s buffer %p: %s; such calls "
+            "are refused",
+            pn, u->rank, which, ptr, cudaGetErrorString(ce));
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    if (!e)
+        e = u->nexp < EXPORT_CAP ? &u->exp[u->nexp++] : lru;
+    e->base = (uintptr_t)ai->base;
+    e->size = ai->size;
+    e->id = ai->id;
+    e->h = h;
+    MSCX_INFO(MSCX_SUB_IPC, "plan %s: rank %u exports the allocation 0x%llx (%zu bytes) of its %s buffer", pn,
+              u->rank, (unsigned long long)ai->base, ai->size, which);
+    *e_p = e;
+    return MSCX_OK;
+}
+
+static mscx_status_t export_buf(struct peer_bufs *u, const void *ptr, uint64_t bytes, int capturing,
+                                const char *which, struct ubuf_pub *b)
+{
+    struct alloc_info ai;
+    struct export_ent *e;
+    memset(b, 0, sizeof(*b));
+    if (!ptr || bytes == 0)
+        return MSCX_OK;
+    MSCX_CHECK(export_alloc(u, ptr, bytes, which, &ai));
+    MSCX_CHECK(export_entry(u, &ai, capturing, which, ptr, &e));
     e->used = u->seq;
     b->h = e->h;
     b->id = e->id;
-    b->off = p - e->base;
+    b->off = (uintptr_t)ptr - e->base;
     b->present = 1;
     return MSCX_OK;
 }
@@ -418,20 +514,21 @@ static void import_release_locked(struct import_ent *e)
     cudaError_t ce = cudaIpcCloseMemHandle(e->mapped);
     if (ce != cudaSuccess) {
         cudaGetLastError();
-        MSCX_WARN("cudaIpcCloseMemHandle of a peer's user buffer mapping %p: %s", e->mapped, cudaGetErrorString(ce));
+        MSCX_WARN("cudaIpcCloseMemHandle of a peer's user buffer mapping %p: %s", e->mapped,
+                  cudaGetErrorString(ce));
     }
     free(e);
 }
 
-static mscx_status_t import_buf(struct peer_bufs *u, uint32_t owner, const struct ubuf_pub *b, int capturing,
-                                const char *which, char **ptr_p)
+/*
+ * This context's mapping of @p b from @p owner, when it holds one (no lock:
+ * only this rank's thread launches): its address for the buffer in
+ * *ptr_p. Else @return 0, and *lru_p is the least recently used unpinned
+ * mapping of the context (NULL: none).
+ */
+static int import_held(struct peer_bufs *u, uint32_t owner, const struct ubuf_pub *b, int capturing,
+                       char **ptr_p, struct ctx_imp **lru_p)
 {
-    const char *pn = u->plan->name;
-    if (!b->present) {
-        *ptr_p = NULL;
-        return MSCX_OK;
-    }
-    /* this context's own list first (no lock: only this rank's thread launches) */
     struct ctx_imp *lru = NULL;
     for (uint32_t i = 0; i < u->nimp; i++) {
         struct import_ent *e = u->imp[i].e;
@@ -441,77 +538,111 @@ static mscx_status_t import_buf(struct peer_bufs *u, uint32_t owner, const struc
             if (capturing)
                 e->pinned = 1; /* benign race with other contexts: only ever set */
             *ptr_p = (char *)e->mapped + b->off;
-            return MSCX_OK;
+            return 1;
         }
         if (!e->pinned && (!lru || u->imp[i].used < lru->used))
             lru = &u->imp[i];
     }
-    if (u->nimp == IMPORT_CAP && !lru) {
-        MSCX_WARN("plan %s: rank %u: %d peer user buffers are mapped and pinned by CUDA graphs; no room for rank "
-                  "%u's %s buffer; this call is refused", pn, u->rank, IMPORT_CAP, owner, which);
-        return MSCX_ERR_UNSUPPORTED;
-    }
-    mscx_status_t st = MSCX_OK;
-    pthread_mutex_lock(&g_imp_lock);
+    *lru_p = lru;
+    return 0;
+}
+
+/*
+ * The process-wide mapping of @p b from @p owner, opened on a miss (refused
+ * under capture). Called with g_imp_lock held.
+ */
+static mscx_status_t import_open_locked(struct peer_bufs *u, uint32_t owner, const struct ubuf_pub *b,
+                                        int capturing, const char *which, struct import_ent **e_p)
+{
+    const char *pn = u->plan->name;
     struct import_ent *e = g_imp;
     while (e && !(e->pid == u->pid[owner] && e->host == u->host[owner] && e->device == u->device &&
                   e->id == b->id && memcmp(&e->h, &b->h, sizeof(b->h)) == 0))
         e = e->next;
-    if (!e) {
-        if (capturing) {
-            MSCX_WARN("plan %s: rank %u: rank %u's %s buffer is new to this process and the launch is being "
-                      "captured into a CUDA graph, where no CUDA IPC handle can be opened: run one launch with "
-                      "this buffer outside capture first; this call is refused", pn, u->rank, owner, which);
-            st = MSCX_ERR_UNSUPPORTED;
-            goto out;
-        }
-        e = calloc(1, sizeof(*e));
-        if (!e) {
-            st = MSCX_ERR_NO_MEMORY;
-            goto out;
-        }
-        cudaError_t ce = cudaIpcOpenMemHandle(&e->mapped, b->h, cudaIpcMemLazyEnablePeerAccess);
-        if (ce != cudaSuccess) {
-            cudaGetLastError();
-            MSCX_WARN("plan %s: rank %u: cudaIpcOpenMemHandle of rank %u's %s buffer: %s; this call is refused", pn,
-                      u->rank, owner, which, cudaGetErrorString(ce));
-            free(e);
-            st = MSCX_ERR_UNSUPPORTED;
-            goto out;
-        }
-        e->pid = u->pid[owner];
-        e->host = u->host[owner];
-        e->device = u->device;
-        e->id = b->id;
-        e->h = b->h;
-        e->next = g_imp;
-        g_imp = e;
-        MSCX_INFO(MSCX_SUB_IPC, "plan %s: rank %u mapped rank %u's %s buffer allocation at %p", pn, u->rank, owner,
-                  which, e->mapped);
+    if (e) {
+        *e_p = e;
+        return MSCX_OK;
     }
-    e->refs++;
-    if (capturing)
-        e->pinned = 1;
-    if (u->nimp == IMPORT_CAP) {
-        /*
-         * Evict the least recently used unpinned mapping of this context. A
-         * kernel of an earlier launch may still use it: wait for this
-         * device's work first (rare: only past IMPORT_CAP distinct buffers).
-         */
-        cudaError_t ce = cudaDeviceSynchronize();
-        if (ce != cudaSuccess) {
-            MSCX_WARN("plan %s: rank %u: cudaDeviceSynchronize before closing a mapping: %s", pn, u->rank,
-                      cudaGetErrorString(ce));
+    if (capturing) {
+        MSCX_WARN("plan %s: rank %u: rank %u's %s buffer is new to this process and the launch is being "
+                  "captured into a CUDA graph, where no CUDA IPC handle can be opened: run one launch with "
+                  "this buffer outside capture first; this call is refused", pn, u->rank, owner, which);
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    e = calloc(1, sizeof(*e));
+    if (!e)
+        return MSCX_ERR_NO_MEMORY;
+    cudaError_t ce = cudaIpcOpenMemHandle(&e->mapped, b->h, cudaIpcMemLazyEnablePeerAccess);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        MSCX_WARN("plan %s: rank %u: cudaIpcOpenMemHandle of rank %u's %s buffer: %s; this call is refused",
+                  pn, u->rank, owner, which, cudaGetErrorString(ce));
+        free(e);
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    e->pid = u->pid[owner];
+    e->host = u->host[owner];
+    e->device = u->device;
+    e->id = b->id;
+    e->h = b->h;
+    e->next = g_imp;
+    g_imp = e;
+    MSCX_INFO(MSCX_SUB_IPC, "plan %s: rank %u mapped rank %u's %s buffer allocation at %p", pn, u->rank,
+              owner, which, e->mapped);
+    *e_p = e;
+    return MSCX_OK;
+}
+
+/*
+ * Close this context's least recently used unpinned mapping @p lru, to
+ * make room. A kernel of an earlier launch may still use it: wait for this
+ * device's work first (rare: only past IMPORT_CAP distinct buffers).
+ * Called with g_imp_lock held.
+ */
+static mscx_status_t import_evict_locked(struct peer_bufs *u, struct ctx_imp *lru)
+{
+    cudaError_t ce = cudaDeviceSynchronize();
+    if (ce != cudaSuccess) {
+        MSCX_WARN("plan %s: rank %u: cudaDeviceSynchronize before closing a mapping: %s", u->plan->name,
+                  u->rank, cudaGetErrorString(ce));
+        return MSCX_ERR_CUDA;
+    }
+    import_release_locked(lru->e);
+    *lru = u->imp[--u->nimp];
+    return MSCX_OK;
+}
+
+static mscx_status_t import_buf(struct peer_bufs *u, uint32_t owner, const struct ubuf_pub *b, int capturing,
+                                const char *which, char **ptr_p)
+{
+    struct ctx_imp *lru;
+    struct import_ent *e;
+    if (!b->present) {
+        *ptr_p = NULL;
+        return MSCX_OK;
+    }
+    if (import_held(u, owner, b, capturing, ptr_p, &lru))
+        return MSCX_OK;
+    if (u->nimp == IMPORT_CAP && !lru) {
+        MSCX_WARN(
+            "plan %s: rank %u: %d peer user buffers are mapped and pinned by CUDA graphs; no room for rank "
+            "%u's %s buffer; this call is refused",
+            u->plan->name, u->rank, IMPORT_CAP, owner, which);
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    pthread_mutex_lock(&g_imp_lock);
+    mscx_status_t st = import_open_locked(u, owner, b, capturing, which, &e);
+    if (st == MSCX_OK) {
+        e->refs++;
+        if (capturing)
+            e->pinned = 1;
+        if (u->nimp == IMPORT_CAP && (st = import_evict_locked(u, lru)) != MSCX_OK)
             e->refs--;
-            st = MSCX_ERR_CUDA;
-            goto out;
-        }
-        import_release_locked(lru->e);
-        *lru = u->imp[--u->nimp];
     }
-    u->imp[u->nimp++] = (struct ctx_imp){e, u->seq};
-    *ptr_p = (char *)e->mapped + b->off;
-out:
+    if (st == MSCX_OK) {
+        u->imp[u->nimp++] = (struct ctx_imp){e, u->seq};
+        *ptr_p = (char *)e->mapped + b->off;
+    }
     pthread_mutex_unlock(&g_imp_lock);
     return st;
 }
@@ -580,15 +711,18 @@ mscx_status_t mscx_peer_bufs_launch(struct peer_bufs *u, const void *in, uint64_
     if (bad_rank == UINT32_MAX)
         return MSCX_OK;
     if (mine == MSCX_OK || mine == MSCX_ERR_REMOTE)
-        MSCX_WARN("plan %s: rank %u: launch %llu is refused on every rank: rank %u could not share or map a user "
-                  "buffer (%s; its log says why)", pn, u->rank, (unsigned long long)seq, bad_rank,
-                  mscx_status_str((mscx_status_t)bad));
+        MSCX_WARN(
+            "plan %s: rank %u: launch %llu is refused on every rank: rank %u could not share or map a user "
+            "buffer (%s; its log says why)",
+            pn, u->rank, (unsigned long long)seq, bad_rank, mscx_status_str((mscx_status_t)bad));
     return MSCX_ERR_UNSUPPORTED; /* nothing was enqueued on any rank: the caller may fall back */
 broken:
     /* the ranks are no longer at the same launch; no later launch can agree */
     u->broken = st == MSCX_ERR_INVALID_ARG ? MSCX_ERR_INTERNAL : st;
-    MSCX_WARN("plan %s: rank %u: the user-buffer exchange of launch %llu failed (%s); this plan's launches fail "
-              "from now on", pn, u->rank, (unsigned long long)seq, mscx_status_str(st));
+    MSCX_WARN(
+        "plan %s: rank %u: the user-buffer exchange of launch %llu failed (%s); this plan's launches fail "
+        "from now on",
+        pn, u->rank, (unsigned long long)seq, mscx_status_str(st));
     return u->broken;
 }
 

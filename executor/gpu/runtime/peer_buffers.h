@@ -6,7 +6,7 @@
  * handles of the allocations behind their buffers through a shared-memory
  * exchange (shm_slots.h); readers map them once (a process-wide cache keyed by
  * the allocation) and pass the pointers in the kernel arguments. Called by
- * gpu_exec.c at add_plan, launch and destroy.
+ * finalize.c at add_plan, launch.c at each launch and context.c at destroy.
  */
 #ifndef MSCX_PEER_BUFFERS_H
 #define MSCX_PEER_BUFFERS_H
@@ -37,7 +37,8 @@ struct peer_bufs_setup {
  * distinct user buffers of other processes of its node (@p node from
  * mscx_gpu_topology).
  */
-mscx_status_t mscx_peer_bufs_check(const struct mscx_plan *plan, const struct gpu_peer *peers, const uint32_t *node);
+mscx_status_t mscx_peer_bufs_check(const struct mscx_plan *plan, const struct gpu_peer *peers,
+                                   const uint32_t *node);
 
 /**
  * Collective over the bootstrap when some rank of the plan reaches a user
