@@ -108,6 +108,70 @@ static size_t put_track(FILE *out, const struct mscx_trace_block *b, struct trac
     return n;
 }
 
+/*
+ * Fill @p order with the blocks sorted by (rank, block), refusing a block
+ * without its records and two tracks for one thread block; @p maxrecs_p gets
+ * the most records of a block, @p t0_p the earliest start (UINT64_MAX: none).
+ */
+static mscx_status_t order_blocks(const struct mscx_trace_block *blocks, size_t nblocks,
+                                  const struct mscx_trace_block **order, size_t *maxrecs_p, uint64_t *t0_p)
+{
+    size_t maxrecs = 0;
+    uint64_t t0 = UINT64_MAX;
+    for (size_t i = 0; i < nblocks; i++) {
+        if (blocks[i].recs == NULL && blocks[i].nrecs > 0) {
+            MSCX_WARN("caller bug: trace block %zu has %zu records and no array", i, blocks[i].nrecs);
+            return MSCX_ERR_INVALID_ARG;
+        }
+        order[i] = &blocks[i];
+        if (blocks[i].nrecs > maxrecs)
+            maxrecs = blocks[i].nrecs;
+        for (size_t k = 0; k < blocks[i].nrecs; k++)
+            if (blocks[i].recs[k].start_ns != 0 && blocks[i].recs[k].start_ns < t0)
+                t0 = blocks[i].recs[k].start_ns;
+    }
+    qsort(order, nblocks, sizeof(*order), block_cmp);
+    for (size_t i = 1; i < nblocks; i++) {
+        if (order[i]->rank == order[i - 1]->rank && order[i]->block == order[i - 1]->block) {
+            MSCX_WARN("caller bug: trace has two tracks for rank %" PRIu32 " block %" PRIu32, order[i]->rank,
+                      order[i]->block);
+            return MSCX_ERR_INVALID_ARG;
+        }
+    }
+    *maxrecs_p = maxrecs;
+    *t0_p = t0;
+    return MSCX_OK;
+}
+
+/* The file's opening, up to the event array: the time unit, the tool and @p label. */
+static void put_header(FILE *out, const char *label)
+{
+    fprintf(out, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"tool\":\"mscx\"");
+    if (label && *label) {
+        fprintf(out, ",\"label\":\"");
+        put_json_str(out, label);
+        fputc('"', out);
+    }
+    fprintf(out, "},\"traceEvents\":[");
+}
+
+/* The metadata events: one process per rank, one thread per block, in @p order. */
+static void put_names(FILE *out, const struct mscx_trace_block *const *order, size_t nblocks, int *first)
+{
+    for (size_t i = 0; i < nblocks; i++) {
+        const struct mscx_trace_block *b = order[i];
+        char name[48];
+        if (i == 0 || b->rank != order[i - 1]->rank) {
+            snprintf(name, sizeof(name), "rank %" PRIu32, b->rank);
+            put_meta(out, "process_name", b->rank, -1, "name", name, 0, first);
+            put_meta(out, "process_sort_index", b->rank, -1, "sort_index", NULL, (long)b->rank, first);
+        }
+        snprintf(name, sizeof(name), "tb %" PRIu32, b->block);
+        put_meta(out, "thread_name", b->rank, (int)b->block, "name", name, 0, first);
+        put_meta(out, "thread_sort_index", b->rank, (int)b->block, "sort_index", NULL, (long)b->block, first);
+    }
+}
+
 mscx_status_t mscx_trace_write(FILE *out, const char *label, const struct mscx_trace_block *blocks, size_t nblocks,
                                size_t *nevents_p)
 {
@@ -127,28 +191,7 @@ mscx_status_t mscx_trace_write(FILE *out, const char *label, const struct mscx_t
         MSCX_WARN("trace: out of memory for %zu blocks", nblocks);
         return MSCX_ERR_NO_MEMORY;
     }
-    for (size_t i = 0; i < nblocks; i++) {
-        if (blocks[i].recs == NULL && blocks[i].nrecs > 0) {
-            MSCX_WARN("caller bug: trace block %zu has %zu records and no array", i, blocks[i].nrecs);
-            st = MSCX_ERR_INVALID_ARG;
-            goto out_free;
-        }
-        order[i] = &blocks[i];
-        if (blocks[i].nrecs > maxrecs)
-            maxrecs = blocks[i].nrecs;
-        for (size_t k = 0; k < blocks[i].nrecs; k++)
-            if (blocks[i].recs[k].start_ns != 0 && blocks[i].recs[k].start_ns < t0)
-                t0 = blocks[i].recs[k].start_ns;
-    }
-    qsort(order, nblocks, sizeof(*order), block_cmp);
-    for (size_t i = 1; i < nblocks; i++) {
-        if (order[i]->rank == order[i - 1]->rank && order[i]->block == order[i - 1]->block) {
-            MSCX_WARN("caller bug: trace has two tracks for rank %" PRIu32 " block %" PRIu32, order[i]->rank,
-                      order[i]->block);
-            st = MSCX_ERR_INVALID_ARG;
-            goto out_free;
-        }
-    }
+    MSCX_CHECK_GOTO(order_blocks(blocks, nblocks, order, &maxrecs, &t0), st, out_free);
     ents = calloc(maxrecs ? maxrecs : 1, sizeof(*ents));
     if (ents == NULL) {
         MSCX_WARN("trace: out of memory for %zu records", maxrecs);
@@ -158,26 +201,8 @@ mscx_status_t mscx_trace_write(FILE *out, const char *label, const struct mscx_t
     if (t0 == UINT64_MAX)
         t0 = 0;
 
-    fprintf(out, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"tool\":\"mscx\"");
-    if (label && *label) {
-        fprintf(out, ",\"label\":\"");
-        put_json_str(out, label);
-        fputc('"', out);
-    }
-    fprintf(out, "},\"traceEvents\":[");
-    /* Metadata first: one process per rank, one thread per block. */
-    for (size_t i = 0; i < nblocks; i++) {
-        const struct mscx_trace_block *b = order[i];
-        char name[48];
-        if (i == 0 || b->rank != order[i - 1]->rank) {
-            snprintf(name, sizeof(name), "rank %" PRIu32, b->rank);
-            put_meta(out, "process_name", b->rank, -1, "name", name, 0, &first);
-            put_meta(out, "process_sort_index", b->rank, -1, "sort_index", NULL, (long)b->rank, &first);
-        }
-        snprintf(name, sizeof(name), "tb %" PRIu32, b->block);
-        put_meta(out, "thread_name", b->rank, (int)b->block, "name", name, 0, &first);
-        put_meta(out, "thread_sort_index", b->rank, (int)b->block, "sort_index", NULL, (long)b->block, &first);
-    }
+    put_header(out, label);
+    put_names(out, order, nblocks, &first);
     for (size_t i = 0; i < nblocks; i++)
         nevents += put_track(out, order[i], ents, t0, &first);
     fprintf(out, "\n]}\n");

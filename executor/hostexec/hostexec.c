@@ -641,6 +641,76 @@ static mscx_status_t check_plan(const struct mscx_plan *plan, const struct mscx_
     return MSCX_OK;
 }
 
+/* Start rank @p rk's threads: its proxy (when it has port channels), one per thread block, its controller. */
+static mscx_status_t start_rank(struct hx_run *run, struct hx_rank *rk)
+{
+    if (rk->gpu->nchan[MSCX_CHAN_PORT] > 0) {
+        if (spawn_rank(&rk->proxy_thread, proxy_thread, run, rk) != 0)
+            return MSCX_ERR_SYSTEM;
+        rk->proxy_started = true;
+    }
+    for (uint32_t b = 0; b < rk->gpu->ntb; b++) {
+        struct tb_arg *ta = malloc(sizeof(*ta));
+        if (ta) {
+            ta->run = run;
+            ta->rk = rk;
+            ta->tb = b;
+        }
+        if (ta == NULL || spawn(&rk->tb_thread[b], tb_thread, ta) != 0) {
+            free(ta);
+            return MSCX_ERR_SYSTEM;
+        }
+        rk->tb_started++;
+    }
+    if (spawn_rank(&rk->ctl_thread, ctl_thread, run, rk) != 0)
+        return MSCX_ERR_SYSTEM;
+    rk->ctl_started = true;
+    return MSCX_OK;
+}
+
+/* Wait for every thread that started: controllers and thread blocks, then (once told to stop) the proxies. */
+static void join_ranks(struct hx_run *run)
+{
+    uint32_t n = run->plan->nranks;
+    for (uint32_t r = 0; r < n; r++) {
+        struct hx_rank *rk = &run->ranks[r];
+        if (rk->ctl_started)
+            pthread_join(rk->ctl_thread, NULL);
+        for (uint32_t b = 0; b < rk->tb_started; b++)
+            pthread_join(rk->tb_thread[b], NULL);
+    }
+    for (uint32_t r = 0; r < n; r++) {
+        atomic_store(&run->ranks[r].fifo.stop, 1);
+        hx_bump(run, r);
+    }
+    for (uint32_t r = 0; r < n; r++)
+        if (run->ranks[r].proxy_started)
+            pthread_join(run->ranks[r].proxy_thread, NULL);
+}
+
+/* Run the plan on ranks already set up; @return the run's status. */
+static mscx_status_t run_ranks(struct hx_run *run)
+{
+    const struct hx_hooks *hooks = run->hooks;
+    uint32_t n = run->plan->nranks;
+    mscx_status_t st = MSCX_OK;
+    for (uint32_t r = 0; r < n && st == MSCX_OK; r++)
+        st = start_rank(run, &run->ranks[r]);
+    if (st != MSCX_OK)
+        hx_fail(run, st, "cannot start the executor threads (%u ranks, %s)", n, strerror(errno));
+    join_ranks(run);
+    st = run->status;
+    if (st == MSCX_OK && hooks && hooks->final) {
+        for (uint32_t r = 0; r < n; r++) {
+            struct hx_rank *rk = &run->ranks[r];
+            hooks->final(run->cfg->ctx, r, rk->mem[MSCX_BUF_INPUT], rk->size[MSCX_BUF_INPUT],
+                         rk->mem[MSCX_BUF_OUTPUT], rk->size[MSCX_BUF_OUTPUT], rk->mem[MSCX_BUF_SCRATCH],
+                         rk->size[MSCX_BUF_SCRATCH]);
+        }
+    }
+    return st;
+}
+
 mscx_status_t mscx_hostexec_run_hooks(const struct mscx_plan *plan, const struct mscx_hostexec_cfg *cfg,
                                       const struct hx_hooks *hooks, char *err, size_t errlen)
 {
@@ -683,62 +753,7 @@ mscx_status_t mscx_hostexec_run_hooks(const struct mscx_plan *plan, const struct
             goto cleanup;
         }
     }
-    /* threads */
-    for (uint32_t r = 0; r < n && st == MSCX_OK; r++) {
-        struct hx_rank *rk = &run.ranks[r];
-        if (rk->gpu->nchan[MSCX_CHAN_PORT] > 0) {
-            if (spawn_rank(&rk->proxy_thread, proxy_thread, &run, rk) != 0) {
-                st = MSCX_ERR_SYSTEM;
-                break;
-            }
-            rk->proxy_started = true;
-        }
-        for (uint32_t b = 0; b < rk->gpu->ntb; b++) {
-            struct tb_arg *ta = malloc(sizeof(*ta));
-            if (ta) {
-                ta->run = &run;
-                ta->rk = rk;
-                ta->tb = b;
-            }
-            if (ta == NULL || spawn(&rk->tb_thread[b], tb_thread, ta) != 0) {
-                free(ta);
-                st = MSCX_ERR_SYSTEM;
-                break;
-            }
-            rk->tb_started++;
-        }
-        if (st != MSCX_OK)
-            break;
-        if (spawn_rank(&rk->ctl_thread, ctl_thread, &run, rk) != 0) {
-            st = MSCX_ERR_SYSTEM;
-            break;
-        }
-        rk->ctl_started = true;
-    }
-    if (st != MSCX_OK)
-        hx_fail(&run, st, "cannot start the executor threads (%u ranks, %s)", n, strerror(errno));
-    for (uint32_t r = 0; r < n; r++) {
-        struct hx_rank *rk = &run.ranks[r];
-        if (rk->ctl_started)
-            pthread_join(rk->ctl_thread, NULL);
-        for (uint32_t b = 0; b < rk->tb_started; b++)
-            pthread_join(rk->tb_thread[b], NULL);
-    }
-    for (uint32_t r = 0; r < n; r++) {
-        atomic_store(&run.ranks[r].fifo.stop, 1);
-        hx_bump(&run, r);
-    }
-    for (uint32_t r = 0; r < n; r++)
-        if (run.ranks[r].proxy_started)
-            pthread_join(run.ranks[r].proxy_thread, NULL);
-    st = run.status;
-    if (st == MSCX_OK && hooks && hooks->final) {
-        for (uint32_t r = 0; r < n; r++) {
-            struct hx_rank *rk = &run.ranks[r];
-            hooks->final(cfg->ctx, r, rk->mem[MSCX_BUF_INPUT], rk->size[MSCX_BUF_INPUT], rk->mem[MSCX_BUF_OUTPUT],
-                         rk->size[MSCX_BUF_OUTPUT], rk->mem[MSCX_BUF_SCRATCH], rk->size[MSCX_BUF_SCRATCH]);
-        }
-    }
+    st = run_ranks(&run);
     if (st != MSCX_OK) {
         snprintf(err, errlen, "%s", run.errmsg);
         MSCX_WARN("hostexec: plan %s: %s", plan->name, run.errmsg);

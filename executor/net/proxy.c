@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The process's port-channel proxy thread and the TCP link (see proxy_int.h
- * and port_fifo.h for the FIFO protocol).
+ * The process's port-channel proxy thread (see proxy_int.h and port_fifo.h
+ * for the FIFO protocol). The network link it serves TCP and RDMA channels
+ * through is in proxy_tcp.c.
  *
  * Ordering: requests of one queue are executed one after the other, in
  * position order, and every link keeps issue order at the target (the cuda
@@ -111,11 +112,89 @@ static void last_store(struct mscx_pqueue *q, const struct mscx_preq *r)
     __atomic_store_n(&q->last.len, r->len, __ATOMIC_RELAXED);
 }
 
+/* A put or signal was issued on channel @p k: the next flush waits for it, the health check watches it. */
+static void mark_used(struct mscx_pqueue *q, uint32_t k)
+{
+    q->used[k] = 1;
+    q->active = 1;
+}
+
+/* A put into the peer's input or output buffer. */
+static mscx_status_t exec_put_user(struct mscx_pqueue *q, const struct mscx_pchan *c,
+                                   const struct mscx_preq *r, const char **why)
+{
+    unsigned user = r->flags & (MSCX_PREQ_F_USER_IN | MSCX_PREQ_F_USER_OUT);
+    /* the peer's input or output buffer: its size is known where it is resolved, not here */
+    if (r->kind == MSCX_PREQ_PUT_PKT || user == (MSCX_PREQ_F_USER_IN | MSCX_PREQ_F_USER_OUT)) {
+        *why = "internal bug: a put into a user buffer that is a packet put or names both buffers";
+        return MSCX_ERR_INTERNAL;
+    }
+    if (!c->ops->put_user) {
+        *why = "internal bug: this link cannot put into a peer's input or output buffer";
+        return MSCX_ERR_INTERNAL;
+    }
+    if (r->len == 0)
+        return MSCX_OK;
+    struct mscx_puser d = {.buf = user == MSCX_PREQ_F_USER_IN ? MSCX_BUF_INPUT : MSCX_BUF_OUTPUT,
+                           .launch = r->launch,
+                           .off = r->dst_off,
+                           .addr = r->reserved};
+    mscx_status_t st = c->ops->put_user(c->link, (const void *)(uintptr_t)r->src, &d, r->len, deadline(q));
+    *why = "the link's put into the peer's user buffer failed";
+    mark_used(q, r->chan);
+    return st;
+}
+
+/* A put (or packet put) into the peer's scratch, or into its user buffers when the request says so. */
+static mscx_status_t exec_put(struct mscx_pqueue *q, const struct mscx_pchan *c, const struct mscx_preq *r,
+                              const char **why)
+{
+    int pkt = r->kind == MSCX_PREQ_PUT_PKT;
+    if (r->flags & (MSCX_PREQ_F_USER_IN | MSCX_PREQ_F_USER_OUT))
+        return exec_put_user(q, c, r, why);
+    if (r->dst_off > c->dst_bytes || r->len > c->dst_bytes - r->dst_off) {
+        *why = "internal bug: the put reaches past the peer's scratch";
+        return MSCX_ERR_INTERNAL;
+    }
+    if (pkt && (r->dst_off % 8 != 0 || r->len % 8 != 0 || r->src % 8 != 0)) {
+        *why = "internal bug: a packet put that is not whole aligned 8-byte units";
+        return MSCX_ERR_INTERNAL;
+    }
+    if (r->len == 0)
+        return MSCX_OK;
+    mscx_status_t st = c->ops->put(c->link, (const void *)(uintptr_t)r->src, r->dst_off, r->len,
+                                   pkt ? MSCX_TP_PUT_PACKET : 0u, deadline(q));
+    *why = "the link's put failed";
+    mark_used(q, r->chan);
+    return st;
+}
+
+/* Flush every channel used since the last full flush; a full flush then publishes @p pos as done. */
+static mscx_status_t exec_flush(struct mscx_pqueue *q, const struct mscx_preq *r, uint64_t pos,
+                                const char **why)
+{
+    mscx_status_t st = MSCX_OK;
+    int local = (r->flags & MSCX_PREQ_F_LOCAL) != 0;
+    for (uint32_t k = 0; k < q->d.nchan && st == MSCX_OK; k++) {
+        if (!q->used[k])
+            continue;
+        st = q->chan[k].ops->flush(q->chan[k].link, local, deadline(q));
+        if (!local)
+            q->used[k] = 0;
+    }
+    if (st != MSCX_OK) {
+        *why = "the link's flush failed";
+        return st;
+    }
+    q->active = 0;
+    __atomic_store_n(&q->d.fifo->done, pos + 1, __ATOMIC_RELEASE);
+    return MSCX_OK;
+}
+
 /* Execute one request; @return MSCX_OK or the error (not yet reported: the caller reports it). */
 static mscx_status_t exec_req(struct mscx_pqueue *q, const struct mscx_preq *r, uint64_t pos,
                               const char **why)
 {
-    mscx_status_t st = MSCX_OK;
     const struct mscx_pchan *c = NULL;
     if (r->kind == MSCX_PREQ_PUT || r->kind == MSCX_PREQ_PUT_PKT || r->kind == MSCX_PREQ_SIGNAL) {
         if (r->chan >= q->d.nchan || !q->chan[r->chan].ops) {
@@ -126,71 +205,16 @@ static mscx_status_t exec_req(struct mscx_pqueue *q, const struct mscx_preq *r, 
     }
     switch (r->kind) {
     case MSCX_PREQ_PUT:
-    case MSCX_PREQ_PUT_PKT: {
-        int pkt = r->kind == MSCX_PREQ_PUT_PKT;
-        unsigned user = r->flags & (MSCX_PREQ_F_USER_IN | MSCX_PREQ_F_USER_OUT);
-        if (user) {
-            /* the peer's input or output buffer: its size is known where it is resolved, not here */
-            if (pkt || user == (MSCX_PREQ_F_USER_IN | MSCX_PREQ_F_USER_OUT)) {
-                *why = "internal bug: a put into a user buffer that is a packet put or names both buffers";
-                return MSCX_ERR_INTERNAL;
-            }
-            if (!c->ops->put_user) {
-                *why = "internal bug: this link cannot put into a peer's input or output buffer";
-                return MSCX_ERR_INTERNAL;
-            }
-            if (r->len == 0)
-                return MSCX_OK;
-            struct mscx_puser d = {.buf = user == MSCX_PREQ_F_USER_IN ? MSCX_BUF_INPUT : MSCX_BUF_OUTPUT,
-                                   .launch = r->launch,
-                                   .off = r->dst_off,
-                                   .addr = r->reserved};
-            st = c->ops->put_user(c->link, (const void *)(uintptr_t)r->src, &d, r->len, deadline(q));
-            *why = "the link's put into the peer's user buffer failed";
-            q->used[r->chan] = 1;
-            q->active = 1;
-            return st;
-        }
-        if (r->dst_off > c->dst_bytes || r->len > c->dst_bytes - r->dst_off) {
-            *why = "internal bug: the put reaches past the peer's scratch";
-            return MSCX_ERR_INTERNAL;
-        }
-        if (pkt && (r->dst_off % 8 != 0 || r->len % 8 != 0 || r->src % 8 != 0)) {
-            *why = "internal bug: a packet put that is not whole aligned 8-byte units";
-            return MSCX_ERR_INTERNAL;
-        }
-        if (r->len == 0)
-            return MSCX_OK;
-        st = c->ops->put(c->link, (const void *)(uintptr_t)r->src, r->dst_off, r->len,
-                         pkt ? MSCX_TP_PUT_PACKET : 0u, deadline(q));
-        *why = "the link's put failed";
-        q->used[r->chan] = 1;
-        q->active = 1;
-        return st;
-    }
-    case MSCX_PREQ_SIGNAL:
-        st = c->ops->signal(c->link, deadline(q));
+    case MSCX_PREQ_PUT_PKT:
+        return exec_put(q, c, r, why);
+    case MSCX_PREQ_SIGNAL: {
+        mscx_status_t st = c->ops->signal(c->link, deadline(q));
         *why = "the link's signal failed";
-        q->used[r->chan] = 1;
-        q->active = 1;
+        mark_used(q, r->chan);
         return st;
-    case MSCX_PREQ_FLUSH: {
-        int local = (r->flags & MSCX_PREQ_F_LOCAL) != 0;
-        for (uint32_t k = 0; k < q->d.nchan && st == MSCX_OK; k++) {
-            if (!q->used[k])
-                continue;
-            st = q->chan[k].ops->flush(q->chan[k].link, local, deadline(q));
-            if (!local)
-                q->used[k] = 0;
-        }
-        if (st != MSCX_OK) {
-            *why = "the link's flush failed";
-            return st;
-        }
-        q->active = 0;
-        __atomic_store_n(&q->d.fifo->done, pos + 1, __ATOMIC_RELEASE);
-        return MSCX_OK;
     }
+    case MSCX_PREQ_FLUSH:
+        return exec_flush(q, r, pos, why);
     default:
         *why = "internal bug: unknown request kind";
         return MSCX_ERR_INTERNAL;
@@ -394,177 +418,3 @@ uint64_t mscx_pfifo_push_host(struct mscx_pfifo *f, uint64_t *head, const struct
     __atomic_store_n(&s->seq, pos + 1, __ATOMIC_RELEASE);
     return pos;
 }
-
-/* ---------------------------------------------------------------- late-bound puts */
-
-mscx_status_t mscx_late_pick(const struct mscx_late_pub *pub, uint32_t rank, const char *plan, uint32_t buf,
-                             uint32_t launch, uint64_t off, uint64_t len, void **dst_p)
-{
-    const char *bn = buf == MSCX_BUF_INPUT ? "input" : "output";
-    if ((buf != MSCX_BUF_INPUT && buf != MSCX_BUF_OUTPUT) || launch == 0) {
-        MSCX_WARN("peer bug: rank %u plan %s: a put names buffer %u of launch %u", rank, plan, buf, launch);
-        return MSCX_ERR_REMOTE;
-    }
-    if (pub->flag != launch) {
-        /* flags wrap (0xffffffff, then 2): compare by distance; 0 was never a launch */
-        if (pub->flag != 0 && (int32_t)(pub->flag - launch) > 0) {
-            MSCX_WARN("rank %u plan %s: a put into this rank's %s buffer of launch %u arrived after launch %u had "
-                      "replaced that launch's buffers; failing",
-                      rank, plan, bn, launch, pub->flag);
-            return MSCX_ERR_INTERNAL;
-        }
-        return MSCX_INPROGRESS;
-    }
-    uint32_t t = buf == MSCX_BUF_OUTPUT;
-    if (!pub->ptr[t] || off > pub->bytes[t] || len > pub->bytes[t] - off) {
-        MSCX_WARN("peer bug: rank %u plan %s: a put into this rank's %s buffer of launch %u (%" PRIu64
-                  " bytes at offset %" PRIu64 ") reaches past its %" PRIu64 " bytes",
-                  rank, plan, bn, launch, len, off, pub->bytes[t]);
-        return MSCX_ERR_REMOTE;
-    }
-    *dst_p = (char *)pub->ptr[t] + off;
-    return MSCX_OK;
-}
-
-/* ---------------------------------------------------------------- network link (TCP or RDMA) */
-
-struct ptcp_link {
-    struct mscx_ptcp_link_params p;
-    uint64_t boff; /* async_src: next free byte of the bounce ring */
-};
-
-mscx_status_t mscx_plink_tcp_create(const struct mscx_ptcp_link_params *p, void **link_p)
-{
-    if (!p || !p->tp || !p->conn || !p->bounce_mr || !p->bounce || p->bounce_bytes < 8 ||
-        p->bounce_bytes % 8 || !p->stage || !link_p) {
-        MSCX_WARN("caller bug: bad %s link parameters", p && p->tp ? p->tp->name : "network");
-        return MSCX_ERR_INVALID_ARG;
-    }
-    struct ptcp_link *l = calloc(1, sizeof(*l));
-    if (!l)
-        return MSCX_ERR_NO_MEMORY;
-    l->p = *p;
-    *link_p = l;
-    return MSCX_OK;
-}
-
-void mscx_plink_tcp_destroy(void *link)
-{
-    free(link);
-}
-
-/*
- * The source is staged into the host bounce buffer piece by piece, and each
- * piece is written with @p w (bytes [@p o, o + n) of the source, staged at
- * bounce offset @p boff) to where @p dst says.
- * TCP: the transport's put returns once the bytes are in the socket, so the
- * bounce buffer may be reused as soon as it returns.
- * RDMA (async_src): the NIC reads the bounce buffer after the put returns, so
- * it is used as a ring; before the ring wraps, a flush of the connection
- * waits until every earlier write completed (and with it, read its bytes).
- * Pieces and ring offsets stay multiples of 8, so a packet put's 8-byte units
- * never straddle two writes.
- */
-typedef mscx_status_t (*ptcp_write_fn)(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o, uint64_t n,
-                                       uint64_t deadline_ns);
-
-static mscx_status_t ptcp_staged(struct ptcp_link *l, const void *src, uint64_t len, ptcp_write_fn w,
-                                 const void *dst, uint64_t deadline_ns)
-{
-    for (uint64_t o = 0; o < len;) {
-        uint64_t boff = l->p.async_src ? l->boff : 0;
-        if (boff >= l->p.bounce_bytes) {
-            MSCX_CHECK(l->p.tp->flush(l->p.conn, deadline_ns));
-            l->boff = boff = 0;
-        }
-        uint64_t room = l->p.bounce_bytes - boff;
-        uint64_t n = len - o < room ? len - o : room;
-        char *b = (char *)l->p.bounce + boff;
-        MSCX_CHECK(l->p.stage(l->p.stage_ctx, b, (const char *)src + o, (size_t)n));
-        MSCX_CHECK(w(l, dst, boff, o, n, deadline_ns));
-        if (l->p.async_src)
-            l->boff = (boff + n + 7u) / 8u * 8u;
-        o += n;
-    }
-    return MSCX_OK;
-}
-
-/* Where a put into the peer's registered region goes. */
-struct ptcp_region_dst {
-    uint64_t off;
-    unsigned tp_flags;
-};
-
-static mscx_status_t ptcp_write_region(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o, uint64_t n,
-                                       uint64_t deadline_ns)
-{
-    const struct ptcp_region_dst *d = dst;
-    return l->p.tp->put(l->p.conn, l->p.bounce_mr, boff, &l->p.dst, d->off + o, n, d->tp_flags, deadline_ns);
-}
-
-static mscx_status_t ptcp_put(void *link, const void *src, uint64_t dst_off, uint64_t len, unsigned tp_flags,
-                              uint64_t deadline_ns)
-{
-    const struct ptcp_region_dst d = {dst_off, tp_flags};
-    return ptcp_staged(link, src, len, ptcp_write_region, &d, deadline_ns);
-}
-
-/* Into the peer's late-bound region: the receiver resolves (buffer, launch) itself. */
-static mscx_status_t ptcp_write_late(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o, uint64_t n,
-                                     uint64_t deadline_ns)
-{
-    const struct mscx_puser *u = dst;
-    return l->p.tp->put_late(l->p.conn, l->p.bounce_mr, boff, &l->p.user, u->buf, u->launch, u->off + o, n, 0,
-                             deadline_ns);
-}
-
-static mscx_status_t ptcp_put_user(void *link, const void *src, const struct mscx_puser *dst, uint64_t len,
-                                   uint64_t deadline_ns)
-{
-    struct ptcp_link *l = link;
-    if (!l->p.tp->put_late || l->p.user.tp == 0) {
-        MSCX_WARN("internal bug: the %s link to rank %u has no late-bound region of the peer", l->p.tp->name,
-                  l->p.peer);
-        return MSCX_ERR_INTERNAL;
-    }
-    return ptcp_staged(l, src, len, ptcp_write_late, dst, deadline_ns);
-}
-
-static mscx_status_t ptcp_signal(void *link, uint64_t deadline_ns)
-{
-    struct ptcp_link *l = link;
-    return l->p.tp->signal(l->p.conn, &l->p.tok, l->p.tok_off, deadline_ns);
-}
-
-static mscx_status_t ptcp_flush(void *link, int local, uint64_t deadline_ns)
-{
-    struct ptcp_link *l = link;
-    if (local)
-        return MSCX_OK; /* the staging copy read every source before its put was issued */
-    MSCX_CHECK(l->p.tp->flush(l->p.conn, deadline_ns));
-    l->boff = 0; /* every write completed: the whole ring is free */
-    return MSCX_OK;
-}
-
-static mscx_status_t ptcp_check(void *link)
-{
-    struct ptcp_link *l = link;
-    return l->p.ep ? l->p.tp->progress(l->p.ep) : MSCX_OK;
-}
-
-const struct mscx_plink_ops mscx_plink_tcp = {
-    .name = "tcp",
-    .put = ptcp_put,
-    .put_user = ptcp_put_user,
-    .signal = ptcp_signal,
-    .flush = ptcp_flush,
-    .check = ptcp_check,
-};
-
-const struct mscx_plink_ops mscx_plink_ib = {
-    .name = "ib",
-    .put = ptcp_put,
-    .signal = ptcp_signal,
-    .flush = ptcp_flush,
-    .check = ptcp_check,
-};

@@ -6,7 +6,7 @@
  * executes requests through a link per channel:
  *  - a "cuda" link (gpu_proxy.c): same host, copies on a proxy-owned stream
  *    into IPC-mapped peer memory;
- *  - a network link (here): the TCP or RDMA transport of transport.h to a
+ *  - a network link (proxy_tcp.c): the TCP or RDMA transport of transport.h to a
  *    peer on another node, with a staging hook that copies the GPU source
  *    into a registered host bounce buffer.
  * Pure C without CUDA, so the unit suite runs it on host memory.

@@ -23,7 +23,7 @@
  *    MSCX_ERR_TIMEOUT, MSCX_ERR_IBV), never a hang.
  *
  * Calls on one connection must come from one thread at a time (the proxy).
- * Implementations: mscx_tp_tcp (transport_tcp.c), mscx_tp_ib (transport_ib.c).
+ * Implementations: mscx_tp_tcp (transport_tcp*.c), mscx_tp_ib (transport_ib.c).
  */
 #ifndef MSCX_TRANSPORT_H
 #define MSCX_TRANSPORT_H
@@ -166,7 +166,6 @@ struct mscx_transport_ops {
 extern const struct mscx_transport_ops mscx_tp_tcp;
 extern const struct mscx_transport_ops mscx_tp_ib;
 
-/** @return CLOCK_MONOTONIC now in nanoseconds. */
 /**
  * Check that [roff, roff + len) lies in the remote region @p rd of transport
  * @p tp ('T', 'I') owned by @p peer; logs a "caller bug" and returns
@@ -175,6 +174,7 @@ extern const struct mscx_transport_ops mscx_tp_ib;
 mscx_status_t mscx_tp_check_remote(const struct mscx_tp_rdesc *rd, uint32_t tp, uint32_t peer, uint64_t roff,
                                    uint64_t len);
 
+/** @return CLOCK_MONOTONIC now in nanoseconds. */
 uint64_t mscx_tp_now_ns(void);
 /** @return the absolute deadline @p timeout_ms from now; 0 ms means "never" (UINT64_MAX). */
 uint64_t mscx_tp_deadline(uint64_t timeout_ms);

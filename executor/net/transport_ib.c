@@ -114,6 +114,75 @@ static int port_active(const struct mscx_ibv *ibv, struct ibv_context *ctx, uint
     return ibv->query_port(ctx, port, attr) == 0 && attr->state == IBV_PORT_ACTIVE;
 }
 
+/* MSCX_IB_HCA ("name" or "name:port") into @p want (empty: any device) and @p want_port_p (0: any port). */
+static void hca_wanted(const char *hca, char *want, size_t len, unsigned *want_port_p)
+{
+    if (!hca || !hca[0])
+        return;
+    snprintf(want, len, "%s", hca);
+    char *colon = strchr(want, ':');
+    if (colon) {
+        *colon = '\0';
+        *want_port_p = (unsigned)atoi(colon + 1);
+    }
+}
+
+/* The active port of @p dev (@p want_port, or the first of 1 and 2); 0 for none, -1 when it does not open. */
+static int device_port(const struct mscx_ibv *ibv, struct ibv_device *dev, unsigned want_port)
+{
+    struct ibv_context *ctx = ibv->open_device(dev);
+    if (!ctx)
+        return -1;
+    struct ibv_port_attr attr;
+    int port = 0;
+    for (unsigned pt = want_port ? want_port : 1; pt <= (want_port ? want_port : 2) && !port; pt++)
+        if (port_active(ibv, ctx, (uint8_t)pt, &attr))
+            port = (int)pt;
+    ibv->close_device(ctx);
+    return port;
+}
+
+/* Hops between the GPU at sysfs path @p gpu_path and device @p name; 0 when either path is unknown. */
+static int device_distance(const char *name, const char *gpu_path)
+{
+    char dp[PATH_MAX], rp[PATH_MAX];
+    snprintf(dp, sizeof(dp), "/sys/class/infiniband/%s/device", name);
+    if (gpu_path[0] && realpath(dp, rp))
+        return mscx_tp_ib_pci_distance(gpu_path, rp);
+    return 0;
+}
+
+/*
+ * The index in @p list of the device to use: among those named @p want (any
+ * when empty) with an active port, the one closest to the GPU, the first on a
+ * tie. Sets ep->port; -1 when there is none.
+ */
+static int pick_device(struct mscx_tp_ep *ep, struct ibv_device **list, int n, const char *want,
+                       unsigned want_port, const char *gpu_path)
+{
+    const struct mscx_ibv *ibv = ep->ibv;
+    int best = -1, best_dist = INT_MAX;
+    for (int i = 0; i < n; i++) {
+        const char *name = ibv->get_device_name(list[i]);
+        if (want[0] && strcmp(name, want) != 0)
+            continue;
+        int port = device_port(ibv, list[i], want_port);
+        if (port < 0)
+            continue;
+        if (!port) {
+            MSCX_INFO(MSCX_SUB_IB, "ib: %s has no active port", name);
+            continue;
+        }
+        int dist = device_distance(name, gpu_path);
+        if (best < 0 || dist < best_dist) {
+            best = i;
+            best_dist = dist;
+            ep->port = (uint8_t)port;
+        }
+    }
+    return best;
+}
+
 /* Open the device named by MSCX_IB_HCA ("name" or "name:port"), else the one closest to the GPU. */
 static mscx_status_t ib_open_device(struct mscx_tp_ep *ep)
 {
@@ -121,18 +190,11 @@ static mscx_status_t ib_open_device(struct mscx_tp_ep *ep)
     const struct mscx_ibv *ibv = ep->ibv;
     char want[64] = "", gpu_path[PATH_MAX] = "";
     unsigned want_port = 0;
-    int n = 0, best = -1, best_dist = INT_MAX;
+    int n = 0;
     mscx_status_t st = MSCX_ERR_IBV;
 
     MSCX_CHECK(mscx_config_get(&cfg));
-    if (cfg->ib_hca && cfg->ib_hca[0]) {
-        snprintf(want, sizeof(want), "%s", cfg->ib_hca);
-        char *colon = strchr(want, ':');
-        if (colon) {
-            *colon = '\0';
-            want_port = (unsigned)atoi(colon + 1);
-        }
-    }
+    hca_wanted(cfg->ib_hca, want, sizeof(want), &want_port);
     struct ibv_device **list = ibv->get_device_list(&n);
     if (!list || n == 0) {
         MSCX_INFO(MSCX_SUB_IB, "ib: no RDMA device");
@@ -145,34 +207,7 @@ static mscx_status_t ib_open_device(struct mscx_tp_ep *ep)
         if (!realpath(p, gpu_path))
             gpu_path[0] = '\0';
     }
-    for (int i = 0; i < n; i++) {
-        const char *name = ibv->get_device_name(list[i]);
-        if (want[0] && strcmp(name, want) != 0)
-            continue;
-        struct ibv_context *ctx = ibv->open_device(list[i]);
-        if (!ctx)
-            continue;
-        struct ibv_port_attr attr;
-        int port = 0;
-        for (unsigned pt = want_port ? want_port : 1; pt <= (want_port ? want_port : 2) && !port; pt++)
-            if (port_active(ibv, ctx, (uint8_t)pt, &attr))
-                port = (int)pt;
-        ibv->close_device(ctx);
-        if (!port) {
-            MSCX_INFO(MSCX_SUB_IB, "ib: %s has no active port", name);
-            continue;
-        }
-        int dist = 0;
-        char dp[PATH_MAX], rp[PATH_MAX];
-        snprintf(dp, sizeof(dp), "/sys/class/infiniband/%s/device", name);
-        if (gpu_path[0] && realpath(dp, rp))
-            dist = mscx_tp_ib_pci_distance(gpu_path, rp);
-        if (best < 0 || dist < best_dist) {
-            best = i;
-            best_dist = dist;
-            ep->port = (uint8_t)port;
-        }
-    }
+    int best = pick_device(ep, list, n, want, want_port, gpu_path);
     if (best < 0) {
         if (want[0])
             MSCX_WARN("ib: MSCX_IB_HCA names %s, which is not an RDMA device with an active port", cfg->ib_hca);

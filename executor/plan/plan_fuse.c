@@ -233,9 +233,75 @@ static bool fuse_other(const struct fuse_ctx *c, const struct mscx_dev_op *a, co
     }
 }
 
+/* @p ok, recording @p rule in @p rule_p when it fired. */
+static bool fired(bool ok, enum mscx_fuse_rule rule, enum mscx_fuse_rule *rule_p)
+{
+    if (ok)
+        *rule_p = rule;
+    return ok;
+}
+
+/* repkt + cpkt -> recpkt: the copy packs the reduce's raw result. */
+static bool fuse_repkt_cpkt(const struct mscx_dev_op *a, const struct mscx_dev_op *b, struct mscx_dev_op *out)
+{
+    if (a->ndst != 1 || a->chan_type != MSCX_CHAN_NONE || b->nsrc != 1 || b->ndst != 1 ||
+        !opnd_eq(&a->dst[0], &b->src[0]) || (b->dst[0].flags & MSCX_OPND_REMOTE))
+        return false;
+    *out = *a;
+    out->opcode = MSCX_OP_REDUCE_COPY_PACKETS;
+    out->dst[1] = b->dst[0];
+    out->ndst = 2;
+    return true;
+}
+
+/* recpkt / recspkt + rppkt: the rppkt forwards the packet copy out[1]. */
+static bool fuse_recpkt_rppkt(const struct mscx_dev_op *a, const struct mscx_dev_op *b,
+                              struct mscx_dev_op *out)
+{
+    if (b->chan_type != MSCX_CHAN_MEMORY || b->nchan != 0 || b->nsrc != 1 ||
+        !opnd_eq(&a->dst[1], &b->src[0]) || !all_remote(b->dst, b->ndst))
+        return false;
+    for (unsigned i = 0; i < b->ndst; i++)
+        if (b->dst[i].size != b->src[0].size)
+            return false;
+    *out = *a;
+    if (!append_opnds(out->dst, &out->ndst, b->dst, b->ndst))
+        return false;
+    out->opcode = MSCX_OP_REDUCE_COPY_SEND_PACKETS;
+    out->chan_type = MSCX_CHAN_MEMORY;
+    return true;
+}
+
+/* recpkt / recspkt + ppkt (the put packs the raw result out[0]) or + rppkt. */
+static bool fuse_recpkt(const struct mscx_dev_op *a, const struct mscx_dev_op *b, struct mscx_dev_op *out,
+                        enum mscx_fuse_rule *rule_p)
+{
+    if (a->ndst < 2 || (a->opcode == MSCX_OP_REDUCE_COPY_SEND_PACKETS && a->chan_type != MSCX_CHAN_MEMORY))
+        return false;
+    if (b->opcode == MSCX_OP_PUT_PACKETS)
+        return fired(fuse_reduce_put(a, b, MSCX_OP_REDUCE_COPY_SEND_PACKETS, out), MSCX_FUSE_RECPKT_PPKT,
+                     rule_p);
+    if (b->opcode == MSCX_OP_READ_PUT_PACKETS)
+        return fired(fuse_recpkt_rppkt(a, b, out), MSCX_FUSE_RECPKT_RPPKT, rule_p);
+    return false;
+}
+
+/* rppkt + rppkt: the same source read once, forwarded to every destination. */
+static bool fuse_rppkt_rppkt(const struct fuse_ctx *c, const struct mscx_dev_op *a,
+                             const struct mscx_dev_op *b, struct mscx_dev_op *out)
+{
+    if (a->chan_type != b->chan_type || !opnd_list_eq(a->src, a->nsrc, b->src, b->nsrc) ||
+        any_alias(c, a->dst, a->ndst, b->dst, b->ndst))
+        return false;
+    *out = *a;
+    return append_opnds(out->dst, &out->ndst, b->dst, b->ndst) && append_chans(out, b);
+}
+
 /*
  * Try `a + b`. On success the fused op is in @p out and the rule that fired in
- * @p rule_p. @p out is scratch space on failure.
+ * @p rule_p. @p out is scratch space on failure. A packet rule that matches
+ * the pair's opcodes decides alone; repkt followed by anything but cpkt or
+ * ppkt falls through to the other rules.
  */
 static bool try_fuse(const struct fuse_ctx *c, const struct mscx_dev_op *a, const struct mscx_dev_op *b,
                      struct mscx_dev_op *out, enum mscx_fuse_rule *rule_p)
@@ -245,83 +311,28 @@ static bool try_fuse(const struct fuse_ctx *c, const struct mscx_dev_op *a, cons
 
     switch (a->opcode) {
     case MSCX_OP_REDUCE_PACKETS:
-        if (b->opcode == MSCX_OP_COPY_PACKETS) {
-            /* repkt + cpkt -> recpkt: the copy packs the reduce's raw result. */
-            if (a->ndst != 1 || a->chan_type != MSCX_CHAN_NONE || b->nsrc != 1 || b->ndst != 1 ||
-                !opnd_eq(&a->dst[0], &b->src[0]) || (b->dst[0].flags & MSCX_OPND_REMOTE))
-                return false;
-            *out = *a;
-            out->opcode = MSCX_OP_REDUCE_COPY_PACKETS;
-            out->dst[1] = b->dst[0];
-            out->ndst = 2;
-            *rule_p = MSCX_FUSE_REPKT_CPKT;
-            return true;
-        }
-        if (b->opcode == MSCX_OP_PUT_PACKETS) {
-            if (a->ndst != 1 || !fuse_reduce_put(a, b, MSCX_OP_REDUCE_SEND_PACKETS, out))
-                return false;
-            *rule_p = MSCX_FUSE_REPKT_PPKT;
-            return true;
-        }
+        if (b->opcode == MSCX_OP_COPY_PACKETS)
+            return fired(fuse_repkt_cpkt(a, b, out), MSCX_FUSE_REPKT_CPKT, rule_p);
+        if (b->opcode == MSCX_OP_PUT_PACKETS)
+            return fired(a->ndst == 1 && fuse_reduce_put(a, b, MSCX_OP_REDUCE_SEND_PACKETS, out),
+                         MSCX_FUSE_REPKT_PPKT, rule_p);
         break;
     case MSCX_OP_REDUCE_SEND_PACKETS:
-        if (b->opcode == MSCX_OP_PUT_PACKETS && a->chan_type == MSCX_CHAN_MEMORY) {
-            if (!fuse_reduce_put(a, b, MSCX_OP_REDUCE_SEND_PACKETS, out))
-                return false;
-            *rule_p = MSCX_FUSE_REPKT_PPKT;
-            return true;
-        }
+        if (b->opcode == MSCX_OP_PUT_PACKETS && a->chan_type == MSCX_CHAN_MEMORY)
+            return fired(fuse_reduce_put(a, b, MSCX_OP_REDUCE_SEND_PACKETS, out), MSCX_FUSE_REPKT_PPKT,
+                         rule_p);
         return false;
     case MSCX_OP_REDUCE_COPY_PACKETS:
     case MSCX_OP_REDUCE_COPY_SEND_PACKETS:
-        if (a->ndst < 2 ||
-            (a->opcode == MSCX_OP_REDUCE_COPY_SEND_PACKETS && a->chan_type != MSCX_CHAN_MEMORY))
-            return false;
-        if (b->opcode == MSCX_OP_PUT_PACKETS) {
-            /* The put packs the raw result out[0]. */
-            if (!fuse_reduce_put(a, b, MSCX_OP_REDUCE_COPY_SEND_PACKETS, out))
-                return false;
-            *rule_p = MSCX_FUSE_RECPKT_PPKT;
-            return true;
-        }
-        if (b->opcode == MSCX_OP_READ_PUT_PACKETS) {
-            /* The rppkt forwards the packet copy out[1]. */
-            if (b->chan_type != MSCX_CHAN_MEMORY || b->nchan != 0 || b->nsrc != 1 ||
-                !opnd_eq(&a->dst[1], &b->src[0]) || !all_remote(b->dst, b->ndst))
-                return false;
-            for (unsigned i = 0; i < b->ndst; i++)
-                if (b->dst[i].size != b->src[0].size)
-                    return false;
-            *out = *a;
-            if (!append_opnds(out->dst, &out->ndst, b->dst, b->ndst))
-                return false;
-            out->opcode = MSCX_OP_REDUCE_COPY_SEND_PACKETS;
-            out->chan_type = MSCX_CHAN_MEMORY;
-            *rule_p = MSCX_FUSE_RECPKT_RPPKT;
-            return true;
-        }
-        return false;
+        return fuse_recpkt(a, b, out, rule_p);
     case MSCX_OP_READ_PUT_PACKETS:
-        if (b->opcode == MSCX_OP_READ_PUT_PACKETS) {
-            /* Same source read once, forwarded to every destination. */
-            if (a->chan_type != b->chan_type || !opnd_list_eq(a->src, a->nsrc, b->src, b->nsrc) ||
-                any_alias(c, a->dst, a->ndst, b->dst, b->ndst))
-                return false;
-            *out = *a;
-            if (!append_opnds(out->dst, &out->ndst, b->dst, b->ndst) || !append_chans(out, b))
-                return false;
-            *rule_p = MSCX_FUSE_RPPKT_RPPKT;
-            return true;
-        }
+        if (b->opcode == MSCX_OP_READ_PUT_PACKETS)
+            return fired(fuse_rppkt_rppkt(c, a, b, out), MSCX_FUSE_RPPKT_RPPKT, rule_p);
         return false;
     default:
         break;
     }
-    if (fuse_other(c, a, b, out)) {
-        *rule_p = MSCX_FUSE_OTHER;
-        return true;
-    }
-    return false;
+    return fired(fuse_other(c, a, b, out), MSCX_FUSE_OTHER, rule_p);
 }
 
 /*

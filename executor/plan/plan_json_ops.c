@@ -236,81 +236,74 @@ static int parse_glre_form(struct pctx *c, const struct mscx_gpu *g, const struc
     return 0;
 }
 
-/* Parse @p opj into @p op; for a split pairwise op, only pairs [first, first + count) (count SIZE_MAX: all). */
-static int parse_op(struct pctx *c, const struct mscx_gpu *g, const struct mscx_tb *tb, const json_t *opj,
-                    size_t first, size_t count, struct mscx_dev_op *op)
+/* channel_ids (the pairs [first, first + count) of a split op), resolved through the block's table. */
+static int parse_op_channels(struct pctx *c, const struct mscx_tb *tb, const json_t *opj, size_t first,
+                             size_t count, struct mscx_dev_op *op)
 {
-    const json_t *v;
     bool aerr;
     char what[128];
-
-    memset(op, 0, sizeof(*op));
-    op->tbg_size = 1;
-    if (mscx_pj_object(c, opj) || mscx_pj_opcode(c, opj, &op->opcode))
-        return -1;
-    op->chan_type = MSCX_CHAN_NONE;
-    if ((v = json_object_get(opj, "channel_type")) != NULL &&
-        mscx_pj_chan_type(c, v, "channel_type", true, &op->chan_type))
-        return -1;
-
     const json_t *ids = mscx_pj_array(c, opj, "channel_ids", false, &aerr);
     if (aerr)
         return -1;
-    if (ids && json_array_size(ids)) {
-        uint8_t ct = op->chan_type;
-        size_t n = slice_len(ids, first, count), k0 = count == SIZE_MAX ? 0 : first;
-        if (n > MSCX_MAX_CHAN_PER_OP) {
-            snprintf(what, sizeof(what), "at most %d channels per op", MSCX_MAX_CHAN_PER_OP);
-            return fail(c, "channel_ids", ids, what);
-        }
-        if (ct == MSCX_CHAN_NONE)
-            return fail(c, "channel_type", json_object_get(opj, "channel_type"),
-                        "memory, port or switch for an op with channel_ids");
-        push_key(c, "channel_ids");
-        for (size_t k = 0; k < n; k++) {
-            uint32_t id;
-            push_idx(c, k0 + k);
-            if (mscx_pj_u32_v(c, json_array_get(ids, k0 + k), UINT32_MAX, &id))
-                return -1;
-            if (id >= tb->nchan[ct]) {
-                snprintf(what, sizeof(what), "a channel index below %u (the thread block's %s table)", tb->nchan[ct],
-                         ctype_names[ct]);
-                return fail(c, NULL, json_array_get(ids, k0 + k), what);
-            }
-            op->chan[k] = tb->chan[ct][id];
-            pop(c);
-        }
-        pop(c);
-        op->nchan = (uint8_t)n;
+    if (!ids || !json_array_size(ids))
+        return 0;
+    uint8_t ct = op->chan_type;
+    size_t n = slice_len(ids, first, count), k0 = count == SIZE_MAX ? 0 : first;
+    if (n > MSCX_MAX_CHAN_PER_OP) {
+        snprintf(what, sizeof(what), "at most %d channels per op", MSCX_MAX_CHAN_PER_OP);
+        return fail(c, "channel_ids", ids, what);
     }
+    if (ct == MSCX_CHAN_NONE)
+        return fail(c, "channel_type", json_object_get(opj, "channel_type"),
+                    "memory, port or switch for an op with channel_ids");
+    push_key(c, "channel_ids");
+    for (size_t k = 0; k < n; k++) {
+        uint32_t id;
+        push_idx(c, k0 + k);
+        if (mscx_pj_u32_v(c, json_array_get(ids, k0 + k), UINT32_MAX, &id))
+            return -1;
+        if (id >= tb->nchan[ct]) {
+            snprintf(what, sizeof(what), "a channel index below %u (the thread block's %s table)",
+                     tb->nchan[ct], ctype_names[ct]);
+            return fail(c, NULL, json_array_get(ids, k0 + k), what);
+        }
+        op->chan[k] = tb->chan[ct][id];
+        pop(c);
+    }
+    pop(c);
+    op->nchan = (uint8_t)n;
+    return 0;
+}
 
-    if (parse_operands(c, g, tb, opj, "src_buff", op->chan_type, first, count, op->src, &op->nsrc) ||
-        parse_operands(c, g, tb, opj, "dst_buff", op->chan_type, first, count, op->dst, &op->ndst))
-        return -1;
-    if (op->nsrc == 0 && op->ndst == 0 && parse_glre_form(c, g, tb, opj, op))
-        return -1;
-
+static int parse_op_sems(struct pctx *c, const json_t *opj, struct mscx_dev_op *op)
+{
+    bool aerr;
+    char what[128];
     const json_t *sems = mscx_pj_array(c, opj, "semaphore_ids", false, &aerr);
     if (aerr)
         return -1;
-    if (sems) {
-        if (json_array_size(sems) > MSCX_MAX_SEM_PER_OP) {
-            snprintf(what, sizeof(what), "at most %d semaphores per op", MSCX_MAX_SEM_PER_OP);
-            return fail(c, "semaphore_ids", sems, what);
-        }
-        push_key(c, "semaphore_ids");
-        for (size_t k = 0; k < json_array_size(sems); k++) {
-            uint32_t id;
-            push_idx(c, k);
-            if (mscx_pj_u32_v(c, json_array_get(sems, k), UINT16_MAX, &id))
-                return -1;
-            op->sem[k] = (uint16_t)id;
-            pop(c);
-        }
-        pop(c);
-        op->nsem = (uint8_t)json_array_size(sems);
+    if (!sems)
+        return 0;
+    if (json_array_size(sems) > MSCX_MAX_SEM_PER_OP) {
+        snprintf(what, sizeof(what), "at most %d semaphores per op", MSCX_MAX_SEM_PER_OP);
+        return fail(c, "semaphore_ids", sems, what);
     }
+    push_key(c, "semaphore_ids");
+    for (size_t k = 0; k < json_array_size(sems); k++) {
+        uint32_t id;
+        push_idx(c, k);
+        if (mscx_pj_u32_v(c, json_array_get(sems, k), UINT16_MAX, &id))
+            return -1;
+        op->sem[k] = (uint16_t)id;
+        pop(c);
+    }
+    pop(c);
+    op->nsem = (uint8_t)json_array_size(sems);
+    return 0;
+}
 
+static int parse_op_reduce(struct pctx *c, const json_t *opj, struct mscx_dev_op *op)
+{
     const char *rop = mscx_pj_str(c, opj, "reduce_op", false);
     if (rop) {
         enum mscx_redop r;
@@ -320,45 +313,83 @@ static int parse_op(struct pctx *c, const struct mscx_gpu *g, const struct mscx_
     } else if (json_object_get(opj, "reduce_op")) {
         return -1;
     }
+    return 0;
+}
 
-    if ((v = json_object_get(opj, "tbg_info")) != NULL) {
-        uint32_t id, size;
-        push_key(c, "tbg_info");
-        if (mscx_pj_object(c, v) || mscx_pj_u32(c, v, "tbg_size", false, 0, UINT16_MAX, &size) ||
-            mscx_pj_u32(c, v, "tb_id", false, 0, UINT16_MAX, &id))
-            return -1;
-        if (size == 0)
-            return fail(c, "tbg_size", json_object_get(v, "tbg_size"), "a group size of at least 1");
-        if (id >= size) {
-            snprintf(what, sizeof(what), "a slice id below the group size %u", size);
-            return fail(c, "tb_id", json_object_get(v, "tb_id"), what);
-        }
-        pop(c);
-        op->tbg_id = (uint16_t)id;
-        op->tbg_size = (uint16_t)size;
-        op->flags |= MSCX_OPF_TBG;
+/* tbg_info {tbg_size, tb_id}: the op is one slice of a group of thread blocks. */
+static int parse_op_tbg(struct pctx *c, const json_t *opj, struct mscx_dev_op *op)
+{
+    const json_t *v = json_object_get(opj, "tbg_info");
+    char what[128];
+    uint32_t id, size;
+    if (v == NULL)
+        return 0;
+    push_key(c, "tbg_info");
+    if (mscx_pj_object(c, v) || mscx_pj_u32(c, v, "tbg_size", false, 0, UINT16_MAX, &size) ||
+        mscx_pj_u32(c, v, "tb_id", false, 0, UINT16_MAX, &id))
+        return -1;
+    if (size == 0)
+        return fail(c, "tbg_size", json_object_get(v, "tbg_size"), "a group size of at least 1");
+    if (id >= size) {
+        snprintf(what, sizeof(what), "a slice id below the group size %u", size);
+        return fail(c, "tb_id", json_object_get(v, "tb_id"), what);
     }
+    pop(c);
+    op->tbg_id = (uint16_t)id;
+    op->tbg_size = (uint16_t)size;
+    op->flags |= MSCX_OPF_TBG;
+    return 0;
+}
+
+/* A pipeline op's iter_context {unit_size, num_chunks}. */
+static int parse_op_pipeline(struct pctx *c, const json_t *opj, struct mscx_dev_op *op)
+{
+    const json_t *ic = json_object_get(opj, "iter_context");
+    if (ic == NULL)
+        return fail(c, "iter_context", NULL, "an object {unit_size, num_chunks}");
+    push_key(c, "iter_context");
+    if (mscx_pj_object(c, ic) || mscx_pj_u32(c, ic, "unit_size", false, 0, UINT32_MAX, &op->pipe_unit) ||
+        mscx_pj_u32(c, ic, "num_chunks", false, 0, UINT32_MAX, &op->pipe_nchunks))
+        return -1;
+    if (op->pipe_unit == 0)
+        return fail(c, "unit_size", json_object_get(ic, "unit_size"), "a unit size of at least 1 byte");
+    if (op->pipe_nchunks == 0)
+        return fail(c, "num_chunks", json_object_get(ic, "num_chunks"), "at least 1 chunk");
+    pop(c);
+    return 0;
+}
+
+/* Parse @p opj into @p op; for a split pairwise op, only pairs [first, first + count) (count SIZE_MAX: all). */
+static int parse_op(struct pctx *c, const struct mscx_gpu *g, const struct mscx_tb *tb, const json_t *opj,
+                    size_t first, size_t count, struct mscx_dev_op *op)
+{
+    const json_t *v;
+
+    memset(op, 0, sizeof(*op));
+    op->tbg_size = 1;
+    if (mscx_pj_object(c, opj) || mscx_pj_opcode(c, opj, &op->opcode))
+        return -1;
+    op->chan_type = MSCX_CHAN_NONE;
+    if ((v = json_object_get(opj, "channel_type")) != NULL &&
+        mscx_pj_chan_type(c, v, "channel_type", true, &op->chan_type))
+        return -1;
+    if (parse_op_channels(c, tb, opj, first, count, op))
+        return -1;
+    if (parse_operands(c, g, tb, opj, "src_buff", op->chan_type, first, count, op->src, &op->nsrc) ||
+        parse_operands(c, g, tb, opj, "dst_buff", op->chan_type, first, count, op->dst, &op->ndst))
+        return -1;
+    if (op->nsrc == 0 && op->ndst == 0 && parse_glre_form(c, g, tb, opj, op))
+        return -1;
+    if (parse_op_sems(c, opj, op) || parse_op_reduce(c, opj, op) || parse_op_tbg(c, opj, op))
+        return -1;
     uint32_t bid, bntb;
     if (mscx_pj_u32(c, opj, "barrier_id", true, 0, UINT16_MAX, &bid) ||
         mscx_pj_u32(c, opj, "num_threadblocks", true, 0, UINT16_MAX, &bntb))
         return -1;
     op->barrier_id = (uint16_t)bid;
     op->barrier_ntb = (uint16_t)bntb;
-
-    if (op->opcode == MSCX_OP_PIPELINE) {
-        const json_t *ic = json_object_get(opj, "iter_context");
-        if (ic == NULL)
-            return fail(c, "iter_context", NULL, "an object {unit_size, num_chunks}");
-        push_key(c, "iter_context");
-        if (mscx_pj_object(c, ic) || mscx_pj_u32(c, ic, "unit_size", false, 0, UINT32_MAX, &op->pipe_unit) ||
-            mscx_pj_u32(c, ic, "num_chunks", false, 0, UINT32_MAX, &op->pipe_nchunks))
-            return -1;
-        if (op->pipe_unit == 0)
-            return fail(c, "unit_size", json_object_get(ic, "unit_size"), "a unit size of at least 1 byte");
-        if (op->pipe_nchunks == 0)
-            return fail(c, "num_chunks", json_object_get(ic, "num_chunks"), "at least 1 chunk");
-        pop(c);
-    }
+    if (op->opcode == MSCX_OP_PIPELINE && parse_op_pipeline(c, opj, op))
+        return -1;
     return 0;
 }
 

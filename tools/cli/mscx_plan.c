@@ -17,6 +17,7 @@
 #include "mscx/sim.h"
 
 #define EXIT_BAD_ARGS 2
+#define ARGS_OK (-1) /* what a command's argument parser returns when the command goes on */
 #define MAX_LIST 64
 
 static const char *prog = "mscx-plan";
@@ -316,6 +317,11 @@ struct sim_opts {
     size_t nsizes;
     const char *dtype, *op, *packet;
     uint32_t iters, seed;
+    const char *file;
+};
+
+struct sim_tally {
+    unsigned npass, nfail, nskip;
 };
 
 static uint64_t lcm_u64(uint64_t a, uint64_t b)
@@ -360,11 +366,9 @@ static bool coll_reduces(enum mscx_coll c)
     return c == MSCX_COLL_ALLREDUCE || c == MSCX_COLL_REDUCESCATTER || c == MSCX_COLL_TEST;
 }
 
-static int cmd_sim(int argc, char **argv)
+/* The options of sim into @p o; @return ARGS_OK, or the exit status (--help, a bad command line). */
+static int sim_args(int argc, char **argv, struct sim_opts *o)
 {
-    struct sim_opts o = {.dtype = "fp32", .op = "sum", .packet = "ll16", .iters = 2, .seed = 1};
-    const char *file = NULL;
-    char err[MSCX_PLAN_ERR_LEN];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (is_help(a)) {
@@ -376,119 +380,140 @@ static int cmd_sim(int argc, char **argv)
         if (takes && i + 1 >= argc)
             return bad_args("sim", "option %s needs a value", a);
         if (!strcmp(a, "--size")) {
-            if (o.nsizes == MAX_LIST)
+            if (o->nsizes == MAX_LIST)
                 return bad_args("sim", "too many %s options", a);
-            if (parse_size(argv[++i], &o.sizes[o.nsizes]))
+            if (parse_size(argv[++i], &o->sizes[o->nsizes]))
                 return bad_args("sim", "bad value for --size: '%s'", argv[i]);
-            o.nsizes++;
+            o->nsizes++;
         } else if (!strcmp(a, "--dtype")) {
             enum mscx_dtype d;
-            o.dtype = argv[++i];
-            if (strcmp(o.dtype, "all") && mscx_dtype_parse(o.dtype, &d))
-                return bad_args("sim", "bad value for --dtype: '%s'", o.dtype);
+            o->dtype = argv[++i];
+            if (strcmp(o->dtype, "all") && mscx_dtype_parse(o->dtype, &d))
+                return bad_args("sim", "bad value for --dtype: '%s'", o->dtype);
         } else if (!strcmp(a, "--op")) {
             enum mscx_redop r;
-            o.op = argv[++i];
-            if (strcmp(o.op, "all") && mscx_redop_parse(o.op, &r))
-                return bad_args("sim", "bad value for --op: '%s'", o.op);
+            o->op = argv[++i];
+            if (strcmp(o->op, "all") && mscx_redop_parse(o->op, &r))
+                return bad_args("sim", "bad value for --op: '%s'", o->op);
         } else if (!strcmp(a, "--packet")) {
-            o.packet = argv[++i];
-            if (strcmp(o.packet, "all") && strcmp(o.packet, "ll8") && strcmp(o.packet, "ll16"))
-                return bad_args("sim", "bad value for --packet: '%s' (ll8, ll16 or all)", o.packet);
+            o->packet = argv[++i];
+            if (strcmp(o->packet, "all") && strcmp(o->packet, "ll8") && strcmp(o->packet, "ll16"))
+                return bad_args("sim", "bad value for --packet: '%s' (ll8, ll16 or all)", o->packet);
         } else if (!strcmp(a, "--iters")) {
-            if (parse_u32(argv[++i], &o.iters) || o.iters == 0)
+            if (parse_u32(argv[++i], &o->iters) || o->iters == 0)
                 return bad_args("sim", "bad value for --iters: '%s'", argv[i]);
         } else if (!strcmp(a, "--seed")) {
-            if (parse_u32(argv[++i], &o.seed))
+            if (parse_u32(argv[++i], &o->seed))
                 return bad_args("sim", "bad value for --seed: '%s'", argv[i]);
         } else if (a[0] == '-' && a[1] != '\0') {
             return bad_args("sim", "unknown option '%s'", a);
-        } else if (file == NULL) {
-            file = a;
+        } else if (o->file == NULL) {
+            o->file = a;
         } else {
             return bad_args("sim", "unexpected argument '%s' (one plan at a time)", a);
         }
     }
-    if (file == NULL)
+    if (o->file == NULL)
         return bad_args("sim", "%s", "no plan file given");
+    return ARGS_OK;
+}
 
-    struct mscx_plan *plan = load_plan(file, err, sizeof(err));
+/* Run the case (@p size, @p dt, @p op) in each packet format selected; one PASS/FAIL line each. */
+static void sim_packets(const struct mscx_plan *plan, const struct sim_opts *o, uint64_t size,
+                        enum mscx_dtype dt, enum mscx_redop op, struct sim_tally *t)
+{
+    for (int p = 0; p < 2; p++) {
+        enum mscx_pkt_format pkt = p == 0 ? MSCX_PKT_LL16 : MSCX_PKT_LL8;
+        const char *pname = p == 0 ? "ll16" : "ll8";
+        if (strcmp(o->packet, "all") && strcmp(o->packet, pname))
+            continue;
+        struct mscx_sim_case c = {
+            .msg_bytes = size, .dtype = dt, .op = op, .pkt = pkt, .iters = o->iters, .seed = o->seed};
+        struct mscx_sim_result res;
+        memset(&res, 0, sizeof(res));
+        mscx_status_t st = mscx_sim_check(plan, &c, &res);
+        bool ok = st == MSCX_OK && res.pass;
+        printf("%s %s size=%" PRIu64 " dtype=%s op=%s packet=%s iters=%" PRIu32 " %.3fs",
+               ok ? "PASS" : "FAIL", o->file, size, mscx_dtype_name(dt), mscx_redop_name(op), pname, o->iters,
+               res.seconds);
+        if (st != MSCX_OK)
+            printf(" %s: %s", mscx_status_str(st), res.msg[0] ? res.msg : "could not run");
+        else if (!ok || res.msg[0])
+            printf(" %s", res.msg);
+        putchar('\n');
+        fflush(stdout);
+        if (ok)
+            t->npass++;
+        else
+            t->nfail++;
+    }
+}
+
+/* With --dtype all, a size that is not whole elements of a type is no case of that type. */
+static bool whole_elements(const struct mscx_plan *plan, uint64_t size, enum mscx_dtype dt)
+{
+    uint64_t in, out, es = mscx_dtype_size(dt);
+    mscx_coll_sizes(mscx_plan_collective(plan), mscx_plan_nranks(plan), size, &in, &out);
+    return in % es == 0 && out % es == 0;
+}
+
+/* Every (dtype, op) case selected, at @p size. */
+static void sim_size(const struct mscx_plan *plan, const struct sim_opts *o, uint64_t size,
+                     struct sim_tally *t)
+{
+    bool all_dt = !strcmp(o->dtype, "all"), all_op = !strcmp(o->op, "all");
+    for (int d = 0; d < MSCX_DT_COUNT; d++) {
+        enum mscx_dtype dt = (enum mscx_dtype)d;
+        if (!all_dt) {
+            mscx_dtype_parse(o->dtype, &dt);
+            if (d > 0)
+                break;
+        }
+        for (int r = 0; r < MSCX_REDOP_COUNT; r++) {
+            enum mscx_redop op = (enum mscx_redop)r;
+            if (!all_op) {
+                mscx_redop_parse(o->op, &op);
+                if (r > 0)
+                    break;
+            } else if (r > 0 && !coll_reduces(mscx_plan_collective(plan))) {
+                break; /* the op does not matter for data movement */
+            }
+            if ((all_dt || all_op) && !mscx_plan_supports(plan, dt, op))
+                continue;
+            if (all_dt && !whole_elements(plan, size, dt)) {
+                t->nskip++;
+                continue;
+            }
+            sim_packets(plan, o, size, dt, op, t);
+        }
+    }
+}
+
+static int cmd_sim(int argc, char **argv)
+{
+    struct sim_opts o = {.dtype = "fp32", .op = "sum", .packet = "ll16", .iters = 2, .seed = 1};
+    struct sim_tally t = {0, 0, 0};
+    char err[MSCX_PLAN_ERR_LEN];
+    int rc = sim_args(argc, argv, &o);
+    if (rc != ARGS_OK)
+        return rc;
+
+    struct mscx_plan *plan = load_plan(o.file, err, sizeof(err));
     if (plan == NULL) {
-        print_error(stdout, file, err);
+        print_error(stdout, o.file, err);
         fprintf(stdout, "0 passed, 1 failed\n");
         return 1;
     }
     if (o.nsizes == 0)
         o.nsizes = default_sizes(plan, o.sizes);
-
-    unsigned npass = 0, nfail = 0, nskip = 0;
-    bool all_dt = !strcmp(o.dtype, "all"), all_op = !strcmp(o.op, "all");
-    for (size_t s = 0; s < o.nsizes; s++) {
-        for (int d = 0; d < MSCX_DT_COUNT; d++) {
-            enum mscx_dtype dt = (enum mscx_dtype)d;
-            if (!all_dt) {
-                mscx_dtype_parse(o.dtype, &dt);
-                if (d > 0)
-                    break;
-            }
-            for (int r = 0; r < MSCX_REDOP_COUNT; r++) {
-                enum mscx_redop op = (enum mscx_redop)r;
-                if (!all_op) {
-                    mscx_redop_parse(o.op, &op);
-                    if (r > 0)
-                        break;
-                } else if (r > 0 && !coll_reduces(mscx_plan_collective(plan))) {
-                    break; /* the op does not matter for data movement */
-                }
-                if ((all_dt || all_op) && !mscx_plan_supports(plan, dt, op))
-                    continue;
-                if (all_dt) {
-                    /* with --dtype all, a size that is not whole elements of a type is no case of that type */
-                    uint64_t in, out, es = mscx_dtype_size(dt);
-                    mscx_coll_sizes(mscx_plan_collective(plan), mscx_plan_nranks(plan), o.sizes[s], &in, &out);
-                    if (in % es || out % es) {
-                        nskip++;
-                        continue;
-                    }
-                }
-                for (int p = 0; p < 2; p++) {
-                    enum mscx_pkt_format pkt = p == 0 ? MSCX_PKT_LL16 : MSCX_PKT_LL8;
-                    const char *pname = p == 0 ? "ll16" : "ll8";
-                    if (strcmp(o.packet, "all") && strcmp(o.packet, pname))
-                        continue;
-                    struct mscx_sim_case c = {.msg_bytes = o.sizes[s],
-                                              .dtype = dt,
-                                              .op = op,
-                                              .pkt = pkt,
-                                              .iters = o.iters,
-                                              .seed = o.seed};
-                    struct mscx_sim_result res;
-                    memset(&res, 0, sizeof(res));
-                    mscx_status_t st = mscx_sim_check(plan, &c, &res);
-                    bool ok = st == MSCX_OK && res.pass;
-                    printf("%s %s size=%" PRIu64 " dtype=%s op=%s packet=%s iters=%" PRIu32 " %.3fs",
-                           ok ? "PASS" : "FAIL", file, o.sizes[s], mscx_dtype_name(dt), mscx_redop_name(op),
-                           pname, o.iters, res.seconds);
-                    if (st != MSCX_OK)
-                        printf(" %s: %s", mscx_status_str(st), res.msg[0] ? res.msg : "could not run");
-                    else if (!ok || res.msg[0])
-                        printf(" %s", res.msg);
-                    putchar('\n');
-                    fflush(stdout);
-                    if (ok)
-                        npass++;
-                    else
-                        nfail++;
-                }
-            }
-        }
-    }
+    for (size_t s = 0; s < o.nsizes; s++)
+        sim_size(plan, &o, o.sizes[s], &t);
     mscx_plan_destroy(plan);
-    if (nskip)
-        printf("%u passed, %u failed, %u skipped\n", npass, nfail, nskip);
+    if (t.nskip)
+        printf("%u passed, %u failed, %u skipped\n", t.npass, t.nfail, t.nskip);
     else
-        printf("%u passed, %u failed\n", npass, nfail);
-    return nfail == 0 && npass > 0 ? 0 : 1;
+        printf("%u passed, %u failed\n", t.npass, t.nfail);
+    return t.nfail == 0 && t.npass > 0 ? 0 : 1;
 }
 
 int main(int argc, char **argv)

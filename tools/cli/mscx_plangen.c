@@ -18,6 +18,7 @@
 #include "mscx/plan.h"
 #include "plangen/plangen.h"
 
+#define ARGS_OK (-1) /* what the argument parser returns when the command goes on */
 #define K1 1024ull
 #define M1 (1024ull * 1024ull)
 
@@ -49,37 +50,15 @@ static const struct pg_entry pg_shipped[] = {
     {"reducescatter", "copy", 1, 1, K1, M1, 1, 512, 0, NULL},
     /* one node */
     /*
-     * Upper ends for 2 ranks from the 2 x H200 sweep (tools/ab/multigpu/sweep.sh,
-     * one process per GPU, 2026-11-29, commit 7ec185b): under graphs stock
-     * NCCL is faster from 512 KB for AllReduce (0.92x) and ReduceScatter
-     * (0.98x), from 1 MB for AllGather (0.90x); the one-block AllGather/
-     * ReduceScatter plans are slower than NCCL at 64 KB, the multi-block
-     * ones faster from there (plans/README.md, evidence). 4 and 8 ranks
-     * keep the 1 MB start of the issue until a sweep on 4 or 8 GPUs.
-     */
-    /*
-     * 1 KB-1 MB on 2, 4 and 8 ranks: chosen side by side with the MSCCL++
-     * DSL's allreduce_pkt on one H200 (mscx-bench-gpu, in-process ranks,
-     * CUDA graphs, tools/bench/bench-select.sh, docs/perf/2026-11-30-h200-s15,
-     * calls 5-6; us, ours vs the DSL's):
-     *   2 ranks: one-shot, 2 blocks of 1024 threads: 1 KB 2.22 vs 2.70,
-     *            16 KB 2.58 vs 2.97; two-phase, 8 blocks per peer: 64 KB
-     *            3.33 vs 5.51, 256 KB 4.89 vs 16.29
-     *   4 ranks: one-shot, 4 blocks of 512: 1 KB 2.94 vs 4.04, 16 KB 3.22 vs
-     *            3.81; two-phase, 4 blocks per peer of 1024: 64 KB 4.20 vs
-     *            4.84, 1 MB 12.32 vs 33.25. Up to 4 KB one block of 512
-     *            (tools/bench/bench-blocks.sh, docs/perf/2026-11-30-h200-s16
-     *            call 7, against 4 blocks: 1 KB 2.05 vs 2.34, 4 KB 2.35 vs
-     *            2.36; at 8 ranks one block was no faster at 1 KB and 0.7 us
-     *            slower at 4 KB)
-     *   8 ranks: one-shot, 4 blocks of 512: 1 KB 3.56 vs 6.90, 16 KB 4.53
-     *            vs 5.05; above 16 KB the DSL's own structure (two-phase,
-     *            rows, 8 blocks of 1024): 64 KB 5.46 vs 5.47, 256 KB 7.87 vs
-     *            7.86, 1 MB 22.15 vs 22.07 (the same plan: equal within
-     *            noise; one block per peer was 6.02 at 64 KB and 25.83 at
-     *            1 MB). Shipped with --layout peer (the same ops per block;
-     *            each peer's share scattered and gathered by one block), so
-     *            that out-of-place calls run split instead of staged.
+     * The range splits and block counts were chosen by measurement: the
+     * 2-rank upper ends against stock NCCL, the plans' structure against
+     * other plans and against the MSCCL++ DSL's allreduce_pkt on the same
+     * executor. plans/README.md gives the evidence for each range. 4 and 8
+     * ranks keep 1 MB as their upper end until they are measured against
+     * NCCL on 4 or 8 GPUs. The 8-rank two-phase AllReduce above 16 KB has
+     * the DSL's own structure (rows, 8 blocks of 1024) with --layout peer
+     * (the same ops per block; each peer's share scattered and gathered by
+     * one block), so that out-of-place calls run split instead of staged.
      */
     {"allreduce", "oneshot", 2, 2, K1, 16 * K1, 2, 1024, 0, NULL},
     {"allreduce", "twophase", 2, 2, 16 * K1 + 1, 256 * K1, 8, 1024, 0, NULL},
@@ -278,64 +257,81 @@ static int generate_all(const char *dir, const struct pg_opts *o)
     return 0;
 }
 
-int main(int argc, char **argv)
-{
-    static const struct option longopts[] = {
-        {"coll", required_argument, NULL, 'c'},
-        {"algo", required_argument, NULL, 'a'},
-        {"ranks", required_argument, NULL, 'n'},
-        {"ranks-per-node", required_argument, NULL, 'p'},
-        {"min-size", required_argument, NULL, 'm'},
-        {"max-size", required_argument, NULL, 'M'},
-        {"tbs-per-peer", required_argument, NULL, 't'},
-        {"blocks", required_argument, NULL, 'G'},
-        {"layout", required_argument, NULL, 'L'},
-        {"threads-per-block", required_argument, NULL, 'b'},
-        {"packet", required_argument, NULL, 'k'},
-        {"name", required_argument, NULL, 'N'},
-        {"no-fuse", no_argument, NULL, 'F'},
-        {"raw", no_argument, NULL, 'R'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"all", required_argument, NULL, 'A'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    struct pg_params par = {
-        .coll = MSCX_COLL_COUNT, .algo = NULL, .min_size = K1, .max_size = M1, .tbs_per_peer = 1,
-        .nthreads = 512, .packet = "ll16",
-    };
-    struct pg_opts o = {.fuse = true};
-    const char *out = NULL, *all = NULL;
-    int c;
+static const struct option longopts[] = {
+    {"coll", required_argument, NULL, 'c'},
+    {"algo", required_argument, NULL, 'a'},
+    {"ranks", required_argument, NULL, 'n'},
+    {"ranks-per-node", required_argument, NULL, 'p'},
+    {"min-size", required_argument, NULL, 'm'},
+    {"max-size", required_argument, NULL, 'M'},
+    {"tbs-per-peer", required_argument, NULL, 't'},
+    {"blocks", required_argument, NULL, 'G'},
+    {"layout", required_argument, NULL, 'L'},
+    {"threads-per-block", required_argument, NULL, 'b'},
+    {"packet", required_argument, NULL, 'k'},
+    {"name", required_argument, NULL, 'N'},
+    {"no-fuse", no_argument, NULL, 'F'},
+    {"raw", no_argument, NULL, 'R'},
+    {"quiet", no_argument, NULL, 'q'},
+    {"all", required_argument, NULL, 'A'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
 
+/* The command line. */
+struct pg_cli {
+    struct pg_params par;
+    struct pg_opts o;
+    const char *out, *all;
+};
+
+/* Apply option @p c, its value in optarg. @return 0, 1 for a bad value, -1 for an unknown option. */
+static int set_option(int c, struct pg_cli *cli)
+{
+    struct pg_params *par = &cli->par;
+    int bad = 0;
+    switch (c) {
+    case 'c': bad = mscx_coll_parse(optarg, &par->coll); break;
+    case 'a': par->algo = optarg; break;
+    case 'n': bad = parse_u32(optarg, &par->nranks); break;
+    case 'p': bad = parse_u32(optarg, &par->rpn); break;
+    case 'm': bad = parse_size(optarg, &par->min_size); break;
+    case 'M': bad = parse_size(optarg, &par->max_size); break;
+    case 't': bad = parse_u32(optarg, &par->tbs_per_peer); break;
+    case 'G': bad = parse_u32(optarg, &par->blocks) || par->blocks == 0; break;
+    case 'L':
+        bad = strcmp(optarg, "rows") && strcmp(optarg, "cols");
+        par->layout = optarg;
+        break;
+    case 'b': bad = parse_u32(optarg, &par->nthreads) || par->nthreads == 0 || par->nthreads > 1024; break;
+    case 'k': /* plans are packet-format independent: a hint, checked and not recorded */
+        bad = strcmp(optarg, "ll16") && strcmp(optarg, "ll8");
+        par->packet = optarg;
+        break;
+    case 'N': par->name = optarg; break;
+    case 'F': cli->o.fuse = false; break;
+    case 'R': cli->o.raw = true; break;
+    case 'q': cli->o.quiet = true; break;
+    case 'A': cli->all = optarg; break;
+    case 'o': cli->out = optarg; break;
+    default: return -1;
+    }
+    return bad != 0;
+}
+
+/* Parse the command line into @p cli; @return ARGS_OK, or the exit status (--help, a bad command line). */
+static int parse_args(int argc, char **argv, struct pg_cli *cli)
+{
+    int c;
     while ((c = getopt_long(argc, argv, "o:hq", longopts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'c': bad = mscx_coll_parse(optarg, &par.coll); break;
-        case 'a': par.algo = optarg; break;
-        case 'n': bad = parse_u32(optarg, &par.nranks); break;
-        case 'p': bad = parse_u32(optarg, &par.rpn); break;
-        case 'm': bad = parse_size(optarg, &par.min_size); break;
-        case 'M': bad = parse_size(optarg, &par.max_size); break;
-        case 't': bad = parse_u32(optarg, &par.tbs_per_peer); break;
-        case 'G': bad = parse_u32(optarg, &par.blocks) || par.blocks == 0; break;
-        case 'L':
-            bad = strcmp(optarg, "rows") && strcmp(optarg, "cols");
-            par.layout = optarg;
-            break;
-        case 'b': bad = parse_u32(optarg, &par.nthreads) || par.nthreads == 0 || par.nthreads > 1024; break;
-        case 'k': /* plans are packet-format independent: a hint, checked and not recorded */
-            bad = strcmp(optarg, "ll16") && strcmp(optarg, "ll8");
-            par.packet = optarg;
-            break;
-        case 'N': par.name = optarg; break;
-        case 'F': o.fuse = false; break;
-        case 'R': o.raw = true; break;
-        case 'q': o.quiet = true; break;
-        case 'A': all = optarg; break;
-        case 'o': out = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        if (c == 'h') {
+            usage(stdout);
+            return 0;
+        }
+        int bad = set_option(c, cli);
+        if (bad < 0) {
+            usage(stderr);
+            return 2;
         }
         if (bad) {
             fprintf(stderr, "mscx-plangen: bad option value: %s\n", optarg);
@@ -346,24 +342,43 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (all) {
-        o.quiet = true;
-        return generate_all(all, &o);
+    return ARGS_OK;
+}
+
+int main(int argc, char **argv)
+{
+    struct pg_cli cli = {
+        .par = {.coll = MSCX_COLL_COUNT,
+                .algo = NULL,
+                .min_size = K1,
+                .max_size = M1,
+                .tbs_per_peer = 1,
+                .nthreads = 512,
+                .packet = "ll16"},
+        .o = {.fuse = true},
+    };
+    struct pg_params *par = &cli.par;
+    int rc = parse_args(argc, argv, &cli);
+    if (rc != ARGS_OK)
+        return rc;
+    if (cli.all) {
+        cli.o.quiet = true;
+        return generate_all(cli.all, &cli.o);
     }
-    if (par.coll == MSCX_COLL_COUNT || !par.algo || !par.nranks) {
+    if (par->coll == MSCX_COLL_COUNT || !par->algo || !par->nranks) {
         usage(stderr);
         return 2;
     }
-    if (!par.rpn)
-        par.rpn = par.nranks;
-    if (par.min_size > par.max_size) {
+    if (!par->rpn)
+        par->rpn = par->nranks;
+    if (par->min_size > par->max_size) {
         fprintf(stderr, "mscx-plangen: --min-size is above --max-size\n");
         return 2;
     }
-    char *json = generate(&par, &o);
+    char *json = generate(par, &cli.o);
     if (!json)
         return 1;
-    int rc = write_file(out, json);
+    rc = write_file(cli.out, json);
     free(json);
     return rc ? 1 : 0;
 }

@@ -209,102 +209,116 @@ static const struct option long_opts[] = {
         return -1;                                                                                           \
     } while (0)
 
-int mscx_perf_args_parse(int argc, char **argv, struct perf_opts *o, char *err, size_t errlen)
+/* The collective a program named like nccl-tests' (all_reduce_perf, ...) runs. */
+static void coll_from_prog(int argc, char **argv, struct perf_opts *o)
 {
     const char *base = argc > 0 && argv[0] ? strrchr(argv[0], '/') : NULL;
-    int c, v;
-    uint64_t sz;
-
-    mscx_perf_opts_default(o);
     base = base ? base + 1 : (argc > 0 && argv[0] ? argv[0] : "");
     for (int k = 0; k < PERF_COLL_COUNT; k++)
         if (strcmp(base, coll_progs[k]) == 0)
             o->coll = (enum perf_coll)k;
-    optind = 0; /* full reset: the parser may run more than once per process */
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":b:e:f:i:g:d:o:n:w:c:G:a:h", long_opts, NULL)) != -1) {
-        switch (c) {
-        case 'b':
-            if (mscx_perf_parse_size(optarg, &o->min_bytes))
-                BAD("bad size for -b: '%s'", optarg);
-            break;
-        case 'e':
-            if (mscx_perf_parse_size(optarg, &o->max_bytes))
-                BAD("bad size for -e: '%s'", optarg);
-            break;
-        case 'f':
-            if (mscx_perf_parse_size(optarg, &sz) || sz == 0)
-                BAD("bad step factor for -f: '%s' (a whole number >= 1)", optarg);
-            o->step_factor = sz;
-            break;
-        case 'i':
-            if (mscx_perf_parse_size(optarg, &o->step_bytes) || o->step_bytes == 0)
-                BAD("bad step size for -i: '%s'", optarg);
-            break;
-        case 'g':
-            if (parse_int(optarg, 1, 1, &o->ngpus))
-                BAD("-g '%s': only one GPU per process is supported; start one process per GPU", optarg);
-            break;
-        case 'd':
-            if (parse_type(optarg, &o->type_mask))
-                BAD("unknown data type '%s'", optarg);
-            break;
-        case 'o':
-            if (strcasecmp(optarg, "all") == 0)
-                o->op_mask = (1u << PERF_OP_COUNT) - 1;
-            else if ((v = lookup(op_names, PERF_OP_COUNT, optarg)) >= 0)
-                o->op_mask = 1u << v;
-            else if (parse_coll(optarg, &o->coll))
-                BAD("unknown reduction or collective '%s'", optarg);
-            break;
-        case OPT_COLL:
-            if (parse_coll(optarg, &o->coll))
-                BAD("unknown collective '%s' (allreduce, allgather, reducescatter)", optarg);
-            break;
-        case 'n':
-            if (parse_int(optarg, 1, 1 << 30, &o->iters))
-                BAD("bad iteration count for -n: '%s'", optarg);
-            break;
-        case 'w':
-            if (parse_int(optarg, 0, 1 << 30, &o->warmup))
-                BAD("bad warm-up count for -w: '%s'", optarg);
-            break;
-        case 'c':
-            if (parse_int(optarg, 0, 1, &o->check))
-                BAD("bad value for -c: '%s' (0 or 1)", optarg);
-            break;
-        case 'G':
-            if (parse_int(optarg, 0, 1 << 20, &o->graph_iters))
-                BAD("bad CUDA graph count for -G: '%s'", optarg);
-            break;
-        case 'a':
-            if (parse_int(optarg, 0, 3, &o->average))
-                BAD("bad value for -a: '%s' (0 rank 0, 1 average, 2 minimum, 3 maximum)", optarg);
-            break;
-        case OPT_NPROC:
-            if (parse_int(optarg, 1, 1024, &o->nproc))
-                BAD("bad process count for --nproc: '%s'", optarg);
-            break;
-        case OPT_EXECUTOR:
-            if (parse_int(optarg, 1, 1024, &o->executor_nranks))
-                BAD("bad rank count for --executor: '%s'", optarg);
-            break;
-        case OPT_DEVICE:
-            if (parse_int(optarg, 0, 1023, &o->device))
-                BAD("bad device for --device: '%s'", optarg);
-            break;
-        case OPT_JSON: o->json_path = optarg; break;
-        case OPT_PLAN: o->plan_path = optarg; break;
-        case OPT_BOOT: o->boot_dir = optarg; break;
-        case OPT_PROGRESS: o->progress = 1; break;
-        case OPT_BASELINE: o->baseline = 1; break;
-        case 'h': o->help = 1; break;
-        case ':': BAD("option '%s' needs a value", argv[optind - 1]);
-        default: BAD("unknown option '%s'", argv[optind - 1]);
-        }
+}
+
+/* Apply one of our own options, or report a bad one; as set_option. */
+static int set_own_option(int c, char **argv, struct perf_opts *o, char *err, size_t errlen)
+{
+    switch (c) {
+    case OPT_COLL:
+        if (parse_coll(optarg, &o->coll))
+            BAD("unknown collective '%s' (allreduce, allgather, reducescatter)", optarg);
+        break;
+    case OPT_NPROC:
+        if (parse_int(optarg, 1, 1024, &o->nproc))
+            BAD("bad process count for --nproc: '%s'", optarg);
+        break;
+    case OPT_EXECUTOR:
+        if (parse_int(optarg, 1, 1024, &o->executor_nranks))
+            BAD("bad rank count for --executor: '%s'", optarg);
+        break;
+    case OPT_DEVICE:
+        if (parse_int(optarg, 0, 1023, &o->device))
+            BAD("bad device for --device: '%s'", optarg);
+        break;
+    case OPT_JSON: o->json_path = optarg; break;
+    case OPT_PLAN: o->plan_path = optarg; break;
+    case OPT_BOOT: o->boot_dir = optarg; break;
+    case OPT_PROGRESS: o->progress = 1; break;
+    case OPT_BASELINE: o->baseline = 1; break;
+    case 'h': o->help = 1; break;
+    case ':': BAD("option '%s' needs a value", argv[optind - 1]);
+    default: BAD("unknown option '%s'", argv[optind - 1]);
     }
-    if (optind < argc)
-        BAD("unexpected argument '%s'", argv[optind]);
+    return 0;
+}
+
+/* Apply option @p c, one of nccl-tests' (its value in optarg); @return 0, or -1 with the reason in @p err. */
+static int set_option(int c, char **argv, struct perf_opts *o, char *err, size_t errlen)
+{
+    int v;
+    uint64_t sz;
+    switch (c) {
+    case 'b':
+        if (mscx_perf_parse_size(optarg, &o->min_bytes))
+            BAD("bad size for -b: '%s'", optarg);
+        break;
+    case 'e':
+        if (mscx_perf_parse_size(optarg, &o->max_bytes))
+            BAD("bad size for -e: '%s'", optarg);
+        break;
+    case 'f':
+        if (mscx_perf_parse_size(optarg, &sz) || sz == 0)
+            BAD("bad step factor for -f: '%s' (a whole number >= 1)", optarg);
+        o->step_factor = sz;
+        break;
+    case 'i':
+        if (mscx_perf_parse_size(optarg, &o->step_bytes) || o->step_bytes == 0)
+            BAD("bad step size for -i: '%s'", optarg);
+        break;
+    case 'g':
+        if (parse_int(optarg, 1, 1, &o->ngpus))
+            BAD("-g '%s': only one GPU per process is supported; start one process per GPU", optarg);
+        break;
+    case 'd':
+        if (parse_type(optarg, &o->type_mask))
+            BAD("unknown data type '%s'", optarg);
+        break;
+    case 'o':
+        if (strcasecmp(optarg, "all") == 0)
+            o->op_mask = (1u << PERF_OP_COUNT) - 1;
+        else if ((v = lookup(op_names, PERF_OP_COUNT, optarg)) >= 0)
+            o->op_mask = 1u << v;
+        else if (parse_coll(optarg, &o->coll))
+            BAD("unknown reduction or collective '%s'", optarg);
+        break;
+    case 'n':
+        if (parse_int(optarg, 1, 1 << 30, &o->iters))
+            BAD("bad iteration count for -n: '%s'", optarg);
+        break;
+    case 'w':
+        if (parse_int(optarg, 0, 1 << 30, &o->warmup))
+            BAD("bad warm-up count for -w: '%s'", optarg);
+        break;
+    case 'c':
+        if (parse_int(optarg, 0, 1, &o->check))
+            BAD("bad value for -c: '%s' (0 or 1)", optarg);
+        break;
+    case 'G':
+        if (parse_int(optarg, 0, 1 << 20, &o->graph_iters))
+            BAD("bad CUDA graph count for -G: '%s'", optarg);
+        break;
+    case 'a':
+        if (parse_int(optarg, 0, 3, &o->average))
+            BAD("bad value for -a: '%s' (0 rank 0, 1 average, 2 minimum, 3 maximum)", optarg);
+        break;
+    default:
+        return set_own_option(c, argv, o, err, errlen);
+    }
+    return 0;
+}
+
+/* Options that contradict each other; what some of them imply. @return 0, or -1 with the reason in @p err. */
+static int check_options(struct perf_opts *o, char *err, size_t errlen)
+{
     if (o->min_bytes > o->max_bytes)
         BAD("-b %llu is larger than -e %llu", (unsigned long long)o->min_bytes,
             (unsigned long long)o->max_bytes);
@@ -325,4 +339,20 @@ int mscx_perf_args_parse(int argc, char **argv, struct perf_opts *o, char *err, 
             BAD("-o avg needs a floating-point data type");
     }
     return 0;
+}
+
+int mscx_perf_args_parse(int argc, char **argv, struct perf_opts *o, char *err, size_t errlen)
+{
+    int c;
+
+    mscx_perf_opts_default(o);
+    coll_from_prog(argc, argv, o);
+    optind = 0; /* full reset: the parser may run more than once per process */
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":b:e:f:i:g:d:o:n:w:c:G:a:h", long_opts, NULL)) != -1)
+        if (set_option(c, argv, o, err, errlen))
+            return -1;
+    if (optind < argc)
+        BAD("unexpected argument '%s'", argv[optind]);
+    return check_options(o, err, errlen);
 }

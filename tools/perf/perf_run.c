@@ -102,102 +102,140 @@ static int warm_up(const struct perf_opts *o, const struct perf_backend *be, str
     return be->run(be->ctx, call, o->warmup, 0, &dummy);
 }
 
+/* The state of one sweep. */
+struct sweep {
+    const struct perf_opts *o;
+    struct perf_boot *b;
+    const struct perf_backend *be;
+    FILE *out;
+    const uint64_t *sizes;
+    size_t nsizes;
+    struct perf_result *rows;
+    size_t nrows, step, nsteps;
+    int64_t wrong;
+    double bw; /* the sum of nbw bus bandwidths */
+    size_t nbw;
+    int progress;
+};
+
+/* The sweep runs type @p t with reduction @p op. */
+static int selected(const struct perf_opts *o, int t, int op)
+{
+    return (o->type_mask >> t & 1) && (o->op_mask >> op & 1) && combo_ok((enum perf_type)t, (enum perf_op)op);
+}
+
+/*
+ * Warm up as nccl-tests does: at the largest size of the sweep the backend
+ * runs, then at the smallest, so that what a path does on its first call (for
+ * mscx: a size's program compiled and uploaded, user buffers registered) is
+ * not timed in the first row when the largest size takes another path.
+ * @return 0 or -1
+ */
+static int warm_up_sweep(const struct sweep *sw, struct perf_call *call, size_t es)
+{
+    const struct perf_opts *o = sw->o;
+    size_t warm_hi = sw->nsizes;
+    for (size_t s = sw->nsizes; o->warmup && s-- > 0;) {
+        int wrc = warm_up(o, sw->be, call, es, sw->sizes[s]);
+        if (wrc < 0)
+            return -1;
+        if (wrc == 0) {
+            warm_hi = s;
+            break;
+        }
+    }
+    for (size_t s = 0; o->warmup && warm_hi < sw->nsizes && s < warm_hi; s++) {
+        int wrc = warm_up(o, sw->be, call, es, sw->sizes[s]);
+        if (wrc < 0)
+            return -1;
+        if (wrc == 0)
+            break;
+    }
+    return 0;
+}
+
+/* One row: size @p s of the sweep, timed, checked, counted and printed. @return 0 or -1 */
+static int run_size(struct sweep *sw, struct perf_call *call, size_t es, size_t s)
+{
+    const struct perf_opts *o = sw->o;
+    struct perf_result *r = &sw->rows[sw->nrows];
+    call->bytes = sw->sizes[s];
+    mscx_perf_counts(o->coll, call->bytes, es, sw->be->nranks, &call->send_count, &call->recv_count,
+                     &r->count);
+    r->bytes = r->count * es;
+    r->type = call->type;
+    r->op = (o->coll == PERF_ALLGATHER) ? PERF_OP_COUNT : call->op;
+    r->root = -1;
+    if (run_one(o, sw->b, sw->be, call, (int)s, r))
+        return -1;
+    sw->nrows++;
+    for (int k = 0; k < 2; k++) {
+        if (r->na[k])
+            continue;
+        sw->wrong += r->wrong[k] > 0 ? r->wrong[k] : 0;
+        sw->bw += r->busbw[k];
+        sw->nbw++;
+    }
+    if (sw->out && sw->b->rank == 0) {
+        if (sw->progress && sw->nsteps > 1)
+            fprintf(stderr, "\r\033[K");
+        mscx_perf_print_row(sw->out, r);
+        fflush(sw->out);
+        if (sw->progress && sw->nsteps > 1)
+            mscx_perf_progress(stderr, sw->step, sw->nsteps, sw->sizes[s]);
+    }
+    return 0;
+}
+
+/* Every size of the sweep for type @p t and reduction @p op, after the warm-up. @return 0 or -1 */
+static int run_combo(struct sweep *sw, int t, int op)
+{
+    struct perf_call call = {sw->o->coll, (enum perf_type)t, (enum perf_op)op, 0, 0, 0, 0};
+    size_t es = mscx_perf_type_size((enum perf_type)t);
+    if (warm_up_sweep(sw, &call, es))
+        return -1;
+    for (size_t s = 0; s < sw->nsizes; s++, sw->step++)
+        if (run_size(sw, &call, es, s))
+            return -1;
+    return 0;
+}
+
 int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const struct perf_backend *be, FILE *out,
                         struct perf_result **rows_p, size_t *nrows_p, int64_t *wrong_p, double *avg_busbw_p)
 {
     uint64_t *sizes = calloc(PERF_MAX_SIZES, sizeof(uint64_t));
-    size_t nsizes, nrows = 0, maxrows, step = 0, nsteps;
-    struct perf_result *rows = NULL;
-    int64_t wrong = 0;
-    double bw = 0;
-    size_t nbw = 0;
-    int progress = o->progress || isatty(STDERR_FILENO), rc = -1;
+    struct sweep sw = {.o = o, .b = b, .be = be, .out = out, .sizes = sizes};
+    int rc = -1;
 
+    sw.progress = o->progress || isatty(STDERR_FILENO);
     if (sizes == NULL)
         goto out;
-    nsizes = mscx_perf_sweep(o, sizes, PERF_MAX_SIZES);
-    if (nsizes > PERF_MAX_SIZES) {
-        fprintf(stderr, "mscx-perf: the sweep has %zu sizes; at most %d\n", nsizes, PERF_MAX_SIZES);
+    sw.nsizes = mscx_perf_sweep(o, sizes, PERF_MAX_SIZES);
+    if (sw.nsizes > PERF_MAX_SIZES) {
+        fprintf(stderr, "mscx-perf: the sweep has %zu sizes; at most %d\n", sw.nsizes, PERF_MAX_SIZES);
         goto out;
     }
-    maxrows = nsizes * PERF_TYPE_COUNT * PERF_OP_COUNT;
-    rows = calloc(maxrows, sizeof(*rows));
-    if (rows == NULL)
+    sw.rows = calloc(sw.nsizes * PERF_TYPE_COUNT * PERF_OP_COUNT, sizeof(*sw.rows));
+    if (sw.rows == NULL)
         goto out;
-    nsteps = 0;
     for (int t = 0; t < PERF_TYPE_COUNT; t++)
         for (int op = 0; op < PERF_OP_COUNT; op++)
-            if ((o->type_mask >> t & 1) && (o->op_mask >> op & 1) && combo_ok((enum perf_type)t, (enum perf_op)op))
-                nsteps += nsizes;
+            if (selected(o, t, op))
+                sw.nsteps += sw.nsizes;
     if (out && b->rank == 0)
         mscx_perf_print_header(out);
-    for (int t = 0; t < PERF_TYPE_COUNT; t++) {
-        for (int op = 0; op < PERF_OP_COUNT; op++) {
-            struct perf_call call = {o->coll, (enum perf_type)t, (enum perf_op)op, 0, 0, 0, 0};
-            size_t es = mscx_perf_type_size((enum perf_type)t);
-            if (!(o->type_mask >> t & 1) || !(o->op_mask >> op & 1) || !combo_ok(call.type, call.op))
-                continue;
-            /*
-             * Warm up as nccl-tests does: at the largest size of the sweep
-             * the backend runs, then at the smallest, so that what a path
-             * does on its first call (for mscx: a size's program compiled
-             * and uploaded, user buffers registered) is not timed in the
-             * first row when the largest size takes another path.
-             */
-            size_t warm_hi = nsizes;
-            for (size_t s = nsizes; o->warmup && s-- > 0;) {
-                int wrc = warm_up(o, be, &call, es, sizes[s]);
-                if (wrc < 0)
-                    goto out;
-                if (wrc == 0) {
-                    warm_hi = s;
-                    break;
-                }
-            }
-            for (size_t s = 0; o->warmup && warm_hi < nsizes && s < warm_hi; s++) {
-                int wrc = warm_up(o, be, &call, es, sizes[s]);
-                if (wrc < 0)
-                    goto out;
-                if (wrc == 0)
-                    break;
-            }
-            for (size_t s = 0; s < nsizes; s++, step++) {
-                struct perf_result *r = &rows[nrows];
-                call.bytes = sizes[s];
-                mscx_perf_counts(o->coll, call.bytes, es, be->nranks, &call.send_count, &call.recv_count, &r->count);
-                r->bytes = r->count * es;
-                r->type = call.type;
-                r->op = (o->coll == PERF_ALLGATHER) ? PERF_OP_COUNT : call.op;
-                r->root = -1;
-                if (run_one(o, b, be, &call, (int)s, r))
-                    goto out;
-                nrows++;
-                for (int k = 0; k < 2; k++) {
-                    if (r->na[k])
-                        continue;
-                    wrong += r->wrong[k] > 0 ? r->wrong[k] : 0;
-                    bw += r->busbw[k];
-                    nbw++;
-                }
-                if (out && b->rank == 0) {
-                    if (progress && nsteps > 1)
-                        fprintf(stderr, "\r\033[K");
-                    mscx_perf_print_row(out, r);
-                    fflush(out);
-                    if (progress && nsteps > 1)
-                        mscx_perf_progress(stderr, step, nsteps, sizes[s]);
-                }
-            }
-        }
-    }
-    *rows_p = rows;
-    rows = NULL;
-    *nrows_p = nrows;
-    *wrong_p = wrong;
-    *avg_busbw_p = nbw ? bw / (double)nbw : 0.0;
+    for (int t = 0; t < PERF_TYPE_COUNT; t++)
+        for (int op = 0; op < PERF_OP_COUNT; op++)
+            if (selected(o, t, op) && run_combo(&sw, t, op))
+                goto out;
+    *rows_p = sw.rows;
+    sw.rows = NULL;
+    *nrows_p = sw.nrows;
+    *wrong_p = sw.wrong;
+    *avg_busbw_p = sw.nbw ? sw.bw / (double)sw.nbw : 0.0;
     rc = 0;
 out:
-    free(rows);
+    free(sw.rows);
     free(sizes);
     return rc;
 }

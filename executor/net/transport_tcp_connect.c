@@ -1,0 +1,305 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The TCP transport's handshake (see transport_tcp.c for the connection
+ * model). conn_prepare writes where this rank listens into the blob;
+ * conn_establish connects to where the peer listens, sends a hello (magic,
+ * protocol version, ranks, communicator) and waits for the peer's accept,
+ * then for the peer's own connection to arrive at our listener. The receiver
+ * thread accepts that connection and checks its hello the same way.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mscx/log.h"
+#include "transport_tcp_int.h"
+
+#define TCP_HELLO_TIMEOUT_MS 2000
+
+/* ---------------------------------------------------------------- wire formats */
+
+struct tcp_hello {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t src; /* connecting rank */
+    uint32_t dst; /* rank it wants */
+    uint32_t reserved;
+    uint64_t comm_id;
+};
+_Static_assert(sizeof(struct tcp_hello) == 32, "wire format");
+
+struct tcp_hello_ack {
+    uint64_t magic;
+    uint32_t status; /* 0 accepted, else refused */
+    uint32_t reserved;
+};
+
+/* Connection blob: where this rank listens. */
+struct tcp_blob {
+    uint64_t magic;
+    uint64_t comm_id;
+    uint32_t version;
+    uint32_t rank;
+    uint32_t addr; /* IPv4, network order */
+    uint16_t port; /* network order */
+    uint16_t reserved;
+};
+_Static_assert(sizeof(struct tcp_blob) <= MSCX_TP_BLOB_BYTES, "blob too big");
+
+/* Blocking exact read with a deadline, for handshakes. 0 ok, else errno (0 read -> ECONNRESET). */
+static int recv_exact(int fd, void *buf, size_t len, uint64_t deadline_ns)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return errno;
+        int ms = mscx_tcp_ms_left(deadline_ns, 100);
+        if (ms == 0)
+            return ETIMEDOUT;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        poll(&pfd, 1, ms);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- accepting side (receiver thread) */
+
+/* Accept one connection and check its hello; refusals are logged and closed. */
+void mscx_tcp_accept(struct mscx_tp_ep *ep)
+{
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    struct tcp_hello h;
+    struct tcp_hello_ack ack = {.magic = MSCX_TP_MAGIC, .status = 0};
+    char who[64];
+
+    int fd = accept(ep->listen_fd, (struct sockaddr *)&sa, &sl);
+    if (fd < 0)
+        return;
+    snprintf(who, sizeof(who), "%s:%u", inet_ntoa(sa.sin_addr), ntohs(sa.sin_port));
+    int e = recv_exact(fd, &h, sizeof(h), mscx_tp_deadline(TCP_HELLO_TIMEOUT_MS));
+    if (e) {
+        MSCX_WARN("tcp: refused connection from %s: no handshake: %s", who, strerror(e));
+        goto refuse;
+    }
+    if (h.magic != MSCX_TP_MAGIC) {
+        MSCX_WARN("tcp: refused connection from %s: bad magic %#llx", who, (unsigned long long)h.magic);
+        goto refuse;
+    }
+    if (h.version != MSCX_TP_PROTO_VERSION) {
+        MSCX_WARN("tcp: refused connection from %s: protocol version %u, expected %u", who, h.version,
+                  MSCX_TP_PROTO_VERSION);
+        goto refuse;
+    }
+    if (h.comm_id != ep->p.comm_id) {
+        MSCX_WARN("tcp: refused connection from %s: communicator id %#llx, expected %#llx", who,
+                  (unsigned long long)h.comm_id, (unsigned long long)ep->p.comm_id);
+        goto refuse;
+    }
+    pthread_mutex_lock(&ep->lock);
+    struct mscx_tp_conn *c = h.src < ep->p.nranks && h.dst == ep->p.rank ? ep->conns[h.src] : NULL;
+    if (!c || c->in_fd >= 0) {
+        pthread_mutex_unlock(&ep->lock);
+        MSCX_WARN("tcp: refused connection from %s: rank %u -> %u is not expected here", who, h.src, h.dst);
+        goto refuse;
+    }
+    pthread_mutex_unlock(&ep->lock);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (mscx_tcp_set_nonblock(fd) < 0 || send(fd, &ack, sizeof(ack), MSG_NOSIGNAL) != (ssize_t)sizeof(ack)) {
+        MSCX_WARN("tcp: handshake with %s failed: %s", who, strerror(errno));
+        close(fd);
+        return;
+    }
+    pthread_mutex_lock(&ep->lock);
+    c->in_fd = fd;
+    pthread_cond_broadcast(&ep->cond);
+    pthread_mutex_unlock(&ep->lock);
+    return;
+
+refuse:
+    ack.status = 1;
+    send(fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(fd);
+}
+
+/* ---------------------------------------------------------------- connecting side (caller) */
+
+mscx_status_t mscx_tcp_conn_prepare(struct mscx_tp_ep *ep, uint32_t peer, void *blob,
+                                    struct mscx_tp_conn **conn_p)
+{
+    if (!ep || peer >= ep->p.nranks || peer == ep->p.rank || !blob || !conn_p) {
+        MSCX_WARN("caller bug: bad tcp connection request to peer %u", peer);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    struct mscx_tp_conn *c = calloc(1, sizeof(*c));
+    if (!c || !(c->stage = malloc(TCP_STAGE_BYTES))) {
+        free(c);
+        MSCX_WARN("tcp: out of memory");
+        return MSCX_ERR_NO_MEMORY;
+    }
+    c->ep = ep;
+    c->peer = peer;
+    c->in_fd = -1;
+    c->out_fd = -1;
+    pthread_mutex_lock(&ep->lock);
+    if (ep->conns[peer]) {
+        pthread_mutex_unlock(&ep->lock);
+        free(c->stage);
+        free(c);
+        MSCX_WARN("caller bug: rank %u already has a tcp connection to peer %u", ep->p.rank, peer);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    ep->conns[peer] = c;
+    pthread_mutex_unlock(&ep->lock);
+
+    struct tcp_blob b = {.magic = MSCX_TP_MAGIC, .comm_id = ep->p.comm_id, .version = MSCX_TP_PROTO_VERSION,
+                         .rank = ep->p.rank, .addr = ep->addr, .port = ep->port};
+    memset(blob, 0, MSCX_TP_BLOB_BYTES);
+    memcpy(blob, &b, sizeof(b));
+    *conn_p = c;
+    return MSCX_OK;
+}
+
+/* Check the blob @p peer_blob that the peer wrote for us into @p b. */
+static mscx_status_t blob_check(const struct mscx_tp_conn *c, const void *peer_blob, struct tcp_blob *b)
+{
+    const struct mscx_tp_ep *ep = c->ep;
+    memcpy(b, peer_blob, sizeof(*b));
+    if (b->magic != MSCX_TP_MAGIC || b->version != MSCX_TP_PROTO_VERSION) {
+        MSCX_WARN("tcp: refused peer %u: bad blob magic %#llx or version %u", c->peer,
+                  (unsigned long long)b->magic, b->version);
+        return MSCX_ERR_REMOTE;
+    }
+    if (b->comm_id != ep->p.comm_id || b->rank != c->peer) {
+        MSCX_WARN("tcp: refused peer %u: communicator id %#llx rank %u, expected %#llx rank %u", c->peer,
+                  (unsigned long long)b->comm_id, b->rank, (unsigned long long)ep->p.comm_id, c->peer);
+        return MSCX_ERR_REMOTE;
+    }
+    return MSCX_OK;
+}
+
+/* Connect a non-blocking socket to where @p b says the peer listens; @p fd_p once connected. */
+static mscx_status_t dial(const struct mscx_tp_conn *c, const struct tcp_blob *b, uint64_t deadline_ns,
+                          int *fd_p)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    int one = 1, e;
+
+    sa.sin_addr.s_addr = b->addr;
+    sa.sin_port = b->port;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        MSCX_WARN("tcp: socket failed: %s", strerror(errno));
+        return MSCX_ERR_SYSTEM;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
+        e = errno;
+        goto err_connect;
+    }
+    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+    int ms;
+    while ((ms = mscx_tcp_ms_left(deadline_ns, 100)) > 0 && poll(&pfd, 1, ms) == 0)
+        ;
+    socklen_t el = sizeof(e);
+    if (ms == 0)
+        e = ETIMEDOUT;
+    else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0)
+        e = errno;
+    if (e)
+        goto err_connect;
+    *fd_p = fd;
+    return MSCX_OK;
+
+err_connect:
+    MSCX_WARN("tcp: cannot connect to peer %u at %s:%u: %s", c->peer, inet_ntoa(sa.sin_addr), ntohs(sa.sin_port),
+              strerror(e));
+    close(fd);
+    return e == ETIMEDOUT ? MSCX_ERR_TIMEOUT : MSCX_ERR_REMOTE;
+}
+
+/* Send our hello on the connected socket @p fd and read the peer's answer. */
+static mscx_status_t send_hello(struct mscx_tp_conn *c, int fd, uint64_t deadline_ns)
+{
+    const struct mscx_tp_ep *ep = c->ep;
+    struct tcp_hello h = {.magic = MSCX_TP_MAGIC, .version = MSCX_TP_PROTO_VERSION, .src = ep->p.rank,
+                          .dst = c->peer, .comm_id = ep->p.comm_id};
+    struct tcp_hello_ack ack;
+
+    /* The receiver thread sees the socket only after the handshake (it would read the ack). */
+    MSCX_CHECK(mscx_tcp_send_all(c, fd, &h, sizeof(h), 0, deadline_ns));
+    int e = recv_exact(fd, &ack, sizeof(ack), deadline_ns);
+    if (e || ack.magic != MSCX_TP_MAGIC || ack.status != 0) {
+        MSCX_WARN("tcp: peer %u refused our handshake%s%s", c->peer, e ? ": " : "", e ? strerror(e) : "");
+        return e == ETIMEDOUT ? MSCX_ERR_TIMEOUT : MSCX_ERR_REMOTE;
+    }
+    return MSCX_OK;
+}
+
+/* Hand the out socket @p fd to the receiver and wait for the peer's in socket. */
+static mscx_status_t await_peer(struct mscx_tp_conn *c, int fd, uint64_t deadline_ns)
+{
+    struct mscx_tp_ep *ep = c->ep;
+    pthread_mutex_lock(&ep->lock);
+    c->out_fd = fd;
+    mscx_tcp_wake(ep);
+    while (c->in_fd < 0 && c->err == MSCX_OK) {
+        struct timespec ts;
+        uint64_t dl = deadline_ns;
+        uint64_t step = mscx_tp_now_ns() + 100000000ull;
+        if (step < dl)
+            dl = step;
+        ts.tv_sec = (time_t)(dl / 1000000000ull);
+        ts.tv_nsec = (long)(dl % 1000000000ull);
+        pthread_cond_timedwait(&ep->cond, &ep->lock, &ts);
+        if (mscx_tp_now_ns() >= deadline_ns)
+            break;
+    }
+    int ok = c->in_fd >= 0;
+    mscx_status_t st = c->err;
+    pthread_mutex_unlock(&ep->lock);
+    if (st != MSCX_OK)
+        return st;
+    if (!ok) {
+        MSCX_WARN("tcp: peer %u did not connect back before the deadline", c->peer);
+        return MSCX_ERR_TIMEOUT;
+    }
+    return MSCX_OK;
+}
+
+mscx_status_t mscx_tcp_conn_establish(struct mscx_tp_conn *c, const void *peer_blob, uint64_t deadline_ns)
+{
+    struct tcp_blob b;
+    int fd;
+
+    MSCX_CHECK(blob_check(c, peer_blob, &b));
+    MSCX_CHECK(dial(c, &b, deadline_ns, &fd));
+    mscx_status_t st = send_hello(c, fd, deadline_ns);
+    if (st != MSCX_OK) {
+        close(fd);
+        return st;
+    }
+    MSCX_CHECK(await_peer(c, fd, deadline_ns));
+    MSCX_INFO(MSCX_SUB_NET, "tcp: rank %u connected to peer %u", c->ep->p.rank, c->peer);
+    return MSCX_OK;
+}
