@@ -4,7 +4,7 @@
  * process serves every attached request queue (one per GPU plan context with
  * a port channel to another process), in position order per queue, and
  * executes requests through a link per channel:
- *  - a "cuda" link (gpu_proxy.c): same host, copies on a proxy-owned stream
+ *  - a "cuda" link (gpu/runtime/cuda_link.c): same host, copies on a proxy-owned stream
  *    into IPC-mapped peer memory;
  *  - a network link (proxy_tcp.c): the TCP or RDMA transport of transport.h to a
  *    peer on another node, with a staging hook that copies the GPU source

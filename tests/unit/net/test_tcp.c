@@ -402,7 +402,7 @@ static void fake_peer_connect(struct fake_peer *f, struct mscx_tp_ep **ep_p, str
     ck_assert_int_eq(net_pair_write(f->data_fd, &h, sizeof(h)), 0);
     ck_assert_int_eq(proc_mesh_read(f->data_fd, ack, sizeof(ack), 5000), 0);
 
-    /* Our listener, in a tcp blob (transport_tcp.c): magic, comm_id, version, rank, addr, port. */
+    /* Our listener, in a tcp blob (transport_tcp_connect.c): magic, comm_id, version, rank, addr, port. */
     f->lfd = socket(AF_INET, SOCK_STREAM, 0);
     sa.sin_port = 0;
     ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -539,7 +539,7 @@ static void put_over_default_addr(const char *want_addr)
                      MSCX_OK);
     ck_assert_int_eq(mscx_tp_tcp.conn_prepare(ep0, 1, b0, &c0), MSCX_OK);
     ck_assert_int_eq(mscx_tp_tcp.conn_prepare(ep1, 0, b1, &c1), MSCX_OK);
-    /* tcp blob (transport_tcp.c): magic, comm_id, version, rank, addr (network order), port */
+    /* tcp blob (transport_tcp_connect.c): magic, comm_id, version, rank, addr (network order), port */
     memcpy(&got.s_addr, b0 + 24, 4);
     ck_assert_msg(got.s_addr == want.s_addr, "blob advertises %s, expected %s", inet_ntoa(got), want_addr);
     struct est_arg e1 = {c1, b0, MSCX_ERR_INTERNAL};
@@ -561,7 +561,7 @@ static void put_over_default_addr(const char *want_addr)
 /*
  * Late-bound puts: the receiver (ep1) resolves (buffer, launch, offset) from
  * what its "kernel" published for that launch (mscx_late_pick over a
- * publication by flag parity, as gpu_proxy.c does from device memory).
+ * publication by flag parity, as the GPU runtime does from device memory).
  */
 struct late_rx {
     struct mscx_late_pub pub[2]; /* by parity; flag written last (release) */
