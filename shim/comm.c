@@ -1,11 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Our state beside each real communicator, keyed by the real ncclComm_t in a
- * locked hash table: the executor, the plans usable on this communicator,
- * and the routing statistics printed at destroy.
+ * Our state beside each real communicator, found by the real ncclComm_t in
+ * comm_table.c: the executor, the plans usable on this communicator, and the
+ * routing statistics printed at destroy.
+ *
+ * Every collective looks its communicator up without a lock. State objects
+ * are recycled, never freed: a call that found one keeps reading valid
+ * memory whatever a concurrent teardown does. A call holds a reference,
+ * taken only while the count is not zero and kept only when the object
+ * still belongs to the call's communicator; the last reference releases the
+ * executor and the plan arrays and puts the object on the free list. The
+ * count orders every access to the other fields: they are written only
+ * while it is zero, or before the communicator is handed to the application.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,52 +29,75 @@
 #define MSCX_VERSION "unknown"
 #endif
 
-#define TABLE_SIZE 256
 #define NSTAT_COLL SHIM_NSTAT_COLL
 
 struct shim_comm {
+    atomic_int refs; /* 0: on the free list or being set up; first, outside what setup clears */
+    /* what every call reads, together at the start */
     ncclComm_t comm;
-    struct shim_comm *next;
-    int refs;
-    uint32_t rank, nranks, rpn;
-    int device;
-    unsigned forced;
-    struct mscx_bootstrap *bs;
     struct mscx_exec *exec;
+    uint32_t nranks, rpn;
+    unsigned forced;
     size_t nroute;
-    struct shim_route_plan *route;  /* [nroute], priority order */
-    uint32_t *exec_id;              /* [nroute] */
-    const char **route_name;        /* [nroute] plan paths */
-    pthread_mutex_t stats_lock;
-    struct shim_stats stats;
+    struct shim_route_plan *route; /* [nroute], priority order */
+    uint32_t *exec_id;             /* [nroute] */
+    struct shim_route_window win[MSCX_COLL_COUNT]; /* of route, for this comm's layout */
+    /* the rest */
+    struct shim_comm *next_free;
+    uint32_t rank;
+    int device;
+    struct mscx_bootstrap *bs;
+    const char **route_name; /* [nroute] plan paths */
+    _Atomic uint64_t counts[NSTAT_COLL][SHIM_NBUCKETS][SHIM_WHY_COUNT]; /* as struct shim_stats */
 };
 
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct shim_comm *table[TABLE_SIZE];
+static pthread_mutex_t free_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shim_comm *free_list;
 
-static size_t slot_of(ncclComm_t comm)
+/* A reference to @p c when it still belongs to @p key. @return 1 when taken. */
+static int comm_ref(struct shim_comm *c, uintptr_t key)
 {
-    uintptr_t p = (uintptr_t)comm;
-    p ^= p >> 17;
-    p *= 0x9e3779b97f4a7c15ull;
-    return (size_t)(p >> 56) % TABLE_SIZE;
+    int n = atomic_load_explicit(&c->refs, memory_order_relaxed);
+    do {
+        if (n == 0)
+            return 0; /* released: being recycled */
+    } while (!atomic_compare_exchange_weak_explicit(&c->refs, &n, n + 1, memory_order_acquire,
+                                                    memory_order_relaxed));
+    if ((uintptr_t)c->comm == key)
+        return 1;
+    shim_comm_put(c); /* recycled for another communicator meanwhile */
+    return 0;
 }
 
 struct shim_comm *shim_comm_get(ncclComm_t comm)
 {
-    if (!comm)
-        return NULL;
-    pthread_mutex_lock(&table_lock);
-    struct shim_comm *c = table[slot_of(comm)];
-    while (c && c->comm != comm)
-        c = c->next;
+    uintptr_t key = (uintptr_t)comm;
+    struct shim_comm *c = key ? shim_table_find(key) : NULL;
+    return c && comm_ref(c, key) ? c : NULL;
+}
+
+/* A cleared object for a new communicator, its count still 0. */
+static struct shim_comm *comm_alloc(void)
+{
+    pthread_mutex_lock(&free_lock);
+    struct shim_comm *c = free_list;
     if (c)
-        c->refs++;
-    pthread_mutex_unlock(&table_lock);
+        free_list = c->next_free;
+    pthread_mutex_unlock(&free_lock);
+    if (!c) {
+        /* on a cache line of its own: the fields every call reads share one */
+        size_t size = (sizeof(*c) + 63) / 64 * 64;
+        c = aligned_alloc(64, size);
+        if (c)
+            memset(c, 0, size);
+        return c;
+    }
+    /* calls that still hold the old address only ever read the count while it is 0 */
+    memset((char *)c + offsetof(struct shim_comm, comm), 0, sizeof(*c) - offsetof(struct shim_comm, comm));
     return c;
 }
 
-static void comm_free(struct shim_comm *c)
+static void comm_release(struct shim_comm *c)
 {
     if (c->exec)
         mscx_exec_destroy(c->exec);
@@ -71,45 +105,44 @@ static void comm_free(struct shim_comm *c)
     free(c->route);
     free(c->exec_id);
     free(c->route_name);
-    pthread_mutex_destroy(&c->stats_lock);
-    free(c);
+    pthread_mutex_lock(&free_lock);
+    c->next_free = free_list;
+    free_list = c;
+    pthread_mutex_unlock(&free_lock);
 }
 
 void shim_comm_put(struct shim_comm *c)
 {
     if (!c)
         return;
-    pthread_mutex_lock(&table_lock);
-    int last = --c->refs == 0;
-    pthread_mutex_unlock(&table_lock);
-    if (last)
-        comm_free(c);
+    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_release) == 1) {
+        atomic_thread_fence(memory_order_acquire);
+        comm_release(c);
+    }
 }
 
-static void table_insert(struct shim_comm *c)
+/*
+ * Publish @p c with the table's reference. A communicator NCCL handed out at
+ * the address of one still in the table replaces it: *old_p receives the
+ * object replaced, whose table reference the caller must put.
+ * @return 0, or -1 when every slot is taken
+ */
+static int table_insert(struct shim_comm *c, struct shim_comm **old_p)
 {
-    pthread_mutex_lock(&table_lock);
-    size_t s = slot_of(c->comm);
-    c->refs = 1; /* the table's reference */
-    c->next = table[s];
-    table[s] = c;
-    pthread_mutex_unlock(&table_lock);
+    void *old;
+    atomic_store_explicit(&c->refs, 1, memory_order_release);
+    if (shim_table_insert((uintptr_t)c->comm, c, &old) != 0) {
+        atomic_store_explicit(&c->refs, 0, memory_order_relaxed);
+        return -1;
+    }
+    *old_p = old;
+    return 0;
 }
 
 /* Unlink; the caller owns the table's reference and must put it. */
 static struct shim_comm *table_remove(ncclComm_t comm)
 {
-    if (!comm)
-        return NULL;
-    pthread_mutex_lock(&table_lock);
-    struct shim_comm **pp = &table[slot_of(comm)];
-    while (*pp && (*pp)->comm != comm)
-        pp = &(*pp)->next;
-    struct shim_comm *c = *pp;
-    if (c)
-        *pp = c->next;
-    pthread_mutex_unlock(&table_lock);
-    return c;
+    return comm ? shim_table_remove((uintptr_t)comm) : NULL;
 }
 
 /* ---- statistics ---- */
@@ -118,12 +151,18 @@ static void stats_add(struct shim_comm *c, enum mscx_coll coll, uint64_t bytes, 
 {
     if ((unsigned)coll >= NSTAT_COLL)
         return;
-    pthread_mutex_lock(&c->stats_lock);
-    c->stats.counts[coll][shim_size_bucket(bytes)][why]++;
-    pthread_mutex_unlock(&c->stats_lock);
+    atomic_fetch_add_explicit(&c->counts[coll][shim_size_bucket(bytes)][why], 1, memory_order_relaxed);
 }
 
-static void stats_print(struct shim_comm *c, const char *how)
+static void stats_snapshot(const struct shim_comm *c, struct shim_stats *s)
+{
+    for (int k = 0; k < NSTAT_COLL; k++)
+        for (int b = 0; b < SHIM_NBUCKETS; b++)
+            for (int w = 0; w < SHIM_WHY_COUNT; w++)
+                s->counts[k][b][w] = atomic_load_explicit(&c->counts[k][b][w], memory_order_relaxed);
+}
+
+static void stats_print(const struct shim_comm *c, const struct shim_stats *s, const char *how)
 {
     char line[2048];
     size_t at = 0;
@@ -132,13 +171,12 @@ static void stats_print(struct shim_comm *c, const char *how)
     if (!mscx_log_enabled(MSCX_LOG_INFO, MSCX_SUB_SHIM))
         return;
     uint64_t reasons[SHIM_WHY_COUNT] = {0};
-    pthread_mutex_lock(&c->stats_lock);
     for (int k = 0; k < NSTAT_COLL; k++) {
         for (int b = 0; b < SHIM_NBUCKETS; b++) {
-            uint64_t f = 0, r = c->stats.counts[k][b][SHIM_WHY_ROUTED];
+            uint64_t f = 0, r = s->counts[k][b][SHIM_WHY_ROUTED];
             for (int w = 1; w < SHIM_WHY_COUNT; w++) {
-                f += c->stats.counts[k][b][w];
-                reasons[w] += c->stats.counts[k][b][w];
+                f += s->counts[k][b][w];
+                reasons[w] += s->counts[k][b][w];
             }
             routed += r;
             fallback += f;
@@ -154,7 +192,6 @@ static void stats_print(struct shim_comm *c, const char *how)
         if (reasons[w] && at < sizeof(line))
             at += (size_t)snprintf(line + at, sizeof(line) - at, " %s %llu", shim_reason_name((enum shim_reason)w),
                                    (unsigned long long)reasons[w]);
-    pthread_mutex_unlock(&c->stats_lock);
     MSCX_INFO(MSCX_SUB_SHIM, "summary at %s: comm %p rank %u/%u: routed %llu fallback %llu:%s", how, (void *)c->comm,
               c->rank, c->nranks, (unsigned long long)routed, (unsigned long long)fallback, line);
 }
@@ -304,17 +341,23 @@ static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int e
     const struct mscx_config *cfg = shim_config();
     if (!cfg || cfg->disable || !comm)
         return ncclSuccess;
-    struct shim_comm *c = calloc(1, sizeof(*c));
+    struct shim_comm *c = comm_alloc();
     if (!c)
         return ncclSuccess; /* no state: calls go to NCCL */
     c->comm = comm;
-    pthread_mutex_init(&c->stats_lock, NULL);
     if (shim_parse_forced(cfg->force_fallback, &c->forced) != 0) {
         shim_warn_once("force-fallback", "mscx: bad MSCX_FORCE_FALLBACK '%s': expected a comma list of allreduce, "
                        "allgather, reducescatter, broadcast or all; everything falls back", cfg->force_fallback);
         c->forced = ~0u;
     }
-    table_insert(c);
+    struct shim_comm *old;
+    if (table_insert(c, &old) != 0) {
+        shim_warn_once("comm-table", "mscx: more than %u communicators at once; the next ones stay on NCCL "
+                       "without routing statistics", SHIM_TABLE_SIZE);
+        comm_release(c);
+        return ncclSuccess;
+    }
+    shim_comm_put(old); /* state of a communicator NCCL freed without us seeing it */
 
     const struct shim_plan_entry *plans;
     size_t nplans, nfailed;
@@ -336,6 +379,8 @@ static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int e
     } else if (ncand) {
         MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s: no exchange there, its calls go to NCCL", (void *)comm, how);
     }
+    for (int k = 0; k < MSCX_COLL_COUNT; k++)
+        shim_route_window_init(&c->win[k], c->route, c->nroute, (enum mscx_coll)k, c->nranks, c->rpn);
     shim_summary_note_comm(c->rank, c->nranks);
     MSCX_INFO(MSCX_SUB_SHIM, "mscx %s comm %p (%s) rank %u/%u ranks/node %u: real NCCL %s version %d; %zu plans "
               "from %s, %zu usable here%s", MSCX_VERSION, (void *)comm, how, c->rank, c->nranks, c->rpn,
@@ -427,38 +472,35 @@ static ncclResult_t check_args(const struct shim_coll_call *call)
     return ncclSuccess;
 }
 
-int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
+/* The routing decision for a call of @p msg bytes: @return the route, or -1 with the reason. */
+static int decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
+                  enum shim_reason *why_p)
 {
-    struct shim_comm *c = shim_comm_get(call->comm);
-    if (!c)
-        return 0; /* not a communicator we set up: NCCL's alone */
-    if ((*res_p = check_args(call)) != ncclSuccess) {
-        shim_comm_put(c);
-        return 1;
+    if (!c->exec) {
+        *why_p = SHIM_WHY_NO_STATE;
+        return -1;
     }
-    size_t esize = shim_dtype_bytes(call->dtype);
-    uint64_t msg = (uint64_t)call->count * esize;
-    if (call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER)
-        msg *= c->nranks ? c->nranks : 1;
-    enum shim_reason why = SHIM_WHY_NO_STATE;
-    int pick = -1;
-    if (c->exec) {
-        struct shim_route_query q = {
-            .coll = call->coll, .nranks = c->nranks, .ranks_per_node = c->rpn, .msg_bytes = msg,
-            .dtype = call->dtype, .op = call->op, .root = call->root, .forced_mask = c->forced,
-            .in_group = shim_group_depth() > 0,
-        };
-        pick = shim_route_pick(&q, c->route, c->nroute, &why);
-    }
-    if (pick < 0) {
-        stats_add(c, call->coll, msg, why);
-        shim_comm_put(c);
-        return 0;
-    }
+    struct shim_route_query q = {
+        .coll = call->coll, .nranks = c->nranks, .ranks_per_node = c->rpn, .msg_bytes = msg,
+        .dtype = call->dtype, .op = call->op, .root = call->root, .forced_mask = c->forced,
+        .in_group = shim_group_depth() > 0,
+    };
+    if ((unsigned)call->coll < MSCX_COLL_COUNT)
+        return shim_route_pick_windowed(&q, c->route, c->nroute, &c->win[call->coll], why_p);
+    return shim_route_pick(&q, c->route, c->nroute, why_p);
+}
+
+/*
+ * Launch a call on route @p pick. Out of line: the fallback path, which
+ * never gets here, then saves fewer registers.
+ * @return as shim_comm_try_route()
+ */
+__attribute__((noinline)) static int launch(struct shim_comm *c, const struct shim_coll_call *call,
+                                            uint64_t msg, int pick, ncclResult_t *res_p)
+{
     if (!call->recvbuf || (!call->sendbuf && call->coll != MSCX_COLL_BROADCAST)) {
         *res_p = shim_err_set(ncclInvalidArgument, "mscx: %s: null buffer with count %zu",
                               mscx_coll_name(call->coll), call->count);
-        shim_comm_put(c);
         return 1;
     }
     enum mscx_dtype dt;
@@ -472,7 +514,6 @@ int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
                                         (void *)call->stream);
     if (st == MSCX_OK) {
         stats_add(c, call->coll, msg, SHIM_WHY_ROUTED);
-        shim_comm_put(c);
         *res_p = ncclSuccess;
         return 1;
     }
@@ -483,13 +524,34 @@ int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
         shim_warn_once(key, "mscx: plan %s refused a launch of %llu bytes (%s); such calls go to NCCL",
                        c->route_name[pick], (unsigned long long)msg, mscx_status_str(st));
         stats_add(c, call->coll, msg, SHIM_WHY_LAUNCH);
-        shim_comm_put(c);
         return 0;
     }
     *res_p = shim_err_set(shim_status_to_nccl(st), "mscx: %s launch failed: %s", mscx_coll_name(call->coll),
                           mscx_status_str(st));
-    shim_comm_put(c);
     return 1;
+}
+
+int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
+{
+    struct shim_comm *c = shim_comm_get(call->comm);
+    if (!c)
+        return 0; /* not a communicator we set up: NCCL's alone */
+    int answered = 1;
+    if ((*res_p = check_args(call)) == ncclSuccess) {
+        uint64_t msg = (uint64_t)call->count * shim_dtype_bytes(call->dtype);
+        if (call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER)
+            msg *= c->nranks ? c->nranks : 1;
+        enum shim_reason why;
+        int pick = decide(c, call, msg, &why);
+        if (pick >= 0) {
+            answered = launch(c, call, msg, pick, res_p);
+        } else {
+            stats_add(c, call->coll, msg, why);
+            answered = 0;
+        }
+    }
+    shim_comm_put(c);
+    return answered;
 }
 
 /* ---- teardown, async errors ---- */
@@ -501,37 +563,42 @@ void shim_comm_teardown(ncclComm_t comm, int abort)
         return;
     if (abort && c->exec)
         mscx_exec_abort(c->exec);
-    stats_print(c, abort ? "abort" : "destroy");
     struct shim_stats snap;
-    pthread_mutex_lock(&c->stats_lock);
-    snap = c->stats;
-    pthread_mutex_unlock(&c->stats_lock);
+    stats_snapshot(c, &snap);
+    stats_print(c, &snap, abort ? "abort" : "destroy");
     shim_summary_finish(&snap, c->comm, c->rank, c->nranks, abort ? "abort" : "destroy");
     shim_comm_put(c);
 }
 
-/* At exit: the communicators never destroyed. Reads counters only. */
+struct json_list {
+    char *text;
+    size_t len;
+};
+
+static void append_json(void *obj, void *ctx)
+{
+    const struct shim_comm *c = obj;
+    struct json_list *l = ctx;
+    struct shim_stats snap;
+    stats_snapshot(c, &snap);
+    char *one = shim_summary_json(&snap, c->comm, c->rank, c->nranks, "exit");
+    char *q = one ? realloc(l->text, l->len + strlen(one) + 3) : NULL;
+    if (q) {
+        l->text = q;
+        l->len += (size_t)sprintf(l->text + l->len, "%s%s", l->len ? ",\n" : "", one);
+    }
+    free(one);
+}
+
+/*
+ * At exit: the communicators never destroyed. Reads counters only; the
+ * table keeps every object it lists, with its reference, while it lists them.
+ */
 char *shim_comm_live_json(void)
 {
-    char *out = NULL;
-    size_t len = 0;
-    pthread_mutex_lock(&table_lock);
-    for (size_t s = 0; s < TABLE_SIZE; s++)
-        for (struct shim_comm *c = table[s]; c; c = c->next) {
-            struct shim_stats snap;
-            pthread_mutex_lock(&c->stats_lock);
-            snap = c->stats;
-            pthread_mutex_unlock(&c->stats_lock);
-            char *obj = shim_summary_json(&snap, c->comm, c->rank, c->nranks, "exit");
-            char *q = obj ? realloc(out, len + strlen(obj) + 3) : NULL;
-            if (q) {
-                out = q;
-                len += (size_t)sprintf(out + len, "%s%s", len ? ",\n" : "", obj);
-            }
-            free(obj);
-        }
-    pthread_mutex_unlock(&table_lock);
-    return out;
+    struct json_list l = {NULL, 0};
+    shim_table_each(append_json, &l);
+    return l.text;
 }
 
 ncclResult_t shim_comm_async_error(ncclComm_t comm)

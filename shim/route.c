@@ -63,12 +63,11 @@ static int coll_reduces(enum mscx_coll coll)
     return coll == MSCX_COLL_ALLREDUCE || coll == MSCX_COLL_REDUCESCATTER;
 }
 
-int shim_route_pick(const struct shim_route_query *q, const struct shim_route_plan *plans, size_t nplans,
-                    enum shim_reason *why_p)
+/* The checks that come before any plan: @return 0 with the mscx type and op, or -1 with the reason. */
+static int pick_precheck(const struct shim_route_query *q, enum mscx_dtype *dt_p, enum mscx_redop *op_p,
+                         enum shim_reason *why_p)
 {
-    enum mscx_dtype dt;
-    enum mscx_redop op = MSCX_REDOP_SUM;
-
+    *op_p = MSCX_REDOP_SUM;
     if (q->forced_mask & (1u << q->coll)) {
         *why_p = SHIM_WHY_FORCED;
         return -1;
@@ -77,11 +76,11 @@ int shim_route_pick(const struct shim_route_query *q, const struct shim_route_pl
         *why_p = SHIM_WHY_GROUP;
         return -1;
     }
-    if (shim_dtype_map(q->dtype, &dt) != 0) {
+    if (shim_dtype_map(q->dtype, dt_p) != 0) {
         *why_p = SHIM_WHY_DTYPE;
         return -1;
     }
-    if (coll_reduces(q->coll) && shim_redop_map(q->op, &op) != 0) {
+    if (coll_reduces(q->coll) && shim_redop_map(q->op, op_p) != 0) {
         *why_p = SHIM_WHY_OP;
         return -1;
     }
@@ -89,7 +88,16 @@ int shim_route_pick(const struct shim_route_query *q, const struct shim_route_pl
         *why_p = SHIM_WHY_ROOT;
         return -1;
     }
-    /* The most specific reason among plans for this collective and layout. */
+    return 0;
+}
+
+/*
+ * The first plan that takes the call, else the most specific reason among
+ * the plans of its collective and layout.
+ */
+static int pick_plan(const struct shim_route_query *q, const struct shim_route_plan *plans, size_t nplans,
+                     enum mscx_dtype dt, enum mscx_redop op, enum shim_reason *why_p)
+{
     enum shim_reason best = SHIM_WHY_NO_PLAN;
     for (size_t i = 0; i < nplans; i++) {
         const struct shim_route_plan *p = &plans[i];
@@ -111,6 +119,53 @@ int shim_route_pick(const struct shim_route_query *q, const struct shim_route_pl
     }
     *why_p = best;
     return -1;
+}
+
+int shim_route_pick(const struct shim_route_query *q, const struct shim_route_plan *plans, size_t nplans,
+                    enum shim_reason *why_p)
+{
+    enum mscx_dtype dt;
+    enum mscx_redop op;
+    if (pick_precheck(q, &dt, &op, why_p) != 0)
+        return -1;
+    return pick_plan(q, plans, nplans, dt, op, why_p);
+}
+
+void shim_route_window_init(struct shim_route_window *w, const struct shim_route_plan *plans, size_t nplans,
+                            enum mscx_coll coll, uint32_t nranks, uint32_t ranks_per_node)
+{
+    w->lo = UINT64_MAX;
+    w->hi = 0;
+    w->nplans = 0;
+    for (size_t i = 0; i < nplans; i++) {
+        const struct shim_route_plan *p = &plans[i];
+        if (p->coll != coll || p->nranks != nranks || p->ranks_per_node != ranks_per_node)
+            continue;
+        w->nplans++;
+        if (p->min_bytes < w->lo)
+            w->lo = p->min_bytes;
+        if (p->max_bytes > w->hi)
+            w->hi = p->max_bytes;
+    }
+}
+
+/*
+ * A size of 0 or outside [lo, hi] fails the size test of every plan of the
+ * window's collective and layout, so the plan loop would end with SIZE when
+ * there is such a plan and NO_PLAN when there is none: that is decided here.
+ */
+int shim_route_pick_windowed(const struct shim_route_query *q, const struct shim_route_plan *plans,
+                             size_t nplans, const struct shim_route_window *w, enum shim_reason *why_p)
+{
+    enum mscx_dtype dt;
+    enum mscx_redop op;
+    if (pick_precheck(q, &dt, &op, why_p) != 0)
+        return -1;
+    if (q->msg_bytes == 0 || q->msg_bytes < w->lo || q->msg_bytes > w->hi) {
+        *why_p = w->nplans ? SHIM_WHY_SIZE : SHIM_WHY_NO_PLAN;
+        return -1;
+    }
+    return pick_plan(q, plans, nplans, dt, op, why_p);
 }
 
 int shim_parse_forced(const char *list, unsigned *mask_p)
@@ -154,13 +209,13 @@ const char *shim_reason_name(enum shim_reason why)
     return (unsigned)why < SHIM_WHY_COUNT ? names[why] : "unknown";
 }
 
+/* Bucket b > 0 holds (1K << 3(b-1), 1K << 3b]: one more than (log2(bytes - 1) - 10) / 3. */
 int shim_size_bucket(uint64_t bytes)
 {
-    uint64_t lim = 1024;
-    for (int b = 0; b < SHIM_NBUCKETS - 1; b++, lim *= 8)
-        if (bytes <= lim)
-            return b;
-    return SHIM_NBUCKETS - 1;
+    if (bytes <= 1024)
+        return 0;
+    int b = (63 - __builtin_clzll(bytes - 1) - 10) / 3 + 1;
+    return b < SHIM_NBUCKETS - 1 ? b : SHIM_NBUCKETS - 1;
 }
 
 uint64_t shim_bucket_limit(int bucket)

@@ -106,6 +106,25 @@ struct shim_route_query {
 int shim_route_pick(const struct shim_route_query *q, const struct shim_route_plan *plans, size_t nplans,
                     enum shim_reason *why_p);
 
+/**
+ * The sizes some plan of one collective and layout may take: a call of that
+ * collective and layout whose size is 0 or outside [lo, hi] routes nowhere.
+ */
+struct shim_route_window {
+    uint64_t lo, hi; /* lowest min_bytes and highest max_bytes of those plans (UINT64_MAX, 0: none) */
+    size_t nplans;   /* how many plans have that collective and layout */
+};
+/** The window of the plans for @p coll, @p nranks and @p ranks_per_node among @p plans. */
+void shim_route_window_init(struct shim_route_window *w, const struct shim_route_plan *plans, size_t nplans,
+                            enum mscx_coll coll, uint32_t nranks, uint32_t ranks_per_node);
+/**
+ * shim_route_pick() for a query of the collective and layout that @p w was
+ * made for from the same plans: the same plan and reason, without looking at
+ * the plans when the size is outside the window.
+ */
+int shim_route_pick_windowed(const struct shim_route_query *q, const struct shim_route_plan *plans,
+                             size_t nplans, const struct shim_route_window *w, enum shim_reason *why_p);
+
 /** @return 0 and the mscx type, or -1 when NCCL's type has none. */
 int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p);
 /** @return 0 and the mscx op, or -1 (ncclAvg, PreMulSum and other dynamic ops). */
@@ -169,10 +188,27 @@ const char *shim_plans_dir(void);
 /** Warn once per process about @p key (plan path and problem). @return 1 when this call warned. */
 int shim_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- comm_table.c: communicator -> state, lock-free lookups ---- */
+
+#define SHIM_TABLE_SIZE 4096u /* communicators with state at once */
+/** The slot a lookup of @p key starts at. */
+size_t shim_table_home(uintptr_t key);
+/** The object mapped to @p key, or NULL. Takes no lock: safe beside the writers below. */
+void *shim_table_find(uintptr_t key);
+/**
+ * Map @p key (not 0) to @p obj; a key already mapped is mapped again and
+ * *old_p receives its object (else NULL). @return 0, or -1 when every slot is taken
+ */
+int shim_table_insert(uintptr_t key, void *obj, void **old_p);
+/** Unmap @p key. @return its object, or NULL when it was not mapped. */
+void *shim_table_remove(uintptr_t key);
+/** Call @p fn on every mapped object, the writers held off until it returns. */
+void shim_table_each(void (*fn)(void *obj, void *ctx), void *ctx);
+
 /* ---- comm.c: side table ---- */
 
 struct shim_comm;
-/** The state of @p comm or NULL; the caller must shim_comm_put() it. */
+/** The state of @p comm or NULL; the caller must shim_comm_put() it. Lock-free. */
 struct shim_comm *shim_comm_get(ncclComm_t comm);
 void shim_comm_put(struct shim_comm *c);
 /**

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The shim's pure parts: the routing decision, node placement, status mapping. */
+/* The shim's pure parts: the routing decision, node placement, status mapping, the communicator table. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "shim_int.h"
@@ -194,6 +196,370 @@ START_TEST(test_priority)
 }
 END_TEST
 
+/* ---- the size window against the plan loop ---- */
+
+/* As the shim's plan set fills each route from its plan. */
+static struct shim_route_plan route_of(const struct mscx_plan *plan)
+{
+    struct shim_route_plan r;
+    memset(&r, 0, sizeof(r));
+    r.coll = mscx_plan_collective(plan);
+    r.nranks = mscx_plan_nranks(plan);
+    r.ranks_per_node = mscx_plan_ranks_per_node(plan);
+    mscx_plan_size_range(plan, &r.min_bytes, &r.max_bytes);
+    r.elem_multiple = mscx_plan_elem_multiple(plan);
+    for (int d = 0; d < MSCX_DT_COUNT; d++)
+        for (int o = 0; o < MSCX_REDOP_COUNT; o++)
+            r.supports[d][o] = mscx_plan_supports(plan, (enum mscx_dtype)d, (enum mscx_redop)o) != 0;
+    return r;
+}
+
+#define MAX_ROUTES 256
+#define MAX_SIZES 4096
+
+struct sweep {
+    unsigned long picks, shortcut, routed;
+};
+
+static void add_size(uint64_t *sizes, size_t *n, uint64_t v)
+{
+    if (*n < MAX_SIZES)
+        sizes[(*n)++] = v;
+}
+
+/* Sizes around every plan bound, every power of two and three times it, and the extremes. */
+static size_t sweep_sizes(const struct shim_route_plan *plans, size_t nplans, uint64_t *sizes)
+{
+    size_t n = 0;
+    static const uint64_t fixed[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, UINT64_MAX - 1, UINT64_MAX};
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        add_size(sizes, &n, fixed[i]);
+    for (int k = 5; k < 64; k++) {
+        add_size(sizes, &n, 1ull << k);
+        add_size(sizes, &n, (1ull << k) + 1);
+        add_size(sizes, &n, 3ull << (k - 1));
+    }
+    static const int64_t near[] = {-8, -4, -2, -1, 0, 1, 2, 4, 8};
+    for (size_t i = 0; i < nplans; i++) {
+        const uint64_t b[2] = {plans[i].min_bytes, plans[i].max_bytes};
+        for (int j = 0; j < 2; j++)
+            for (size_t k = 0; k < sizeof(near) / sizeof(near[0]); k++) {
+                int64_t d = near[k];
+                if ((d >= 0 || b[j] >= (uint64_t)-d) && (d <= 0 || b[j] <= UINT64_MAX - (uint64_t)d))
+                    add_size(sizes, &n, b[j] + (uint64_t)d);
+            }
+    }
+    return n;
+}
+
+/*
+ * Every query of collective @p coll and the given layout against @p plans:
+ * the windowed pick must equal the full pick, plan and reason.
+ */
+static void sweep_coll(const struct shim_route_plan *plans, size_t nplans, enum mscx_coll coll,
+                       uint32_t nranks, uint32_t rpn, const uint64_t *sizes, size_t nsizes, struct sweep *sw)
+{
+    static const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg, (ncclRedOp_t)ncclNumOps};
+    struct shim_route_window w;
+    shim_route_window_init(&w, plans, nplans, coll, nranks, rpn);
+    struct shim_route_query q;
+    memset(&q, 0, sizeof(q));
+    q.coll = coll;
+    q.nranks = nranks;
+    q.ranks_per_node = rpn;
+    for (size_t si = 0; si < nsizes; si++)
+        for (int dt = 0; dt <= (int)ncclNumTypes; dt++)
+            for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++)
+                for (int variant = 0; variant < 4; variant++) {
+                    q.msg_bytes = sizes[si];
+                    q.dtype = (ncclDataType_t)dt;
+                    q.op = ops[oi];
+                    q.root = variant == 1;
+                    q.in_group = variant == 2;
+                    q.forced_mask = variant == 3 ? 1u << coll : 1u << ((coll + 1) % MSCX_COLL_COUNT);
+                    enum shim_reason full = SHIM_WHY_COUNT, fast = SHIM_WHY_COUNT;
+                    int a = shim_route_pick(&q, plans, nplans, &full);
+                    int b = shim_route_pick_windowed(&q, plans, nplans, &w, &fast);
+                    if (a != b || full != fast)
+                        ck_abort_msg("%s n%u rpn%u, %llu bytes, dtype %d, op %d, variant %d: "
+                                     "full pick %d (%s), windowed %d (%s)",
+                                     mscx_coll_name(coll), nranks, rpn, (unsigned long long)q.msg_bytes, dt,
+                                     (int)q.op, variant, a, shim_reason_name(full), b,
+                                     shim_reason_name(fast));
+                    int outside = q.msg_bytes == 0 || q.msg_bytes < w.lo || q.msg_bytes > w.hi;
+                    sw->picks++;
+                    sw->routed += a >= 0;
+                    sw->shortcut += variant == 0 && outside;
+                }
+}
+
+/* The routes a communicator of @p nranks and @p rpn keeps, their max_bytes clamped to @p cap. */
+static size_t comm_routes(const struct shim_route_plan *all, size_t nall, uint32_t nranks, uint32_t rpn,
+                          uint64_t cap, struct shim_route_plan *out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < nall; i++)
+        if (all[i].nranks == nranks && all[i].ranks_per_node == rpn) {
+            out[n] = all[i];
+            if (out[n].max_bytes > cap)
+                out[n].max_bytes = cap;
+            n++;
+        }
+    return n;
+}
+
+START_TEST(test_window_shipped)
+{
+    static struct shim_route_plan all[MAX_ROUTES], mine[MAX_ROUTES];
+    static uint64_t sizes[MAX_SIZES];
+    size_t nall = 0;
+    struct mscx_test_plans it;
+    mscx_test_plans_begin(&it);
+    for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
+        ck_assert_uint_lt(nall, MAX_ROUTES);
+        all[nall++] = route_of(plan);
+    }
+    ck_assert_uint_gt(nall, 0);
+    /* every layout of the shipped plans and one that none has; caps as MSCX_SCRATCH_MAX sets them */
+    static const uint64_t caps[] = {UINT64_MAX, 1u << 20, 65536, 1536};
+    struct sweep sw = {0};
+    for (size_t li = 0; li <= nall; li++) {
+        uint32_t nranks = li < nall ? all[li].nranks : 3, rpn = li < nall ? all[li].ranks_per_node : 3;
+        int seen = 0;
+        for (size_t j = 0; j < li && li < nall; j++)
+            seen |= all[j].nranks == nranks && all[j].ranks_per_node == rpn;
+        if (seen)
+            continue;
+        for (size_t ci = 0; ci < sizeof(caps) / sizeof(caps[0]); ci++) {
+            size_t n = comm_routes(all, nall, nranks, rpn, caps[ci], mine);
+            size_t nsizes = sweep_sizes(mine, n, sizes);
+            for (int coll = 0; coll < MSCX_COLL_COUNT; coll++)
+                sweep_coll(mine, n, (enum mscx_coll)coll, nranks, rpn, sizes, nsizes, &sw);
+        }
+    }
+    /* the whole set, other layouts among the plans, for the first layout and for one that none has */
+    size_t nsizes = sweep_sizes(all, nall, sizes);
+    for (int coll = 0; coll < MSCX_COLL_COUNT; coll++) {
+        sweep_coll(all, nall, (enum mscx_coll)coll, all[0].nranks, all[0].ranks_per_node, sizes, nsizes, &sw);
+        sweep_coll(all, nall, (enum mscx_coll)coll, 3, 3, sizes, nsizes, &sw);
+    }
+    /* both outcomes were exercised: calls decided by the window, and calls routed */
+    ck_assert_uint_gt(sw.shortcut, 100000);
+    ck_assert_uint_gt(sw.routed, 100000);
+}
+END_TEST
+
+START_TEST(test_window_edges)
+{
+    struct shim_route_window w;
+    enum shim_reason why;
+    /* no plan for the collective: NO_PLAN at every size */
+    setup_plans();
+    shim_route_window_init(&w, plans, 3, MSCX_COLL_REDUCESCATTER, 8, 8);
+    ck_assert_uint_eq(w.nplans, 0);
+    struct shim_route_query q = mk_query(MSCX_COLL_REDUCESCATTER, 4096);
+    ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_NO_PLAN);
+    /* the allreduce window spans both plans; outside it SIZE, inside the first match */
+    shim_route_window_init(&w, plans, 3, MSCX_COLL_ALLREDUCE, 8, 8);
+    ck_assert_uint_eq(w.nplans, 2);
+    ck_assert_uint_eq(w.lo, 1024);
+    ck_assert_uint_eq(w.hi, 1 << 20);
+    q = mk_query(MSCX_COLL_ALLREDUCE, (1 << 20) + 1);
+    ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_SIZE);
+    q.msg_bytes = 0;
+    ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_SIZE);
+    q.msg_bytes = 65537;
+    ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), 1);
+    /* the checks before the plans still win outside the window */
+    q.msg_bytes = 1 << 30;
+    q.in_group = 1;
+    ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_GROUP);
+    q.in_group = 0;
+    q.dtype = ncclFloat8e5m2;
+    ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_DTYPE);
+    /* a plan capped below its own minimum: an empty range, but still a plan, so SIZE */
+    struct shim_route_plan capped = mk_plan(MSCX_COLL_ALLGATHER, 2, 2, 4096, 1024);
+    shim_route_window_init(&w, &capped, 1, MSCX_COLL_ALLGATHER, 2, 2);
+    q = mk_query(MSCX_COLL_ALLGATHER, 2048);
+    q.nranks = q.ranks_per_node = 2;
+    ck_assert_int_eq(shim_route_pick_windowed(&q, &capped, 1, &w, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_SIZE);
+    /* plans of another layout stay out of the window */
+    shim_route_window_init(&w, plans, 3, MSCX_COLL_ALLREDUCE, 8, 4);
+    ck_assert_uint_eq(w.nplans, 0);
+}
+END_TEST
+
+START_TEST(test_size_bucket)
+{
+    for (int b = 0; b < SHIM_NBUCKETS - 1; b++) {
+        uint64_t lim = shim_bucket_limit(b);
+        ck_assert_int_eq(shim_size_bucket(lim), b);
+        ck_assert_int_eq(shim_size_bucket(lim + 1), b + 1);
+    }
+    /* against the definition: the first bucket whose limit holds the size */
+    for (int k = 0; k < 64; k++)
+        for (int d = -1; d <= 1; d++) {
+            uint64_t bytes = (1ull << k) + (uint64_t)(int64_t)d;
+            int want = 0;
+            while (want < SHIM_NBUCKETS - 1 && bytes > shim_bucket_limit(want))
+                want++;
+            ck_assert_msg(shim_size_bucket(bytes) == want, "%llu bytes: bucket %d, expected %d",
+                          (unsigned long long)bytes, shim_size_bucket(bytes), want);
+        }
+    ck_assert_int_eq(shim_size_bucket(UINT64_MAX), SHIM_NBUCKETS - 1);
+}
+END_TEST
+
+/* ---- the communicator table ---- */
+
+/* @p n keys (multiples of 16, as pointers are) whose lookups start at slot @p home. */
+static void keys_at(size_t home, uintptr_t *keys, int n)
+{
+    uintptr_t k = 0x7f0000001000ull;
+    for (int found = 0; found < n; k += 16)
+        if (shim_table_home(k) == home)
+            keys[found++] = k;
+}
+
+static void count_obj(void *obj, void *ctx)
+{
+    (void)obj;
+    (*(int *)ctx)++;
+}
+
+static int table_count(void)
+{
+    int n = 0;
+    shim_table_each(count_obj, &n);
+    return n;
+}
+
+/* Keys sharing a home slot: clearing one slot of the chain hides none of the keys beyond it. */
+START_TEST(test_table_chain)
+{
+    uintptr_t k[5];
+    int obj[6];
+    void *old = &obj[0];
+    keys_at(7, k, 5);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(shim_table_insert(k[i], &obj[i], &old), 0);
+        ck_assert_ptr_null(old);
+    }
+    for (int i = 0; i < 4; i++)
+        ck_assert_ptr_eq(shim_table_find(k[i]), &obj[i]);
+    ck_assert_ptr_null(shim_table_find(k[4]));
+    ck_assert_int_eq(table_count(), 4);
+    /* the second key's slot is cleared: the third and fourth, beyond it, are still found */
+    ck_assert_ptr_eq(shim_table_remove(k[1]), &obj[1]);
+    ck_assert_ptr_null(shim_table_find(k[1]));
+    ck_assert_ptr_eq(shim_table_find(k[2]), &obj[2]);
+    ck_assert_ptr_eq(shim_table_find(k[3]), &obj[3]);
+    ck_assert_ptr_null(shim_table_remove(k[1]));
+    /* a new key takes the free slot; an old key mapped again returns its object */
+    ck_assert_int_eq(shim_table_insert(k[4], &obj[4], &old), 0);
+    ck_assert_ptr_eq(shim_table_find(k[4]), &obj[4]);
+    ck_assert_int_eq(shim_table_insert(k[3], &obj[5], &old), 0);
+    ck_assert_ptr_eq(old, &obj[3]);
+    ck_assert_ptr_eq(shim_table_find(k[3]), &obj[5]);
+    ck_assert_int_eq(table_count(), 4);
+    const int live[] = {0, 2, 3, 4};
+    for (int i = 0; i < 4; i++)
+        ck_assert_ptr_nonnull(shim_table_remove(k[live[i]]));
+    for (int i = 0; i < 5; i++)
+        ck_assert_ptr_null(shim_table_find(k[i]));
+    ck_assert_int_eq(table_count(), 0);
+}
+END_TEST
+
+START_TEST(test_table_full)
+{
+    static uintptr_t keys[SHIM_TABLE_SIZE + 1];
+    static char obj[SHIM_TABLE_SIZE + 1];
+    void *old;
+    for (size_t i = 0; i <= SHIM_TABLE_SIZE; i++)
+        keys[i] = 0x7f0000001000ull + 16 * i;
+    for (size_t i = 0; i < SHIM_TABLE_SIZE; i++)
+        ck_assert_int_eq(shim_table_insert(keys[i], &obj[i], &old), 0);
+    ck_assert_int_eq(shim_table_insert(keys[SHIM_TABLE_SIZE], &obj[SHIM_TABLE_SIZE], &old), -1);
+    ck_assert_ptr_null(shim_table_find(keys[SHIM_TABLE_SIZE]));
+    for (size_t i = 0; i < SHIM_TABLE_SIZE; i++)
+        ck_assert_ptr_eq(shim_table_find(keys[i]), &obj[i]);
+    ck_assert_int_eq(table_count(), (int)SHIM_TABLE_SIZE);
+    for (size_t i = 0; i < SHIM_TABLE_SIZE; i++)
+        ck_assert_ptr_eq(shim_table_remove(keys[i]), &obj[i]);
+    ck_assert_int_eq(table_count(), 0);
+}
+END_TEST
+
+#define CHURN_KEYS 6
+#define READERS 3
+
+struct table_reader {
+    uintptr_t key;
+    int obj;
+    atomic_int *stop;
+    long lookups, misses;
+};
+
+static void *reader_main(void *arg)
+{
+    struct table_reader *r = arg;
+    while (!atomic_load(r->stop)) {
+        r->misses += shim_table_find(r->key) != &r->obj;
+        r->lookups++;
+    }
+    return NULL;
+}
+
+/*
+ * Readers look up their own keys while a writer maps and unmaps other keys of
+ * the same home slot, before and after theirs in the chain: no lookup misses.
+ */
+START_TEST(test_table_concurrent)
+{
+    uintptr_t k[CHURN_KEYS + READERS];
+    int churn_obj[CHURN_KEYS];
+    void *old;
+    atomic_int stop = 0;
+    struct table_reader rd[READERS];
+    pthread_t tid[READERS];
+    keys_at(100, k, CHURN_KEYS + READERS);
+    /* chain: churn keys 0-2, the readers' keys, churn keys 3-5 */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(shim_table_insert(k[i], &churn_obj[i], &old), 0);
+    for (int i = 0; i < READERS; i++) {
+        rd[i] = (struct table_reader){.key = k[CHURN_KEYS + i], .stop = &stop};
+        ck_assert_int_eq(shim_table_insert(rd[i].key, &rd[i].obj, &old), 0);
+    }
+    for (int i = 3; i < CHURN_KEYS; i++)
+        ck_assert_int_eq(shim_table_insert(k[i], &churn_obj[i], &old), 0);
+    for (int i = 0; i < READERS; i++)
+        ck_assert_int_eq(pthread_create(&tid[i], NULL, reader_main, &rd[i]), 0);
+    for (int round = 0; round < 20000; round++) {
+        int i = round % CHURN_KEYS;
+        ck_assert_ptr_eq(shim_table_remove(k[i]), &churn_obj[i]);
+        ck_assert_int_eq(shim_table_insert(k[i], &churn_obj[i], &old), 0);
+    }
+    atomic_store(&stop, 1);
+    long lookups = 0;
+    for (int i = 0; i < READERS; i++) {
+        pthread_join(tid[i], NULL);
+        ck_assert_msg(rd[i].misses == 0, "reader %d missed its key %ld times in %ld lookups", i, rd[i].misses,
+                      rd[i].lookups);
+        lookups += rd[i].lookups;
+    }
+    ck_assert_int_gt(lookups, 0);
+    for (int i = 0; i < CHURN_KEYS + READERS; i++)
+        ck_assert_ptr_nonnull(shim_table_remove(k[i]));
+}
+END_TEST
+
 static void set_ids(char *ids, const char *const *names, uint32_t n)
 {
     memset(ids, 0, (size_t)n * SHIM_HOSTID_LEN);
@@ -268,6 +634,12 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_elem_multiple);
     tcase_add_test(tc, test_forced_group_root);
     tcase_add_test(tc, test_priority);
+    tcase_add_test(tc, test_window_shipped);
+    tcase_add_test(tc, test_window_edges);
+    tcase_add_test(tc, test_size_bucket);
+    tcase_add_test(tc, test_table_chain);
+    tcase_add_test(tc, test_table_full);
+    tcase_add_test(tc, test_table_concurrent);
     tcase_add_test(tc, test_topo);
     tcase_add_test(tc, test_maps);
     suite_add_tcase(s, tc);
