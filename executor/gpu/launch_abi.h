@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The layout shared by the GPU executor's host side (gpu_exec.c) and its
+ * The layout shared by the GPU executor's host side (runtime/) and its
  * kernel (kernels/exec_kernel.cu): one device context per (plan, rank) and
  * the per-launch kernel arguments. C11 and CUDA C++ common subset.
  */
@@ -23,7 +23,7 @@ enum mscx_gpu_rbuf_kind {
                                   is args.uptr[uslot] (its buffer mapped through CUDA IPC by the host) */
     MSCX_GPU_RBUF_NET = 3,     /* owner on another node, reached only by proxied port puts: the kernel names
                                   the buffer and the byte offset, the owner's proxy resolves its own launch's
-                                  buffer (gpu_proxy.c) */
+                                  buffer (runtime/late_bound.c) */
 };
 
 /* Distinct (owner, input|output) user buffers of other processes one rank's launch can reach. */
@@ -80,7 +80,7 @@ struct mscx_gpu_err {
 };
 
 /*
- * Port channels served by the CPU proxy (gpu_proxy.c, kernels/exec_port.cuh):
+ * Port channels served by the CPU proxy (runtime/ports.c, kernels/exec_port.cuh):
  * device state of one context's request FIFO (port_fifo.h).
  */
 struct mscx_pfifo;
@@ -133,14 +133,14 @@ struct mscx_gpu_ctx {
  * offsets, slice lengths and unit counts (exactly as the interpreter would at
  * run time), so the kernel runs a data op with a handful of instructions and
  * no dependent loads. The program is encoded as block records
- * (struct mscx_kblk_head) kept in device memory per size (gpu_exec.c), and
- * the launch passes a pointer to them. An
- * op the compiler does not take (signals, waits, barriers, semaphores, user
- * buffers of peers, anything that is not flat in memory) is a GENERIC entry
- * that the interpreter runs from the uploaded op table. A block with a
- * pipeline runs entirely in the interpreter; a rank whose program does not
- * fit here (or a launch whose user pointers are not 16-byte aligned) runs
- * the interpreter alone (no program: kprog NULL).
+ * (struct mscx_record_head) kept in device memory per size
+ * (runtime/programs.c), and the launch passes a pointer to them. An op the
+ * compiler does not take (signals, waits, barriers, semaphores, user buffers
+ * of peers, anything that is not flat in memory) is a GENERIC entry that the
+ * interpreter runs from the uploaded op table. A block with a pipeline runs
+ * entirely in the interpreter; a rank whose program does not fit here (or a
+ * launch whose user pointers are not 16-byte aligned) runs the interpreter
+ * alone (no program: kprog NULL).
  */
 #define MSCX_KP_MAX_BLOCKS 32
 #define MSCX_KP_MAX_OPS 96
@@ -160,8 +160,8 @@ enum mscx_entry_kind {
 };
 
 /*
- * Whether the packet kernel (MSCX_KSET_PKT, exec_ops.cuh) holds entries of
- * kind @p kind: the host picks it only for programs of these
+ * Whether the packet-only kernel (MSCX_BODY_PACKET_ONLY, kernels/exec_ops.cuh)
+ * holds entries of kind @p kind: the host picks it only for programs of these
  * (mscx_gpu_kp_packet_only), and the kernel refuses any other.
  */
 #ifdef __CUDACC__
@@ -186,7 +186,7 @@ struct mscx_entry_opnd {
 
 /*
  * One compiled entry: 16 bytes, one word of a block record (the kernel
- * stages it with a single 16-byte load, see mscx_kstage).
+ * stages it with a single 16-byte load, see mscx_stage_word).
  */
 struct mscx_entry {
     uint8_t kind;   /* enum mscx_entry_kind */
@@ -211,7 +211,7 @@ struct mscx_program {
     uint16_t pbegin[MSCX_KP_MAX_BLOCKS + 1];  /* block b's operands: [pbegin[b], pbegin[b + 1]) */
     char *rsc[MSCX_KP_MAX_RBUF];              /* peer scratch bases */
     uint64_t rhalf[MSCX_KP_MAX_RBUF];         /* their half sizes at this launch's geometry */
-    struct mscx_entry kop[MSCX_KP_MAX_OPS];
+    struct mscx_entry entry[MSCX_KP_MAX_OPS];
     struct mscx_entry_opnd opnd[MSCX_KP_MAX_OPND];
 };
 
@@ -222,24 +222,19 @@ struct mscx_program {
  */
 struct mscx_gpu_args {
     /*
-     * What the lean kernels read on every launch comes first, in the first
-     * 64 bytes. The argument block is read through the constant cache, cold
-     * at each launch, and a launch that cannot overlap the kernel ahead (no
-     * programmatic launch, or one after a join of streams) waits for each
-     * of its lines in turn. Spread over the whole block, the fields the
-     * fp32 packet kernel read lay in four 64-byte lines (bank offsets
-     * 0x208-0x324); here in two, and what the address of a block's record
-     * needs (kprog, kstride) lies in the first, with the driver's memory
-     * descriptor (0x208); the lean kernels no longer read interp_mask
-     * (they run whole programs only). One H200, graph, no PDL, this layout
-     * against the old in the same run (docs/perf/2026-11-30-h200-s19, call
-     * 6): shipped one-shot plans 2.77 -> 2.59 us at 2 ranks x 1 KB, 3.16 ->
-     * 2.90 at 16 KB, 3.46 -> 3.27 at 4 ranks x 4 KB, 4.69 -> 4.58 at 8
-     * ranks x 1 KB; with PDL unchanged (within 0.05 us). The rest is read
-     * by the full kernel, on slow paths or by the host.
+     * What the compiled kernels read on every launch comes first, in the
+     * first 64 bytes. The argument block is read through the constant
+     * cache, cold at each launch, and a launch that cannot overlap the
+     * kernel ahead (no programmatic launch, or one after a join of streams)
+     * waits for each of its lines in turn: the hot fields fill as few lines
+     * as they can, and what the address of a block's record needs (kprog,
+     * kstride) lies in the first, with the driver's memory descriptor. The
+     * compiled kernels do not read interp_mask (they run whole programs
+     * only). The rest is read by the interpreter kernel, on slow paths or by
+     * the host.
      */
-    const char *kprog;       /* the compiled program of this launch in device memory (struct mscx_kblk
-                                records), NULL: interpreter only */
+    const char *kprog;       /* the compiled program of this launch in device memory (block records,
+                                struct mscx_record_head), NULL: interpreter only */
     uint32_t kstride;        /* bytes of one block's record: 16 * (1 + kmax_ops + kmax_opnd) */
     uint32_t kmax_ops;       /* entry slots of a record */
     uint32_t *bflag;         /* = ctx->bflag */
@@ -252,7 +247,7 @@ struct mscx_gpu_args {
     uint32_t pad1;
     /* end of the first 64 bytes */
     uint64_t timeout_ns;     /* 0: never */
-    uint32_t interp_mask;    /* blocks that run the interpreter even with a program (0 for the lean kernels) */
+    uint32_t interp_mask;    /* blocks that run the interpreter even with a program (0: compiled kernels) */
     uint32_t pad2;
     const struct mscx_dev_op *ops; /* = ctx->ops */
     const uint32_t *tb_begin;      /* = ctx->tb_begin */
@@ -270,10 +265,10 @@ struct mscx_gpu_args {
     struct mscx_trace_rec *trace; /* [ntb][trace_cap] */
     uint32_t *trace_n;       /* [ntb] records written by block b so far (ring position) */
     uint32_t kmax_opnd;      /* operand slots of a record */
-    uint32_t fast;           /* the program is the whole launch (no interpreter, proxy or publishing):
-                                the kernel without the interpreter runs it */
-    uint32_t kpkt;           /* with fast: every entry is a packet kind (mscx_gpu_kp_packet_only), so the
-                                lean kernel holding only those may run it (sums, untraced) */
+    uint32_t compiled;       /* the program is the whole launch (no interpreter, proxy or publishing):
+                                a compiled kernel runs it */
+    uint32_t packet_only;    /* with compiled: every entry is a packet kind (mscx_gpu_kp_packet_only), so
+                                the packet-only kernel may run it (sums, untraced) */
     uint32_t pad0;
     void *uptr[MSCX_GPU_MAX_UPTR]; /* this launch's user buffers of peers in other processes, mapped here
                                       (peer_buffers.c), by mscx_gpu_rbuf.uslot */
@@ -290,7 +285,7 @@ MSCX_STATIC_ASSERT(offsetof(struct mscx_gpu_args, timeout_ns) == 64, "the hot fi
  * p (mscx_scratch_offset), already resolved, or a user buffer (tag in the
  * top bits of v[0]) plus an offset, resolved against the launch's in/out.
  */
-struct mscx_kblk_head {
+struct mscx_record_head {
     uint32_t nk, np;  /* entries and operands of the block */
     uint32_t obase;   /* the block's first op in the uploaded table (GENERIC entries) */
     uint32_t pad;
@@ -306,7 +301,7 @@ struct mscx_tagged_ptr {
 #define MSCX_TAGGED_OFF_MASK ((1ull << MSCX_TAGGED_TAG_SHIFT) - 1u)
 
 /* launch_compile.c: what the compiler needs to know about the rank's remote buffers. */
-struct mscx_kp_rbuf {
+struct mscx_compile_rbuf {
     char *ptr;       /* peer scratch base, NULL: not a scratch buffer (not compiled) */
     uint32_t geom;   /* geometry class of the owner */
     uint64_t half;   /* the owner's fixed scratch half */
@@ -320,7 +315,8 @@ struct mscx_kp_rbuf {
  */
 struct mscx_plan;
 int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
-                     const struct mscx_kp_rbuf *rbuf, const struct mscx_gpu_args *a, struct mscx_program *kp);
+                     const struct mscx_compile_rbuf *rbuf, const struct mscx_gpu_args *a,
+                     struct mscx_program *kp);
 
 /**
  * Rewrite @p kp, a program compiled whole for an in-place AllReduce plan
@@ -357,8 +353,7 @@ int mscx_gpu_kp_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t p
 
 /**
  * Whether every entry of @p kp (of @p ntb blocks) is a packet kind (PACK,
- * UNPACK, FWD, REDPKT) or a SKIP, so that the lean kernel holding only
- * those (MSCX_KSET_PKT) can run it.
+ * UNPACK, FWD, REDPKT) or a SKIP, so that the packet-only kernel can run it.
  */
 int mscx_gpu_kp_packet_only(const struct mscx_program *kp, uint32_t ntb);
 
@@ -372,43 +367,57 @@ size_t mscx_gpu_kp_encode(const struct mscx_program *kp, uint32_t ntb, char *scr
                           void *dst, size_t cap, uint32_t *stride, uint32_t *kmax_ops, uint32_t *kmax_opnd);
 
 /*
- * The instantiations of the executor kernel, per packet format and dtype
- * (kernels/exec_kernel.cu): the full kernel (interpreter and compiled
- * programs), the lean kernel (compiled programs only), the lean kernel for
- * blocks of at most MSCX_KV_SMALL_BOUND threads, and both lean ones again
- * holding only the packet entry kinds, summing only, without the trace
- * (MSCX_KSET_PKT in kernels/exec_ops.cuh).
+ * The variants of the executor kernel, each instantiated per packet format
+ * and dtype (kernels/exec_kernel.cu; kernel bodies in kernels/exec_ops.cuh):
+ * the interpreter kernel (the interpreter, and compiled programs beside
+ * interpreted blocks), the compiled kernel (programs compiled whole only) and
+ * the packet-only kernel (programs compiled whole of packet entries only,
+ * summing only, without the trace), the last two for blocks of at most 1024
+ * threads and for blocks of at most MSCX_KERNEL_SMALL_THREADS, which get more
+ * registers a thread.
  */
-enum mscx_kvariant { MSCX_KV_FULL, MSCX_KV_LEAN, MSCX_KV_LEAN_SMALL, MSCX_KV_PKT, MSCX_KV_PKT_SMALL, MSCX_KV_COUNT };
-#define MSCX_KV_SMALL_BOUND 512u
+enum mscx_kernel_variant {
+    MSCX_KERNEL_INTERPRETER_1024,
+    MSCX_KERNEL_COMPILED_1024,
+    MSCX_KERNEL_COMPILED_512,
+    MSCX_KERNEL_PACKET_ONLY_1024,
+    MSCX_KERNEL_PACKET_ONLY_512,
+    MSCX_KERNEL_VARIANTS
+};
+#define MSCX_KERNEL_SMALL_THREADS 512u
 
 /* Whether variant @p v can run blocks of @p nthreads. */
-static inline int mscx_gpu_kvariant_fits(enum mscx_kvariant v, uint32_t nthreads)
+static inline int mscx_gpu_kernel_variant_fits(enum mscx_kernel_variant v, uint32_t nthreads)
 {
-    return (v != MSCX_KV_LEAN_SMALL && v != MSCX_KV_PKT_SMALL) || nthreads <= MSCX_KV_SMALL_BOUND;
+    return (v != MSCX_KERNEL_COMPILED_512 && v != MSCX_KERNEL_PACKET_ONLY_512) ||
+           nthreads <= MSCX_KERNEL_SMALL_THREADS;
 }
 
 /*
- * The variant a launch runs: the full kernel unless the program is the whole
- * launch (args.fast); then the packet kernel when every entry is a packet
- * kind (args.kpkt), the reduction (if any) is a sum and nothing is traced;
- * else the other lean kernel; the one for small blocks when they are.
+ * The variant a launch runs: the interpreter kernel unless the program is
+ * the whole launch (args.compiled); then the packet-only kernel when every
+ * entry is a packet kind (args.packet_only), the reduction (if any) is a sum
+ * and nothing is traced; else the compiled kernel; the one for small blocks
+ * when they are.
  */
-static inline enum mscx_kvariant mscx_gpu_kvariant(const struct mscx_gpu_args *a, uint32_t nthreads)
+static inline enum mscx_kernel_variant mscx_gpu_kernel_variant(const struct mscx_gpu_args *a,
+                                                               uint32_t nthreads)
 {
-    if (!a->fast)
-        return MSCX_KV_FULL;
-    int small = nthreads <= MSCX_KV_SMALL_BOUND;
-    if (a->kpkt && a->trace_cap == 0 && (!a->reduce || a->op == MSCX_REDOP_SUM))
-        return small ? MSCX_KV_PKT_SMALL : MSCX_KV_PKT;
-    return small ? MSCX_KV_LEAN_SMALL : MSCX_KV_LEAN;
+    if (!a->compiled)
+        return MSCX_KERNEL_INTERPRETER_1024;
+    int small = nthreads <= MSCX_KERNEL_SMALL_THREADS;
+    if (a->packet_only && a->trace_cap == 0 && (!a->reduce || a->op == MSCX_REDOP_SUM))
+        return small ? MSCX_KERNEL_PACKET_ONLY_512 : MSCX_KERNEL_PACKET_ONLY_1024;
+    return small ? MSCX_KERNEL_COMPILED_512 : MSCX_KERNEL_COMPILED_1024;
 }
 
-/* Implemented in kernels/exec_kernel.cu (dispatch) and kernels/exec_k_*.cu (one per packet format). */
+/* Implemented in kernels/exec_kernel.cu (dispatch) and the kernel instances (kernels/exec_k.cu.in). */
 int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads, int pdl,
                            void *stream);
-/* Resident blocks per SM for @p nthreads and @p smem_bytes of dynamic shared memory (worst instantiation), or -1. */
+/* Resident blocks per SM at @p nthreads and @p smem_bytes of dynamic shared memory, worst instance; or -1. */
 int mscx_gpu_kernel_occupancy(uint32_t nthreads, uint32_t smem_bytes);
+/* 0 (cudaSuccess) when the kernels load on the current device, else the CUDA error that stops them. */
+int mscx_gpu_kernels_loadable(void);
 
 /* launch_sync.c: set MSCX_GPU_OPF_SYNC on @p ops (an image of plan->gpus[rank].ops). */
 struct mscx_plan;

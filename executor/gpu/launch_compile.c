@@ -22,9 +22,9 @@
 struct kp_build {
     const struct mscx_gpu_args *a;
     struct mscx_program *kp;
-    const struct mscx_kp_rbuf *rbuf;
+    const struct mscx_compile_rbuf *rbuf;
     uint32_t nrbuf;
-    uint32_t nkop, nopnd;
+    uint32_t nentry, nopnd;
     uint32_t pl; /* packet payload bytes per line */
 };
 
@@ -104,12 +104,12 @@ static int kp_opnd(struct kp_build *k, uint32_t base, uint64_t off)
     return 0;
 }
 
-static struct mscx_entry *kp_kop(struct kp_build *k, uint8_t kind, const struct mscx_dev_op *op, uint32_t blk_op,
-                               uint64_t units)
+static struct mscx_entry *kp_entry_add(struct kp_build *k, uint8_t kind, const struct mscx_dev_op *op,
+                                       uint32_t blk_op, uint64_t units)
 {
-    if (k->nkop >= MSCX_KP_MAX_OPS || units >= 0x80000000ull)
+    if (k->nentry >= MSCX_KP_MAX_OPS || units >= 0x80000000ull)
         return NULL;
-    struct mscx_entry *p = &k->kp->kop[k->nkop++];
+    struct mscx_entry *p = &k->kp->entry[k->nentry++];
     memset(p, 0, sizeof(*p));
     p->kind = kind;
     p->opcode = op->opcode;
@@ -119,188 +119,235 @@ static struct mscx_entry *kp_kop(struct kp_build *k, uint8_t kind, const struct 
     return p;
 }
 
-/*
- * Compile one op into kops (a pair-wise op may give several). @return 1 when
- * compiled, 0 when the op must stay GENERIC, -1 when the program is full.
- * On 0 the caller rolls back whatever this call appended.
- */
-static int kp_op(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_op, int port)
+/* put, get, copy, pws, pwsf: one COPY per pair of flat operands. @return as kp_op. */
+static int kp_op_copy(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_op)
+{
+    struct kp_res rs, rd;
+    uint64_t soff, slen, doff, dlen;
+    struct mscx_entry *p;
+    uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
+    for (uint32_t i = 0; i < npair; i++) {
+        if (kp_resolve(k, &op->src[i], &rs) || kp_resolve(k, &op->dst[i], &rd))
+            return 0;
+        kp_range(op, &op->src[i], rs.slot, &soff, &slen);
+        kp_range(op, &op->dst[i], rd.slot, &doff, &dlen);
+        uint64_t units = (slen < dlen ? slen : dlen) / 16u;
+        if (units == 0)
+            continue;
+        int64_t fs = kp_flat(&rs, soff, units * 16u, 16u), fd = kp_flat(&rd, doff, units * 16u, 16u);
+        if (fs < 0 || fd < 0)
+            return 0;
+        if (!(p = kp_entry_add(k, MSCX_ENTRY_COPY, op, blk_op, units)))
+            return -1;
+        p->nsrc = p->ndst = 1;
+        if (kp_opnd(k, rs.base, (uint64_t)fs) || kp_opnd(k, rd.base, (uint64_t)fd))
+            return -1;
+    }
+    return 1;
+}
+
+/* re, res, rre, rres: one REDUCE of flat operands. @return as kp_op. */
+static int kp_op_reduce(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_op)
+{
+    struct kp_res rs;
+    uint64_t soff, slen;
+    struct mscx_entry *p;
+    if (kp_resolve(k, &op->src[0], &rs))
+        return 0;
+    kp_range(op, &op->src[0], rs.slot, &soff, &slen);
+    uint64_t units = slen / 16u;
+    if (units == 0)
+        return 1;
+    if (!(p = kp_entry_add(k, MSCX_ENTRY_REDUCE, op, blk_op, units)))
+        return -1;
+    p->nsrc = op->nsrc;
+    p->ndst = op->ndst;
+    for (uint32_t j = 0; j < (uint32_t)op->nsrc + op->ndst; j++) {
+        const struct mscx_dev_operand *o = j < op->nsrc ? &op->src[j] : &op->dst[j - op->nsrc];
+        struct kp_res r;
+        uint64_t off, len;
+        if (kp_resolve(k, o, &r))
+            return 0;
+        kp_range(op, o, r.slot, &off, &len);
+        int64_t f = kp_flat(&r, off, units * 16u, 16u);
+        if (f < 0)
+            return 0;
+        if (kp_opnd(k, r.base, (uint64_t)f))
+            return -1;
+    }
+    return 1;
+}
+
+/* cpkt and memory ppkt: one PACK per pair (flat source, lines). @return as kp_op. */
+static int kp_op_pack(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_op)
 {
     const uint32_t pl = k->pl;
     struct kp_res rs, rd;
     uint64_t soff, slen, doff, dlen;
     struct mscx_entry *p;
+    uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
+    for (uint32_t i = 0; i < npair; i++) {
+        if (kp_resolve(k, &op->src[i], &rs) || kp_resolve(k, &op->dst[i], &rd))
+            return 0;
+        kp_range(op, &op->src[i], rs.slot, &soff, &slen);
+        kp_range(op, &op->dst[i], rd.slot, &doff, &dlen);
+        uint64_t units = (slen < dlen ? slen : dlen) / pl;
+        if (units == 0)
+            continue;
+        int64_t fs = kp_flat(&rs, soff, units * pl, pl);
+        if (fs < 0)
+            return 0;
+        if (!(p = kp_entry_add(k, MSCX_ENTRY_PACK, op, blk_op, units)))
+            return -1;
+        p->nsrc = p->ndst = 1;
+        if (kp_opnd(k, rs.base, (uint64_t)fs) || kp_opnd(k, rd.base, 2u * doff))
+            return -1;
+    }
+    return 1;
+}
+
+/*
+ * Port ppkt (lines forwarded as lines: FWD) and upkt (lines stored flat:
+ * UNPACK, @p unpack): one entry per pair. @return as kp_op.
+ */
+static int kp_op_forward(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_op, int unpack)
+{
+    const uint32_t pl = k->pl;
+    struct kp_res rs, rd;
+    uint64_t soff, slen, doff, dlen;
+    struct mscx_entry *p;
+    uint32_t npass = op->nsrc < op->ndst ? op->nsrc : op->ndst;
+    for (uint32_t i = 0; i < npass; i++) {
+        if (kp_resolve(k, &op->src[i], &rs) || kp_resolve(k, &op->dst[i], &rd))
+            return 0;
+        kp_range(op, &op->src[i], rs.slot, &soff, &slen);
+        kp_range(op, &op->dst[i], rd.slot, &doff, &dlen);
+        uint64_t units = slen / pl;
+        if (units == 0)
+            continue;
+        int64_t fd = unpack ? kp_flat(&rd, doff, units * pl, pl) : (int64_t)(2u * doff);
+        if (fd < 0)
+            return 0;
+        if (!(p = kp_entry_add(k, unpack ? MSCX_ENTRY_UNPACK : MSCX_ENTRY_FWD, op, blk_op, units)))
+            return -1;
+        p->nsrc = p->ndst = 1;
+        if (kp_opnd(k, rs.base, 2u * soff) || kp_opnd(k, rd.base, (uint64_t)fd))
+            return -1;
+    }
+    return 1;
+}
+
+/* rppkt: one FWD of src[0]'s lines to every destination. @return as kp_op. */
+static int kp_op_read_put(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_op)
+{
+    struct kp_res rs, rd;
+    uint64_t soff, slen, doff, dlen;
+    struct mscx_entry *p;
+    if (kp_resolve(k, &op->src[0], &rs))
+        return 0;
+    kp_range(op, &op->src[0], rs.slot, &soff, &slen);
+    uint64_t units = slen / k->pl;
+    if (units == 0)
+        return 1;
+    if (!(p = kp_entry_add(k, MSCX_ENTRY_FWD, op, blk_op, units)))
+        return -1;
+    p->nsrc = 1;
+    p->ndst = op->ndst;
+    if (kp_opnd(k, rs.base, 2u * soff))
+        return -1;
+    for (uint32_t j = 0; j < op->ndst; j++) {
+        if (kp_resolve(k, &op->dst[j], &rd))
+            return 0;
+        kp_range(op, &op->dst[j], rd.slot, &doff, &dlen);
+        if (kp_opnd(k, rd.base, 2u * doff))
+            return -1;
+    }
+    return 1;
+}
+
+/*
+ * repkt, respkt, recpkt, recspkt: one REDPKT (src[0] flat, src[1..] lines,
+ * dst[0] flat, dst[1..] lines). @return as kp_op.
+ */
+static int kp_op_reduce_pkt(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_op)
+{
+    const uint32_t pl = k->pl;
+    struct kp_res rs;
+    uint64_t soff, slen;
+    struct mscx_entry *p;
+    if (kp_resolve(k, &op->src[0], &rs))
+        return 0;
+    kp_range(op, &op->src[0], rs.slot, &soff, &slen);
+    uint64_t units = slen / pl;
+    if (units == 0)
+        return 1;
+    int64_t f0 = kp_flat(&rs, soff, units * pl, pl);
+    if (f0 < 0)
+        return 0;
+    if (!(p = kp_entry_add(k, MSCX_ENTRY_REDPKT, op, blk_op, units)))
+        return -1;
+    p->nsrc = op->nsrc;
+    p->ndst = op->ndst;
+    if (kp_opnd(k, rs.base, (uint64_t)f0))
+        return -1;
+    for (uint32_t j = 1; j < (uint32_t)op->nsrc + op->ndst; j++) {
+        const struct mscx_dev_operand *o = j < op->nsrc ? &op->src[j] : &op->dst[j - op->nsrc];
+        struct kp_res r;
+        uint64_t off, len;
+        if (kp_resolve(k, o, &r))
+            return 0;
+        kp_range(op, o, r.slot, &off, &len);
+        int64_t f;
+        if (j == op->nsrc) /* dst[0]: raw result, flat */
+            f = kp_flat(&r, off, units * pl, pl);
+        else
+            f = (int64_t)(2u * off);
+        if (f < 0)
+            return 0;
+        if (kp_opnd(k, r.base, (uint64_t)f))
+            return -1;
+    }
+    return 1;
+}
+
+/*
+ * Compile one op into entries (a pair-wise op may give several). @return 1
+ * when compiled, 0 when the op must stay GENERIC, -1 when the program is
+ * full. On 0 the caller rolls back whatever this call appended.
+ */
+static int kp_op(struct kp_build *k, const struct mscx_dev_op *op, uint32_t blk_op, int port)
+{
     if (port && k->a->port)
-        return 0; /* some port channel of this rank goes through the proxy: the interpreter decides per channel */
+        return 0; /* some port channel of this rank goes through the proxy: the interpreter decides per
+                     channel */
     switch (op->opcode) {
     case MSCX_OP_PUT:
     case MSCX_OP_GET:
     case MSCX_OP_COPY:
+        return kp_op_copy(k, op, blk_op);
     case MSCX_OP_PUT_WITH_SIGNAL:
-    case MSCX_OP_PUT_WITH_SIGNAL_AND_FLUSH: {
-        if (port && op->opcode != MSCX_OP_PUT && op->opcode != MSCX_OP_GET && op->opcode != MSCX_OP_COPY)
+    case MSCX_OP_PUT_WITH_SIGNAL_AND_FLUSH:
+        if (port)
             return 0; /* the port signal after the copy: interpreter */
-        uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
-        for (uint32_t i = 0; i < npair; i++) {
-            if (kp_resolve(k, &op->src[i], &rs) || kp_resolve(k, &op->dst[i], &rd))
-                return 0;
-            kp_range(op, &op->src[i], rs.slot, &soff, &slen);
-            kp_range(op, &op->dst[i], rd.slot, &doff, &dlen);
-            uint64_t units = (slen < dlen ? slen : dlen) / 16u;
-            if (units == 0)
-                continue;
-            int64_t fs = kp_flat(&rs, soff, units * 16u, 16u), fd = kp_flat(&rd, doff, units * 16u, 16u);
-            if (fs < 0 || fd < 0)
-                return 0;
-            if (!(p = kp_kop(k, MSCX_ENTRY_COPY, op, blk_op, units)))
-                return -1;
-            p->nsrc = p->ndst = 1;
-            if (kp_opnd(k, rs.base, (uint64_t)fs) || kp_opnd(k, rd.base, (uint64_t)fd))
-                return -1;
-        }
-        return 1;
-    }
+        return kp_op_copy(k, op, blk_op);
     case MSCX_OP_REDUCE:
     case MSCX_OP_REDUCE_SEND:
     case MSCX_OP_READ_REDUCE:
-    case MSCX_OP_READ_REDUCE_SEND: {
-        if (!k->a->reduce)
-            return 0;
-        if (kp_resolve(k, &op->src[0], &rs))
-            return 0;
-        kp_range(op, &op->src[0], rs.slot, &soff, &slen);
-        uint64_t units = slen / 16u;
-        if (units == 0)
-            return 1;
-        if (!(p = kp_kop(k, MSCX_ENTRY_REDUCE, op, blk_op, units)))
-            return -1;
-        p->nsrc = op->nsrc;
-        p->ndst = op->ndst;
-        for (uint32_t j = 0; j < (uint32_t)op->nsrc + op->ndst; j++) {
-            const struct mscx_dev_operand *o = j < op->nsrc ? &op->src[j] : &op->dst[j - op->nsrc];
-            struct kp_res r;
-            uint64_t off, len;
-            if (kp_resolve(k, o, &r))
-                return 0;
-            kp_range(op, o, r.slot, &off, &len);
-            int64_t f = kp_flat(&r, off, units * 16u, 16u);
-            if (f < 0)
-                return 0;
-            if (kp_opnd(k, r.base, (uint64_t)f))
-                return -1;
-        }
-        return 1;
-    }
+    case MSCX_OP_READ_REDUCE_SEND:
+        return k->a->reduce ? kp_op_reduce(k, op, blk_op) : 0;
     case MSCX_OP_COPY_PACKETS:
+        return kp_op_pack(k, op, blk_op);
     case MSCX_OP_PUT_PACKETS:
-        if (op->opcode == MSCX_OP_PUT_PACKETS && port)
-            goto forward_pairs;
-        {
-            uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
-            for (uint32_t i = 0; i < npair; i++) {
-                if (kp_resolve(k, &op->src[i], &rs) || kp_resolve(k, &op->dst[i], &rd))
-                    return 0;
-                kp_range(op, &op->src[i], rs.slot, &soff, &slen);
-                kp_range(op, &op->dst[i], rd.slot, &doff, &dlen);
-                uint64_t units = (slen < dlen ? slen : dlen) / pl;
-                if (units == 0)
-                    continue;
-                int64_t fs = kp_flat(&rs, soff, units * pl, pl);
-                if (fs < 0)
-                    return 0;
-                if (!(p = kp_kop(k, MSCX_ENTRY_PACK, op, blk_op, units)))
-                    return -1;
-                p->nsrc = p->ndst = 1;
-                if (kp_opnd(k, rs.base, (uint64_t)fs) || kp_opnd(k, rd.base, 2u * doff))
-                    return -1;
-            }
-            return 1;
-        }
-    forward_pairs:
-    case MSCX_OP_UNPACK_PACKETS: {
-        int unpack = op->opcode == MSCX_OP_UNPACK_PACKETS;
-        uint32_t npass = op->nsrc < op->ndst ? op->nsrc : op->ndst;
-        for (uint32_t i = 0; i < npass; i++) {
-            if (kp_resolve(k, &op->src[i], &rs) || kp_resolve(k, &op->dst[i], &rd))
-                return 0;
-            kp_range(op, &op->src[i], rs.slot, &soff, &slen);
-            kp_range(op, &op->dst[i], rd.slot, &doff, &dlen);
-            uint64_t units = slen / pl;
-            if (units == 0)
-                continue;
-            int64_t fd = unpack ? kp_flat(&rd, doff, units * pl, pl) : (int64_t)(2u * doff);
-            if (fd < 0)
-                return 0;
-            if (!(p = kp_kop(k, unpack ? MSCX_ENTRY_UNPACK : MSCX_ENTRY_FWD, op, blk_op, units)))
-                return -1;
-            p->nsrc = p->ndst = 1;
-            if (kp_opnd(k, rs.base, 2u * soff) || kp_opnd(k, rd.base, (uint64_t)fd))
-                return -1;
-        }
-        return 1;
-    }
-    case MSCX_OP_READ_PUT_PACKETS: {
-        if (kp_resolve(k, &op->src[0], &rs))
-            return 0;
-        kp_range(op, &op->src[0], rs.slot, &soff, &slen);
-        uint64_t units = slen / pl;
-        if (units == 0)
-            return 1;
-        if (!(p = kp_kop(k, MSCX_ENTRY_FWD, op, blk_op, units)))
-            return -1;
-        p->nsrc = 1;
-        p->ndst = op->ndst;
-        if (kp_opnd(k, rs.base, 2u * soff))
-            return -1;
-        for (uint32_t j = 0; j < op->ndst; j++) {
-            if (kp_resolve(k, &op->dst[j], &rd))
-                return 0;
-            kp_range(op, &op->dst[j], rd.slot, &doff, &dlen);
-            if (kp_opnd(k, rd.base, 2u * doff))
-                return -1;
-        }
-        return 1;
-    }
+        return port ? kp_op_forward(k, op, blk_op, 0) : kp_op_pack(k, op, blk_op);
+    case MSCX_OP_UNPACK_PACKETS:
+        return kp_op_forward(k, op, blk_op, 1);
+    case MSCX_OP_READ_PUT_PACKETS:
+        return kp_op_read_put(k, op, blk_op);
     case MSCX_OP_REDUCE_PACKETS:
     case MSCX_OP_REDUCE_SEND_PACKETS:
     case MSCX_OP_REDUCE_COPY_PACKETS:
-    case MSCX_OP_REDUCE_COPY_SEND_PACKETS: {
-        if (!k->a->reduce)
-            return 0;
-        if (kp_resolve(k, &op->src[0], &rs))
-            return 0;
-        kp_range(op, &op->src[0], rs.slot, &soff, &slen);
-        uint64_t units = slen / pl;
-        if (units == 0)
-            return 1;
-        int64_t f0 = kp_flat(&rs, soff, units * pl, pl);
-        if (f0 < 0)
-            return 0;
-        if (!(p = kp_kop(k, MSCX_ENTRY_REDPKT, op, blk_op, units)))
-            return -1;
-        p->nsrc = op->nsrc;
-        p->ndst = op->ndst;
-        if (kp_opnd(k, rs.base, (uint64_t)f0))
-            return -1;
-        for (uint32_t j = 1; j < (uint32_t)op->nsrc + op->ndst; j++) {
-            const struct mscx_dev_operand *o = j < op->nsrc ? &op->src[j] : &op->dst[j - op->nsrc];
-            struct kp_res r;
-            uint64_t off, len;
-            if (kp_resolve(k, o, &r))
-                return 0;
-            kp_range(op, o, r.slot, &off, &len);
-            int64_t f;
-            if (j == op->nsrc) /* dst[0]: raw result, flat */
-                f = kp_flat(&r, off, units * pl, pl);
-            else
-                f = (int64_t)(2u * off);
-            if (f < 0)
-                return 0;
-            if (kp_opnd(k, r.base, (uint64_t)f))
-                return -1;
-        }
-        return 1;
-    }
+    case MSCX_OP_REDUCE_COPY_SEND_PACKETS:
+        return k->a->reduce ? kp_op_reduce_pkt(k, op, blk_op) : 0;
     default:
         return 0;
     }
@@ -355,7 +402,7 @@ static uint32_t kp_fuse_unpack(struct mscx_program *kp, uint32_t kb, uint32_t ke
 {
     uint32_t fused = 0;
     for (uint32_t i = kb; i + 1 < ke; i++) {
-        struct mscx_entry *u = &kp->kop[i], *r = &kp->kop[i + 1];
+        struct mscx_entry *u = &kp->entry[i], *r = &kp->entry[i + 1];
         if (u->kind != MSCX_ENTRY_UNPACK || r->kind != MSCX_ENTRY_REDPKT || r->lsrc0 || r->ndst == 0 ||
             u->units != r->units)
             continue;
@@ -393,13 +440,13 @@ static uint32_t kp_fuse_pack(struct mscx_program *kp, uint32_t kb, uint32_t ke)
 {
     uint32_t fused = 0;
     for (uint32_t i = kb; i < ke; i++) {
-        struct mscx_entry *p = &kp->kop[i];
+        struct mscx_entry *p = &kp->entry[i];
         if (p->kind != MSCX_ENTRY_PACK || p->nsrc != 1 || p->ndst != 1)
             continue;
         const struct mscx_entry_opnd *src = &kp->opnd[p->opnd];
         uint32_t j = i + 1;
         while (j < ke && j - i < UINT8_MAX) {
-            const struct mscx_entry *q = &kp->kop[j];
+            const struct mscx_entry *q = &kp->entry[j];
             if (q->kind != MSCX_ENTRY_PACK || q->sync || q->nsrc != 1 || q->ndst != 1 || q->units != p->units ||
                 q->opnd != p->opnd + 2u * (j - i) || !kp_same(src, &kp->opnd[q->opnd]))
                 break;
@@ -409,7 +456,7 @@ static uint32_t kp_fuse_pack(struct mscx_program *kp, uint32_t kb, uint32_t ke)
             continue;
         /* [src, d0, src, d1, ...] -> [src, d0, d1, ...]: each destination moves to an earlier slot */
         for (uint32_t m = i + 1; m < j; m++) {
-            struct mscx_entry *q = &kp->kop[m];
+            struct mscx_entry *q = &kp->entry[m];
             kp->opnd[p->opnd + 1u + (m - i)] = kp->opnd[q->opnd + 1u];
             q->kind = MSCX_ENTRY_SKIP;
             q->units = 0;
@@ -434,14 +481,14 @@ static void kp_compact(struct mscx_program *kp, uint32_t ntb)
         uint32_t kb = kp->kbegin[b], ke = kp->kbegin[b + 1], pending = 0;
         kp->kbegin[b] = (uint16_t)out;
         for (uint32_t i = kb; i < ke; i++) {
-            struct mscx_entry k = kp->kop[i];
+            struct mscx_entry k = kp->entry[i];
             if (k.kind == MSCX_ENTRY_SKIP && i + 1 < ke) {
                 pending |= k.sync;
                 continue;
             }
             k.sync |= (uint8_t)pending;
             pending = 0;
-            kp->kop[out++] = k;
+            kp->entry[out++] = k;
         }
     }
     kp->kbegin[ntb] = (uint16_t)out;
@@ -542,7 +589,7 @@ static int kp_peer_writes(const struct mscx_plan *plan, uint32_t rank, uint64_t 
 static int kp_fold_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t b, uint32_t pi, uint32_t ri,
                       uint32_t j, uint32_t pl)
 {
-    const struct mscx_entry *p = &kp->kop[pi], *r = &kp->kop[ri];
+    const struct mscx_entry *p = &kp->entry[pi], *r = &kp->entry[ri];
     const struct kp_span X = kp_span_of(kp, p, 0, pl), L = kp_span_of(kp, p, 1, pl);
     if (X.space >= MSCX_KB_RBUF)
         return 0; /* a peer's memory: it may change between the two */
@@ -550,7 +597,7 @@ static int kp_fold_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t b, u
         return 0;
     for (uint32_t bb = 0; bb < ntb; bb++)
         for (uint32_t e = kp->kbegin[bb]; e < kp->kbegin[bb + 1]; e++) {
-            const struct mscx_entry *k = &kp->kop[e];
+            const struct mscx_entry *k = &kp->entry[e];
             /* a SKIP moves nothing (a fused unpack keeps its operands) */
             if (e == pi || k->kind == MSCX_ENTRY_SKIP)
                 continue;
@@ -601,7 +648,7 @@ static uint32_t kp_fold_pack(struct mscx_program *kp, uint32_t ntb, const struct
         return 0; /* an interpreter block's accesses are not in the program */
     for (uint32_t b = 0; b < ntb; b++)
         for (uint32_t ri = kp->kbegin[b]; ri < kp->kbegin[b + 1]; ri++) {
-            struct mscx_entry *r = &kp->kop[ri];
+            struct mscx_entry *r = &kp->entry[ri];
             if (r->kind != MSCX_ENTRY_REDPKT)
                 continue;
             for (uint32_t j = 1; j < r->nsrc && !r->fsrc; j++) {
@@ -611,11 +658,11 @@ static uint32_t kp_fold_pack(struct mscx_program *kp, uint32_t ntb, const struct
                 /* the block's last PACK before r into these lines (an earlier one fails kp_fold_ok) */
                 uint32_t pi = UINT32_MAX;
                 for (uint32_t e = kp->kbegin[b]; e < ri; e++)
-                    if (kp->kop[e].kind == MSCX_ENTRY_PACK && kp_same(&kp->opnd[kp->kop[e].opnd + 1], s))
+                    if (kp->entry[e].kind == MSCX_ENTRY_PACK && kp_same(&kp->opnd[kp->entry[e].opnd + 1], s))
                         pi = e;
                 if (pi == UINT32_MAX)
                     continue;
-                struct mscx_entry *p = &kp->kop[pi];
+                struct mscx_entry *p = &kp->entry[pi];
                 if (p->units != r->units)
                     continue;
                 if (!judged) { /* once per program, and only where there is a candidate */
@@ -625,8 +672,8 @@ static uint32_t kp_fold_pack(struct mscx_program *kp, uint32_t ntb, const struct
                     for (uint32_t bb = 0; bb < ntb; bb++)
                         for (uint32_t e = kp->kbegin[bb]; e < kp->kbegin[bb + 1]; e++) {
                             /* a data op left to the interpreter: its bytes are not known here */
-                            const struct mscx_dev_op *op = &ops[kp->obase[bb] + kp->kop[e].op];
-                            if (kp->kop[e].kind == MSCX_ENTRY_GENERIC && op->nsrc + op->ndst > 0)
+                            const struct mscx_dev_op *op = &ops[kp->obase[bb] + kp->entry[e].op];
+                            if (kp->entry[e].kind == MSCX_ENTRY_GENERIC && op->nsrc + op->ndst > 0)
                                 return folded;
                         }
                 }
@@ -645,8 +692,57 @@ static uint32_t kp_fold_pack(struct mscx_program *kp, uint32_t ntb, const struct
     return folded;
 }
 
+/*
+ * Op @p i of a block, @p op: its entries, a GENERIC entry when it is left to
+ * the interpreter, a SKIP for a barrier that moves nothing. @return 0, or -1
+ * when the program is full.
+ */
+static int kp_compile_op(struct kp_build *k, const struct mscx_dev_op *op, uint32_t i)
+{
+    uint32_t nk = k->nentry, no = k->nopnd;
+    int rc = op->opcode == MSCX_OP_NOP && !(op->flags & MSCX_GPU_OPF_SYNC)
+                 ? 1
+                 : kp_op(k, op, i, op->chan_type == MSCX_CHAN_PORT);
+    if (rc < 0)
+        return -1;
+    if (rc == 0) { /* roll back and leave it to the interpreter */
+        k->nentry = nk;
+        k->nopnd = no;
+        if (!kp_entry_add(k, MSCX_ENTRY_GENERIC, op, i, 0))
+            return -1;
+    } else if (k->nentry == nk) { /* compiled to nothing (no units) */
+        if ((op->flags & MSCX_GPU_OPF_SYNC) && !kp_entry_add(k, MSCX_ENTRY_SKIP, op, i, 0))
+            return -1;
+        return 0;
+    }
+    if (op->flags & MSCX_GPU_OPF_SYNC)
+        k->kp->entry[nk].sync = 1;
+    return 0;
+}
+
+/* Block @p b (@p tb) into k's program: its entries, or an interpreter block. @return 0, or -1: does not fit. */
+static int kp_compile_block(struct kp_build *k, const struct mscx_dev_op *ops, const struct mscx_tb *tb, uint32_t b)
+{
+    struct mscx_program *kp = k->kp;
+    kp->kbegin[b] = (uint16_t)k->nentry;
+    kp->pbegin[b] = (uint16_t)k->nopnd;
+    if (tb->op_begin > UINT16_MAX)
+        return -1;
+    kp->obase[b] = (uint16_t)tb->op_begin;
+    for (uint32_t i = 0; i < tb->nops; i++)
+        if (ops[tb->op_begin + i].opcode == MSCX_OP_PIPELINE) {
+            kp->interp_mask |= 1u << b;
+            return 0;
+        }
+    for (uint32_t i = 0; i < tb->nops; i++)
+        if (kp_compile_op(k, &ops[tb->op_begin + i], i))
+            return -1;
+    return 0;
+}
+
 int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
-                     const struct mscx_kp_rbuf *rbuf, const struct mscx_gpu_args *a, struct mscx_program *kp)
+                     const struct mscx_compile_rbuf *rbuf, const struct mscx_gpu_args *a,
+                     struct mscx_program *kp)
 {
     const struct mscx_gpu *gpu = &plan->gpus[rank];
     struct kp_build k = {a, kp, rbuf, gpu->nrbuf, 0, 0, a->pkt == MSCX_PKT_LL8 ? 4u : 8u};
@@ -657,48 +753,10 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
         kp->rsc[i] = rbuf[i].ptr;
         kp->rhalf[i] = rbuf[i].half;
     }
-    for (uint32_t b = 0; b < gpu->ntb; b++) {
-        const struct mscx_tb *tb = &gpu->tb[b];
-        kp->kbegin[b] = (uint16_t)k.nkop;
-        kp->pbegin[b] = (uint16_t)k.nopnd;
-        if (tb->op_begin > UINT16_MAX)
+    for (uint32_t b = 0; b < gpu->ntb; b++)
+        if (kp_compile_block(&k, ops, &gpu->tb[b], b))
             return 0;
-        kp->obase[b] = (uint16_t)tb->op_begin;
-        int interp = 0;
-        for (uint32_t i = 0; i < tb->nops; i++)
-            if (ops[tb->op_begin + i].opcode == MSCX_OP_PIPELINE)
-                interp = 1;
-        if (interp) {
-            kp->interp_mask |= 1u << b;
-            continue;
-        }
-        for (uint32_t i = 0; i < tb->nops; i++) {
-            const struct mscx_dev_op *op = &ops[tb->op_begin + i];
-            uint32_t nk = k.nkop, no = k.nopnd;
-            int rc = op->opcode == MSCX_OP_NOP && !(op->flags & MSCX_GPU_OPF_SYNC)
-                         ? 1
-                         : kp_op(&k, op, i, op->chan_type == MSCX_CHAN_PORT);
-            if (rc < 0)
-                return 0;
-            if (rc == 0) { /* roll back and leave it to the interpreter */
-                k.nkop = nk;
-                k.nopnd = no;
-                struct mscx_entry *p = kp_kop(&k, MSCX_ENTRY_GENERIC, op, i, 0);
-                if (!p)
-                    return 0;
-            } else if (k.nkop == nk) { /* compiled to nothing (no units) */
-                if (op->flags & MSCX_GPU_OPF_SYNC) {
-                    struct mscx_entry *p = kp_kop(&k, MSCX_ENTRY_SKIP, op, i, 0);
-                    if (!p)
-                        return 0;
-                }
-                continue;
-            }
-            if (op->flags & MSCX_GPU_OPF_SYNC)
-                kp->kop[nk].sync = 1;
-        }
-    }
-    kp->kbegin[gpu->ntb] = (uint16_t)k.nkop;
+    kp->kbegin[gpu->ntb] = (uint16_t)k.nentry;
     kp->pbegin[gpu->ntb] = (uint16_t)k.nopnd;
     for (uint32_t b = 0; b < gpu->ntb; b++)
         if (!(kp->interp_mask & (1u << b)))
@@ -717,7 +775,7 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
 /* One operand of a compiled entry that names the input or the output. */
 struct kp_acc {
     uint64_t lo, hi; /* bytes of the one buffer both name (in place, or aliased by the caller) */
-    uint32_t blk, ent; /* the block, and the entry (index in kp->kop) */
+    uint32_t blk, ent; /* the block, and the entry (index in kp->entry) */
     uint16_t opnd;     /* index in kp->opnd */
     uint8_t in;        /* names the input (else the output) */
     uint8_t wr;        /* a destination */
@@ -744,7 +802,7 @@ static int kp_accesses(const struct mscx_program *kp, uint32_t ntb, uint32_t pl,
         return -1;
     for (uint32_t b = 0; b < ntb; b++)
         for (uint32_t e = kp->kbegin[b]; e < kp->kbegin[b + 1]; e++) {
-            const struct mscx_entry *k = &kp->kop[e];
+            const struct mscx_entry *k = &kp->entry[e];
             if (k->kind == MSCX_ENTRY_GENERIC)
                 return -1;
             if (k->kind == MSCX_ENTRY_SKIP) /* moves nothing (an unpack fused away keeps its operands) */
@@ -834,7 +892,7 @@ int mscx_gpu_kp_split(struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64
 static int kp_barrier_between(const struct mscx_program *kp, uint32_t a, uint32_t b)
 {
     for (uint32_t e = a + 1; e <= b; e++)
-        if (kp->kop[e].sync)
+        if (kp->entry[e].sync)
             return 1;
     return 0;
 }
@@ -842,7 +900,7 @@ static int kp_barrier_between(const struct mscx_program *kp, uint32_t a, uint32_
 int mscx_gpu_kp_packet_only(const struct mscx_program *kp, uint32_t ntb)
 {
     for (uint32_t i = 0; i < kp->kbegin[ntb]; i++)
-        if (!mscx_entry_is_packet(kp->kop[i].kind))
+        if (!mscx_entry_is_packet(kp->entry[i].kind))
             return 0;
     return 1;
 }
@@ -873,7 +931,7 @@ int mscx_gpu_kp_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t p
                 if (r->in)
                     return 0; /* the input read would see what the write put there */
             } else if (w->ent == r->ent) {
-                const uint8_t kind = kp->kop[r->ent].kind;
+                const uint8_t kind = kp->entry[r->ent].kind;
                 if (!r->in || w->lo != r->lo || w->hi != r->hi ||
                     !(kind == MSCX_ENTRY_COPY || kind == MSCX_ENTRY_REDUCE || kind == MSCX_ENTRY_REDPKT))
                     return 0;
@@ -916,7 +974,7 @@ size_t mscx_gpu_kp_encode(const struct mscx_program *kp, uint32_t ntb, char *scr
     memset(dst, 0, bytes);
     for (uint32_t b = 0; b < ntb; b++) {
         char *rec = (char *)dst + stride * b;
-        struct mscx_kblk_head *h = (struct mscx_kblk_head *)rec;
+        struct mscx_record_head *h = (struct mscx_record_head *)rec;
         struct mscx_entry *ko = (struct mscx_entry *)(rec + 16);
         struct mscx_tagged_ptr *po = (struct mscx_tagged_ptr *)(rec + 16u * (1u + kmax));
         uint32_t kb = kp->kbegin[b], pb = kp->pbegin[b];
@@ -924,8 +982,8 @@ size_t mscx_gpu_kp_encode(const struct mscx_program *kp, uint32_t ntb, char *scr
         h->np = kp->pbegin[b + 1] - pb;
         h->obase = kp->obase[b];
         for (uint32_t i = 0; i < h->nk; i++) {
-            ko[i] = kp->kop[kb + i];
-            ko[i].opnd = (uint16_t)(kp->kop[kb + i].opnd - pb);
+            ko[i] = kp->entry[kb + i];
+            ko[i].opnd = (uint16_t)(kp->entry[kb + i].opnd - pb);
         }
         for (uint32_t i = 0; i < h->np; i++) {
             const struct mscx_entry_opnd *d = &kp->opnd[pb + i];

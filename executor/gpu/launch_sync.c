@@ -127,67 +127,82 @@ static int op_accs(const struct mscx_plan *plan, uint32_t rank, const struct msc
     return 1;
 }
 
+/*
+ * Whether data op @p op, of accesses @p cur, must synchronise the block
+ * first: a port op, or an access that conflicts with one of @p live.
+ */
+static int data_needs_sync(const struct mscx_dev_op *op, const struct accs *live, const struct acc *cur, uint32_t nc)
+{
+    if (op->chan_type == MSCX_CHAN_PORT || live->overflow)
+        return 1;
+    for (uint32_t k = 0; k < nc; k++)
+        for (uint32_t j = 0; j < live->n; j++)
+            if (acc_conflict(&live->a[j], &cur[k]))
+                return 1;
+    return 0;
+}
+
+/* Mark the ops [beg, end) of one block; @p live is the accesses since its last barrier. */
+static void mark_block(const struct mscx_plan *plan, uint32_t rank, struct mscx_dev_op *ops, uint32_t beg,
+                       uint32_t end, struct accs *live)
+{
+    struct acc cur[2 * MSCX_MAX_OPERANDS];
+    int pending = 0;
+    live->n = 0;
+    live->overflow = 0;
+    for (uint32_t i = beg; i < end; i++) {
+        struct mscx_dev_op *op = &ops[i];
+        uint32_t nc = 0;
+        int sync = pending, after = 0;
+        pending = 0;
+        op->flags &= (uint8_t)~MSCX_GPU_OPF_SYNC;
+        if (op->opcode == MSCX_OP_PIPELINE) {
+            /* the kernel synchronises around every body op */
+            op->flags |= MSCX_GPU_OPF_SYNC;
+            live->n = 0;
+            live->overflow = 0;
+            i += op->pipe_nops;
+            pending = 1;
+            continue;
+        }
+        int data = op_accs(plan, rank, op, cur, &nc);
+        if (!data) {
+            switch (op->opcode) {
+            case MSCX_OP_WAIT:
+            case MSCX_OP_RELAXED_WAIT:
+            case MSCX_OP_SEM_ACQUIRE:
+                after = 1;
+                break;
+            case MSCX_OP_BARRIER:
+                after = 1;
+                sync = 1;
+                break;
+            default: /* nop, signal, flush, sem release */
+                sync = 1;
+                break;
+            }
+        } else if (!sync) {
+            sync = data_needs_sync(op, live, cur, nc);
+        }
+        if (sync) {
+            op->flags |= MSCX_GPU_OPF_SYNC;
+            live->n = 0;
+            live->overflow = 0;
+        }
+        for (uint32_t k = 0; k < nc; k++) {
+            if (live->n < SYNC_MAX_ACC)
+                live->a[live->n++] = cur[k];
+            else
+                live->overflow = 1;
+        }
+        pending = after;
+    }
+}
+
 void mscx_gpu_mark_syncs(const struct mscx_plan *plan, uint32_t rank, struct mscx_dev_op *ops)
 {
     const struct mscx_gpu *gpu = &plan->gpus[rank];
     static __thread struct accs live;
-    struct acc cur[2 * MSCX_MAX_OPERANDS];
-    for (uint32_t b = 0; b < gpu->ntb; b++) {
-        uint32_t beg = gpu->tb[b].op_begin, end = beg + gpu->tb[b].nops;
-        int pending = 0;
-        live.n = 0;
-        live.overflow = 0;
-        for (uint32_t i = beg; i < end; i++) {
-            struct mscx_dev_op *op = &ops[i];
-            uint32_t nc = 0;
-            int sync = pending, after = 0;
-            pending = 0;
-            op->flags &= (uint8_t)~MSCX_GPU_OPF_SYNC;
-            if (op->opcode == MSCX_OP_PIPELINE) {
-                /* the kernel synchronises around every body op */
-                op->flags |= MSCX_GPU_OPF_SYNC;
-                live.n = 0;
-                live.overflow = 0;
-                i += op->pipe_nops;
-                pending = 1;
-                continue;
-            }
-            int data = op_accs(plan, rank, op, cur, &nc);
-            if (!data) {
-                switch (op->opcode) {
-                case MSCX_OP_WAIT:
-                case MSCX_OP_RELAXED_WAIT:
-                case MSCX_OP_SEM_ACQUIRE:
-                    after = 1;
-                    break;
-                case MSCX_OP_BARRIER:
-                    after = 1;
-                    sync = 1;
-                    break;
-                default: /* nop, signal, flush, sem release */
-                    sync = 1;
-                    break;
-                }
-            } else {
-                if (op->chan_type == MSCX_CHAN_PORT || live.overflow)
-                    sync = 1;
-                for (uint32_t k = 0; k < nc && !sync; k++)
-                    for (uint32_t j = 0; j < live.n && !sync; j++)
-                        if (acc_conflict(&live.a[j], &cur[k]))
-                            sync = 1;
-            }
-            if (sync) {
-                op->flags |= MSCX_GPU_OPF_SYNC;
-                live.n = 0;
-                live.overflow = 0;
-            }
-            for (uint32_t k = 0; k < nc; k++) {
-                if (live.n < SYNC_MAX_ACC)
-                    live.a[live.n++] = cur[k];
-                else
-                    live.overflow = 1;
-            }
-            pending = after;
-        }
-    }
+    for (uint32_t b = 0; b < gpu->ntb; b++)
+        mark_block(plan, rank, ops, gpu->tb[b].op_begin, gpu->tb[b].op_begin + gpu->tb[b].nops, &live);
 }

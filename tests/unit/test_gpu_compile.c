@@ -28,7 +28,7 @@ struct ctx {
     struct mscx_gpu_args a;
     struct mscx_program kp;
     uint64_t own_half; /* this rank's fixed scratch half (0: single buffered) */
-    struct mscx_kp_rbuf rb[MAX_RB];
+    struct mscx_compile_rbuf rb[MAX_RB];
     uint64_t rb_bytes[MAX_RB]; /* usable bytes from the operand base: the owner's half */
     uint64_t own_bytes;
 };
@@ -38,7 +38,8 @@ static uint64_t half_or_all(const struct mscx_geom *g)
     return g->scratch_half ? g->scratch_half : g->scratch_bytes;
 }
 
-/* Set up the arguments as gpu_exec.c does for one launch. @return 0, or -1 when the size is not valid here. */
+/* Set up the arguments as runtime/launch.c does for one launch. @return 0, or -1 when the size is not valid
+ * here. */
 static int setup(struct ctx *c, uint64_t msg, enum mscx_dtype dt, enum mscx_pkt_format pkt)
 {
     const struct mscx_plan *plan = c->plan;
@@ -130,7 +131,7 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
             continue;
         ck_assert_uint_le(kp->kbegin[b], kp->kbegin[b + 1]);
         for (uint32_t i = kp->kbegin[b]; i < kp->kbegin[b + 1]; i++) {
-            const struct mscx_entry *k = &kp->kop[i];
+            const struct mscx_entry *k = &kp->entry[i];
             uint64_t n = k->units;
             ck_assert_uint_lt(k->op, gpu->tb[b].nops);
             ck_assert_uint_ge(k->opnd, kp->pbegin[b]);
@@ -232,7 +233,7 @@ static void check_encoding(const struct ctx *c)
         g_max_encoded = bytes;
     for (uint32_t b = 0; b < gpu->ntb; b++) {
         const char *rec = buf + (size_t)stride * b;
-        const struct mscx_kblk_head *h = (const struct mscx_kblk_head *)rec;
+        const struct mscx_record_head *h = (const struct mscx_record_head *)rec;
         const struct mscx_entry *ko = (const struct mscx_entry *)(rec + 16);
         const struct mscx_tagged_ptr *po = (const struct mscx_tagged_ptr *)(rec + 16u * (1u + km));
         uint32_t kb = c->kp.kbegin[b], pb = c->kp.pbegin[b];
@@ -242,7 +243,7 @@ static void check_encoding(const struct ctx *c)
         ck_assert_uint_le(h->np, pm);
         ck_assert_uint_eq(h->obase, c->kp.obase[b]);
         for (uint32_t i = 0; i < h->nk; i++) {
-            struct mscx_entry want = c->kp.kop[kb + i];
+            struct mscx_entry want = c->kp.entry[kb + i];
             want.opnd = (uint16_t)(want.opnd - pb);
             ck_assert_int_eq(memcmp(&ko[i], &want, sizeof(want)), 0);
         }
@@ -310,7 +311,7 @@ START_TEST(test_compile_shipped_plans)
                          */
                         int has_redpkt = 0;
                         for (uint32_t i = 0; i < c->kp.kbegin[gpu->ntb]; i++)
-                            has_redpkt |= c->kp.kop[i].kind == MSCX_ENTRY_REDPKT;
+                            has_redpkt |= c->kp.entry[i].kind == MSCX_ENTRY_REDPKT;
                         if (oneshot && r > 0 && has_redpkt)
                             ck_assert_msg(fused > 0, "%s rank %u, %llu bytes: the unpack was not fused", plan->name,
                                           r, (unsigned long long)sizes[s]);
@@ -325,7 +326,7 @@ START_TEST(test_compile_shipped_plans)
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             ck_assert_msg(generic == 0, "%s rank %u, %llu bytes: %u ops left to the interpreter",
                                           plan->name, r, (unsigned long long)sizes[s], generic);
-                        /* ... and hold packet entries only: the packet kernel runs them */
+                        /* ... and hold packet entries only: the packet-only kernel runs them */
                         int pkonly = mscx_gpu_kp_packet_only(&c->kp, gpu->ntb);
                         packet_only += pkonly;
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
@@ -337,7 +338,7 @@ START_TEST(test_compile_shipped_plans)
                          */
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             for (uint32_t b = 0; b < gpu->ntb; b++) {
-                                const struct mscx_entry *k0 = &c->kp.kop[c->kp.kbegin[b]];
+                                const struct mscx_entry *k0 = &c->kp.entry[c->kp.kbegin[b]];
                                 ck_assert_msg(k0->kind == MSCX_ENTRY_PACK && k0->ndst == plan->nranks - 1,
                                               "%s rank %u block %u, %llu bytes: first entry kind %u with %u "
                                               "destinations", plan->name, r, b, (unsigned long long)sizes[s],
@@ -366,7 +367,7 @@ END_TEST
 static void kp_add(struct mscx_program *kp, uint32_t *nk, uint32_t *np, uint8_t kind, uint32_t units, uint8_t nsrc,
                    uint8_t ndst, const uint32_t *bo)
 {
-    struct mscx_entry *k = &kp->kop[(*nk)++];
+    struct mscx_entry *k = &kp->entry[(*nk)++];
     memset(k, 0, sizeof(*k));
     k->kind = kind;
     k->units = units;
@@ -414,7 +415,7 @@ static void kp_hand(struct mscx_program *kp, int variant)
     kp->pbegin[2] = (uint16_t)np;
 }
 
-/* mscx_gpu_kp_packet_only: a COPY, a REDUCE or a GENERIC entry anywhere, in any block, rules the packet kernel out */
+/* mscx_gpu_kp_packet_only: a COPY, a REDUCE or a GENERIC entry anywhere rules the packet-only kernel out */
 START_TEST(test_packet_only)
 {
     static const uint8_t other[] = {MSCX_ENTRY_COPY, MSCX_ENTRY_REDUCE, MSCX_ENTRY_GENERIC};
@@ -429,11 +430,11 @@ START_TEST(test_packet_only)
                                 MSCX_ENTRY_REDPKT};
             memset(kp, 0, sizeof(*kp));
             for (uint32_t i = 0; i < 6; i++)
-                kp->kop[i].kind = i == at ? other[o] : kinds[i];
+                kp->entry[i].kind = i == at ? other[o] : kinds[i];
             kp->kbegin[1] = 3; /* two blocks of three entries */
             kp->kbegin[2] = 6;
             ck_assert_msg(mscx_gpu_kp_packet_only(kp, 2) == 0, "kind %u at entry %u not seen", other[o], at);
-            kp->kop[at].kind = kinds[at];
+            kp->entry[at].kind = kinds[at];
             ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 2), 1);
         }
     free(kp);
@@ -441,46 +442,49 @@ START_TEST(test_packet_only)
 END_TEST
 
 /*
- * mscx_gpu_kvariant: the packet kernel (which sums only and has no trace) runs only whole packet programs whose
- * reduction, if any, is a sum, untraced; every other whole program runs the other lean kernel; the rest the
- * full kernel; blocks of at most 512 threads the small-block kernels, and only they fit them.
+ * mscx_gpu_kernel_variant: the packet-only kernel (which sums only and has no trace) runs only whole packet
+ * programs whose reduction, if any, is a sum, untraced; every other whole program runs the compiled kernel;
+ * the rest the interpreter kernel; blocks of at most 512 threads the 512-thread kernels, and only they fit
+ * them.
  */
 START_TEST(test_kernel_variant)
 {
     static const struct {
-        uint32_t fast, kpkt, trace_cap, reduce, op, nthreads;
-        enum mscx_kvariant want;
+        uint32_t compiled, packet_only, trace_cap, reduce, op, nthreads;
+        enum mscx_kernel_variant want;
     } cases[] = {
-        {0, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KV_FULL},
-        {0, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KV_FULL}, /* not the whole launch: kpkt does not matter */
-        {1, 0, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KV_LEAN},
-        {1, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KV_LEAN_SMALL},
-        {1, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KV_PKT},
-        {1, 1, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KV_PKT_SMALL},
-        {1, 1, 0, 1, MSCX_REDOP_SUM, 32, MSCX_KV_PKT_SMALL},
-        {1, 1, 0, 0, MSCX_REDOP_MAX, 1024, MSCX_KV_PKT}, /* copy-only: the operator is not used */
-        {1, 1, 0, 1, MSCX_REDOP_PROD, 1024, MSCX_KV_LEAN},
-        {1, 1, 0, 1, MSCX_REDOP_MIN, 512, MSCX_KV_LEAN_SMALL},
-        {1, 1, 0, 1, MSCX_REDOP_MAX, 513, MSCX_KV_LEAN},
-        {1, 1, 64, 1, MSCX_REDOP_SUM, 1024, MSCX_KV_LEAN}, /* traced */
-        {1, 1, 64, 0, MSCX_REDOP_SUM, 256, MSCX_KV_LEAN_SMALL},
+        {0, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_INTERPRETER_1024},
+        {0, 1, 0, 1, MSCX_REDOP_SUM, 1024,
+         MSCX_KERNEL_INTERPRETER_1024}, /* not compiled: packet_only ignored */
+        {1, 0, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_COMPILED_1024},
+        {1, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_COMPILED_512},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_PACKET_ONLY_1024},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_PACKET_ONLY_512},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 32, MSCX_KERNEL_PACKET_ONLY_512},
+        {1, 1, 0, 0, MSCX_REDOP_MAX, 1024,
+         MSCX_KERNEL_PACKET_ONLY_1024}, /* copy-only: the operator is not used */
+        {1, 1, 0, 1, MSCX_REDOP_PROD, 1024, MSCX_KERNEL_COMPILED_1024},
+        {1, 1, 0, 1, MSCX_REDOP_MIN, 512, MSCX_KERNEL_COMPILED_512},
+        {1, 1, 0, 1, MSCX_REDOP_MAX, 513, MSCX_KERNEL_COMPILED_1024},
+        {1, 1, 64, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_COMPILED_1024}, /* traced */
+        {1, 1, 64, 0, MSCX_REDOP_SUM, 256, MSCX_KERNEL_COMPILED_512},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct mscx_gpu_args a;
         memset(&a, 0, sizeof(a));
-        a.fast = cases[i].fast;
-        a.kpkt = cases[i].kpkt;
+        a.compiled = cases[i].compiled;
+        a.packet_only = cases[i].packet_only;
         a.trace_cap = cases[i].trace_cap;
         a.reduce = cases[i].reduce;
         a.op = cases[i].op;
-        enum mscx_kvariant v = mscx_gpu_kvariant(&a, cases[i].nthreads);
+        enum mscx_kernel_variant v = mscx_gpu_kernel_variant(&a, cases[i].nthreads);
         ck_assert_msg(v == cases[i].want, "case %zu: variant %d, want %d", i, (int)v, (int)cases[i].want);
-        ck_assert(mscx_gpu_kvariant_fits(v, cases[i].nthreads));
+        ck_assert(mscx_gpu_kernel_variant_fits(v, cases[i].nthreads));
     }
-    ck_assert(!mscx_gpu_kvariant_fits(MSCX_KV_PKT_SMALL, 513));
-    ck_assert(!mscx_gpu_kvariant_fits(MSCX_KV_LEAN_SMALL, 1024));
-    ck_assert(mscx_gpu_kvariant_fits(MSCX_KV_PKT, 1024));
-    ck_assert(mscx_gpu_kvariant_fits(MSCX_KV_FULL, 1024));
+    ck_assert(!mscx_gpu_kernel_variant_fits(MSCX_KERNEL_PACKET_ONLY_512, 513));
+    ck_assert(!mscx_gpu_kernel_variant_fits(MSCX_KERNEL_COMPILED_512, 1024));
+    ck_assert(mscx_gpu_kernel_variant_fits(MSCX_KERNEL_PACKET_ONLY_1024, 1024));
+    ck_assert(mscx_gpu_kernel_variant_fits(MSCX_KERNEL_INTERPRETER_1024, 1024));
 }
 END_TEST
 
@@ -490,7 +494,7 @@ START_TEST(test_split_rules)
     kp_hand(&kp, 0);
     ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 1);
     for (uint32_t b = 0; b < 2; b++) {
-        const struct mscx_entry *k = &kp.kop[kp.kbegin[b]];
+        const struct mscx_entry *k = &kp.entry[kp.kbegin[b]];
         /* PACK reads the input (nothing wrote it); UNPACK writes the output */
         ck_assert_uint_eq(kp.opnd[k[0].opnd].base, MSCX_KB_IN);
         ck_assert_uint_eq(kp.opnd[k[1].opnd + 1].base, MSCX_KB_OUT);
@@ -512,7 +516,7 @@ START_TEST(test_split_rules)
     }
     /* a GENERIC entry or an interpreter block: refused */
     kp_hand(&kp, 0);
-    kp.kop[1].kind = MSCX_ENTRY_GENERIC;
+    kp.entry[1].kind = MSCX_ENTRY_GENERIC;
     ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 0);
     kp_hand(&kp, 0);
     kp.interp_mask = 2;
@@ -546,7 +550,7 @@ static void kp_hand_ag(struct mscx_program *kp, int variant, uint32_t *ntb_p)
     if (variant != 3)
         kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
     if (variant == 2)
-        kp->kop[nk - 1].sync = 1;
+        kp->entry[nk - 1].sync = 1;
     if (variant == 4) {
         uint32_t red[] = {MSCX_KB_OUT, 256, MSCX_KB_OUT, 0, MSCX_KB_OUT, 0};
         kp_add(kp, &nk, &np, MSCX_ENTRY_REDUCE, 16, 2, 1, red);
@@ -561,7 +565,7 @@ static void kp_hand_ag(struct mscx_program *kp, int variant, uint32_t *ntb_p)
         kp->pbegin[1] = (uint16_t)np;
         unpack[3] = 256;
         kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
-        kp->kop[nk - 1].sync = 1;
+        kp->entry[nk - 1].sync = 1;
         *ntb_p = 2;
     }
     kp->kbegin[*ntb_p] = (uint16_t)nk;
@@ -584,7 +588,7 @@ START_TEST(test_alias_rules)
     ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 1024, 0, 256), 1);
     /* a GENERIC entry or an interpreter block: never */
     kp_hand_ag(&kp, 0, &ntb);
-    kp.kop[0].kind = MSCX_ENTRY_GENERIC;
+    kp.entry[0].kind = MSCX_ENTRY_GENERIC;
     ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256), 0);
     kp_hand_ag(&kp, 0, &ntb);
     kp.interp_mask = 1;
@@ -594,7 +598,7 @@ END_TEST
 
 /* ---- kp_fold_pack: a pack into the rank's own scratch read flat by the reduction ---- */
 
-/* Compile @p rank of @p plan for @p msg bytes (fp32, @p pkt) into c->kp, as gpu_exec.c would. */
+/* Compile @p rank of @p plan for @p msg bytes (fp32, @p pkt) into c->kp, as runtime/programs.c would. */
 static void compile_rank(struct ctx *c, const struct mscx_plan *plan, uint32_t rank, uint64_t msg,
                          enum mscx_pkt_format pkt)
 {
@@ -616,7 +620,7 @@ static uint32_t count_kind(const struct ctx *c, uint32_t b, uint32_t opcode, uin
 {
     uint32_t n = 0;
     for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++)
-        n += c->kp.kop[e].opcode == opcode && c->kp.kop[e].kind == kind;
+        n += c->kp.entry[e].opcode == opcode && c->kp.entry[e].kind == kind;
     return n;
 }
 
@@ -625,7 +629,7 @@ static uint32_t own_scratch_packs(const struct ctx *c, uint32_t b)
 {
     uint32_t n = 0;
     for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++) {
-        const struct mscx_entry *k = &c->kp.kop[e];
+        const struct mscx_entry *k = &c->kp.entry[e];
         if (k->kind == MSCX_ENTRY_PACK)
             for (uint32_t j = 0; j < k->ndst; j++)
                 n += c->kp.opnd[k->opnd + 1 + j].base == MSCX_KB_SCRATCH;
@@ -659,7 +663,7 @@ START_TEST(test_fold_pack_oneshot)
             ck_assert_uint_eq(count_kind(c, b, MSCX_OP_COPY_PACKETS, MSCX_ENTRY_SKIP), 0);
             /* the puts to the peers: one PACK with 7 destinations, then the reduction, nothing else */
             ck_assert_uint_eq(c->kp.kbegin[b + 1] - c->kp.kbegin[b], 2);
-            const struct mscx_entry *p = &c->kp.kop[c->kp.kbegin[b]], *r = p + 1;
+            const struct mscx_entry *p = &c->kp.entry[c->kp.kbegin[b]], *r = p + 1;
             ck_assert_uint_eq(p->kind, MSCX_ENTRY_PACK);
             ck_assert_uint_eq(p->opcode, MSCX_OP_PUT_PACKETS);
             ck_assert_uint_eq(p->ndst, 7);
@@ -678,7 +682,7 @@ START_TEST(test_fold_pack_oneshot)
     compile_rank(c, plan, 0, 1024, pkt);
         for (uint32_t b = 0; b < plan->gpus[0].ntb; b++)
             for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++) {
-                const struct mscx_entry *k = &c->kp.kop[e];
+                const struct mscx_entry *k = &c->kp.entry[e];
                 ck_assert_uint_ne(k->kind, MSCX_ENTRY_SKIP);
                 ck_assert_uint_eq(k->fsrc, 0);
                 ck_assert_uint_eq(k->lsrc0, 0);
@@ -693,10 +697,10 @@ START_TEST(test_fold_pack_oneshot)
     compile_rank(c, plan, 1, 1028, MSCX_PKT_LL16);
     uint32_t generic = 0;
     for (uint32_t e = 0; e < c->kp.kbegin[plan->gpus[1].ntb]; e++) {
-        generic += c->kp.kop[e].kind == MSCX_ENTRY_GENERIC;
-        ck_assert_uint_eq(c->kp.kop[e].fsrc, 0);
-        if (c->kp.kop[e].opcode == MSCX_OP_COPY_PACKETS)
-            ck_assert_uint_ne(c->kp.kop[e].kind, MSCX_ENTRY_SKIP);
+        generic += c->kp.entry[e].kind == MSCX_ENTRY_GENERIC;
+        ck_assert_uint_eq(c->kp.entry[e].fsrc, 0);
+        if (c->kp.entry[e].opcode == MSCX_OP_COPY_PACKETS)
+            ck_assert_uint_ne(c->kp.entry[e].kind, MSCX_ENTRY_SKIP);
     }
     ck_assert_uint_gt(generic, 0);
     free(c);
@@ -758,7 +762,7 @@ static int hand_folded(const struct mscx_plan *plan)
     compile_rank(c, plan, 1, 1024, MSCX_PKT_LL16);
     uint32_t folded = 0;
     for (uint32_t e = 0; e < c->kp.kbegin[plan->gpus[1].ntb]; e++)
-        folded += c->kp.kop[e].fsrc != 0;
+        folded += c->kp.entry[e].fsrc != 0;
     /* never one without the other: folded, the cpkt's pack into the own slot is gone */
     ck_assert_uint_eq(folded, !own_scratch_packs(c, 0));
     free(c);

@@ -2,8 +2,8 @@
 /*
  * The GPU launch compiler's programs, run on the host: for every shipped
  * plan and every (size, dtype, operator, packet format) at which every rank's
- * program compiles whole (no GENERIC entry, no interpreter block: what the
- * fast kernel runs), emulate the encoded block records (exactly what the
+ * program compiles whole (no GENERIC entry, no interpreter block: what a
+ * compiled kernel runs), emulate the encoded block records (exactly what a
  * kernel stages, see mscx_run_compiled and mscx_entry_run in
  * kernels/exec_ops.cuh) for two consecutive launches (flags 1 and 2, so both
  * scratch halves) and compare every rank's output and input bit for bit with
@@ -19,9 +19,9 @@
  * finished the first (as a GPU stream would), so ranks run one launch apart
  * and the double-buffered halves matter. Every operand access is checked
  * against its buffer (user buffers, the launch's half of a scratch) and its
- * alignment before it is made. Memory is laid out as gpu_exec.c does for an
+ * alignment before it is made. Memory is laid out as runtime/ does for an
  * in-process group: scratch sized by mscx_plan_scratch_size() at the plan's
- * largest message, fixed halves, peer scratch pointers as kp_rbuf.
+ * largest message, fixed halves, peer scratch pointers as mscx_compile_rbuf.
  */
 #include <dirent.h>
 #include <stdarg.h>
@@ -45,9 +45,9 @@
 struct rank_st {
     uint8_t *alloc, *in, *out;    /* user buffers, aliased as the plan's placement says */
     char *scratch;                /* both halves */
-    uint64_t scratch_bytes, half; /* mscx_plan_scratch_size(): what gpu_exec.c allocates, fixed halves (0: single) */
+    uint64_t scratch_bytes, half; /* mscx_plan_scratch_size(): what upload.c allocates, halves (0: single) */
     struct mscx_dev_op *img;      /* op image with the sync marks */
-    struct mscx_kp_rbuf *rb;      /* [nrbuf] */
+    struct mscx_compile_rbuf *rb; /* [nrbuf] */
     uint32_t ngeom, geom_rank[MSCX_GPU_MAX_GEOM];
     struct mscx_gpu_args a;
     struct mscx_program kp;
@@ -94,9 +94,9 @@ static void *alloc256(uint64_t bytes)
 }
 
 /*
- * Per plan: scratch, op images and remote buffers as gpu_exec.c sets them up
+ * Per plan: scratch, op images and remote buffers as runtime/ sets them up
  * (setup_geoms, mscx_exec_add_plan, gpu_plan_finalize for an in-process
- * group: every peer's scratch reachable). @return 0, or -1 when gpu_exec.c
+ * group: every peer's scratch reachable). @return 0, or -1 when runtime/
  * would refuse the plan (too many geometries).
  */
 static int emu_plan_init(struct emu *e, const struct mscx_plan *plan, uint64_t max_msg)
@@ -160,7 +160,7 @@ static void emu_plan_fini(struct emu *e)
 /*
  * Compile and encode every rank's program for the current (msg, dt, pkt) as
  * mscx_exec_launch does. @return 1 when every rank's program is whole (what
- * the fast kernel runs), 0 otherwise (*why_p says what is left).
+ * a compiled kernel runs), 0 otherwise (*why_p says what is left).
  */
 static int emu_compile(struct emu *e, const char **why_p)
 {
@@ -195,7 +195,7 @@ static int emu_compile(struct emu *e, const char **why_p)
             a->geom[c].in_chunk = h.in_chunk;
             a->geom[c].out_chunk = h.out_chunk;
         }
-        for (uint32_t i = 0; i < gpu->nops; i++) /* gpu_exec.c's setup_geoms: per rank */
+        for (uint32_t i = 0; i < gpu->nops; i++) /* runtime/upload.c's setup_geoms: per rank */
             if (mscx_opcode_reduces(gpu->ops[i].opcode))
                 a->reduce = 1;
         a->pkt = e->pkt;
@@ -212,7 +212,7 @@ static int emu_compile(struct emu *e, const char **why_p)
             return 0;
         }
         for (uint32_t i = 0; i < R->kp.kbegin[gpu->ntb]; i++)
-            if (R->kp.kop[i].kind == MSCX_ENTRY_GENERIC) {
+            if (R->kp.entry[i].kind == MSCX_ENTRY_GENERIC) {
                 *why_p = "GENERIC entries";
                 return 0;
             }
@@ -345,7 +345,7 @@ static void vreduce(const struct emu *e, uint32_t acc[4], const uint32_t v[4], u
         acc[i] = mscx_reduce_word(e->dt, e->op, acc[i], v[i]);
 }
 
-/* Where the kernel's operand pointer lands (mscx_kstage). */
+/* Where the kernel's operand pointer lands (mscx_stage_word). */
 struct opnd {
     char *p;
     uint64_t tag;
@@ -423,7 +423,8 @@ static void entry_operands(const struct emu *e, const struct loc *L, struct opnd
     const struct rank_st *R = &e->r[L->rank];
     const struct mscx_entry *k = L->k;
     const uint64_t pl = mscx_pkt_payload(e->pkt), ll = mscx_pkt_line(e->pkt), n = k->units;
-    const struct mscx_kblk_head *h = (const struct mscx_kblk_head *)(R->rec + (size_t)R->stride * L->block);
+    const struct mscx_record_head *h =
+        (const struct mscx_record_head *)(R->rec + (size_t)R->stride * L->block);
     uint32_t no = (uint32_t)k->nsrc + k->ndst;
     if (k->kind == MSCX_ENTRY_SKIP)
         return; /* a fused unpack keeps its operands, unused */
@@ -597,7 +598,7 @@ static void launch_end(struct emu *e, uint32_t q)
 static int task_step(struct emu *e, uint32_t q, uint32_t b, char *wait, size_t wlen)
 {
     struct rank_st *R = &e->r[q];
-    const struct mscx_kblk_head *h = (const struct mscx_kblk_head *)(R->rec + (size_t)R->stride * b);
+    const struct mscx_record_head *h = (const struct mscx_record_head *)(R->rec + (size_t)R->stride * b);
     if (R->launch >= LAUNCHES || R->pc[b] > h->nk)
         return 0;
     if (R->pc[b] == h->nk) { /* finished this launch */
@@ -606,8 +607,8 @@ static int task_step(struct emu *e, uint32_t q, uint32_t b, char *wait, size_t w
             launch_end(e, q);
         return 1;
     }
-    const struct mscx_entry *kop = (const struct mscx_entry *)(R->rec + (size_t)R->stride * b + 16u);
-    struct loc L = {q, b, R->pc[b], &kop[R->pc[b]]};
+    const struct mscx_entry *entries = (const struct mscx_entry *)(R->rec + (size_t)R->stride * b + 16u);
+    struct loc L = {q, b, R->pc[b], &entries[R->pc[b]]};
     struct opnd P[2 * MSCX_MAX_OPERANDS];
     uint8_t is_line[2 * MSCX_MAX_OPERANDS];
     if ((uint32_t)L.k->nsrc + L.k->ndst > 2 * MSCX_MAX_OPERANDS)
@@ -670,8 +671,8 @@ static void emu_run(struct emu *e, uint32_t seed)
         size_t m = 0;
         for (uint32_t t = 0; t < ntask && m < sizeof(msg) - 200; t++) {
             const struct rank_st *R = &e->r[tq[t]];
-            const struct mscx_kblk_head *h =
-                (const struct mscx_kblk_head *)(R->rec + (size_t)R->stride * tb[t]);
+            const struct mscx_record_head *h =
+                (const struct mscx_record_head *)(R->rec + (size_t)R->stride * tb[t]);
             if (R->launch >= LAUNCHES || R->pc[tb[t]] >= h->nk)
                 continue;
             task_step(e, tq[t], tb[t], wait, sizeof(wait));
@@ -809,7 +810,7 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
 }
 
 /* One-node AllReduce one-shot or two-phase of 2, 4 or 8 ranks: its bit in the coverage mask, or -1. */
-static int fast_allreduce_bit(const struct mscx_plan *plan)
+static int compiled_allreduce_bit(const struct mscx_plan *plan)
 {
     int kind = strstr(plan->name, "oneshot") ? 0 : strstr(plan->name, "twophase") ? 1 : -1;
     int lg = plan->nranks == 2 ? 0 : plan->nranks == 4 ? 1 : plan->nranks == 8 ? 2 : -1;
@@ -824,7 +825,7 @@ START_TEST(test_kp_emulate_shipped_plans)
     mscx_test_plans_begin(&it);
     ck_assert_uint_gt(it.n, 30);
     struct stats st = {0};
-    uint32_t nqual = 0, fast_mask = 0;
+    uint32_t nqual = 0, compiled_mask = 0;
     struct emu *e = calloc(1, sizeof(*e));
     ck_assert_ptr_nonnull(e);
     for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
@@ -852,7 +853,7 @@ START_TEST(test_kp_emulate_shipped_plans)
         const uint64_t g = 16u * nchunks, mid = (mn + mx) / 2u;
         const uint64_t sizes[] = {(mn + 15u) / 16u * 16u, (mn + g - 1u) / g * g, (mid / g | 1u) * g,
                                   mid / 16u * 16u + 4u, mx / 16u * 16u};
-        int bit = fast_allreduce_bit(plan);
+        int bit = compiled_allreduce_bit(plan);
         uint64_t whole = 0;
         e->nosplit = 0;
         e->noalias = 0;
@@ -890,7 +891,7 @@ START_TEST(test_kp_emulate_shipped_plans)
             if (tried && ll < sizeof(line))
                 ll += (size_t)snprintf(line + ll, sizeof(line) - ll, " %llu:%u/%u",
                                        (unsigned long long)sizes[s], ok, tried);
-            /* the fast kernel's plans: where every chunk is a multiple of 16 bytes, nothing is left */
+            /* the compiled kernels' plans: where every chunk is a multiple of 16 bytes, nothing is left */
             if (bit >= 0 && sizes[s] % g == 0) {
                 ck_assert_msg(e->nosplit == 0, "plan %s, %llu bytes: the program does not split for "
                               "out-of-place calls", plan->name, (unsigned long long)sizes[s]);
@@ -903,7 +904,7 @@ START_TEST(test_kp_emulate_shipped_plans)
         if (whole) {
             nqual++;
             if (bit >= 0)
-                fast_mask |= 1u << bit;
+                compiled_mask |= 1u << bit;
         }
         printf("  %-40s %s%s%s%s\n", plan->name, whole ? "emulated, size:whole/shapes" : "not whole anywhere",
                line, why ? "; not whole: " : "", why ? why : "");
@@ -924,8 +925,8 @@ START_TEST(test_kp_emulate_shipped_plans)
         (unsigned long long)st.split, (unsigned long long)st.nosplit, (unsigned long long)st.alias,
         (unsigned long long)st.noalias);
     /* the one-node AllReduce one-shot and two-phase plans of 2, 4 and 8 ranks are all among them */
-    ck_assert_msg(fast_mask == 0x3fu, "one-node AllReduce one-shot/two-phase coverage %#x, want 0x3f",
-                  fast_mask);
+    ck_assert_msg(compiled_mask == 0x3fu, "one-node AllReduce one-shot/two-phase coverage %#x, want 0x3f",
+                  compiled_mask);
     ck_assert_uint_gt(st.skewed, 0);
     /* the one-shot plans' ranks after 0 read their own input flat in the reduction (kp_fold_pack) */
     ck_assert_uint_gt(st.fsrc, 0);

@@ -26,6 +26,6 @@ done
 [ -d .deps/debs ] && eval "$(tools/dev/device-deps.sh --unpack)"
 export NCCL_NVLS_ENABLE=0
 for n in 2 4 8; do
-    MSCX_BENCH_RANKS=$n MSCX_BENCH_PLANS=gen timeout 150 "$BUILD/tools/mscx-bench-gpu" tests/data/mscclpp/mscclpp-algo-plans \
+    timeout 150 "$BUILD/tools/mscx-bench-gpu" --ranks "$n" --plans gen tests/data/mscclpp/mscclpp-algo-plans \
         "$V" "${1:-16384}" 2>&1 | grep -E "^\| (plan|[a-z])"
 done | tee "$OUT/blocks.txt"

@@ -22,9 +22,8 @@ for n in 2 4 8; do
     done
     cp plans/allreduce_n${n}_rpn${n}_*.json "$V/" || exit 1
 done
-# the two-phase 8-rank plan above 64 KB with 2 and 4 blocks per peer (shipped: 1 since daf9f39, 2 before),
-# 1024 threads per block as shipped (the first run of this script used mscx-plangen's default of 512 for
-# these: not comparable)
+# the two-phase 8-rank plan above 64 KB with 2 and 4 blocks per peer (the shipped plan has 1), 1024
+# threads per block as shipped
 for t in 2 4; do
     gen "allreduce_n8_rpn8_twophase_t${t}_64K_1M" --algo twophase --ranks 8 --tbs-per-peer "$t" \
         --threads-per-block 1024 --min-size 64K --max-size 1M
@@ -37,7 +36,7 @@ for v in 8:rows:8 8:cols:8 4:rows:4 4:cols:8 4:cols:16; do
         --layout "$layout" --threads-per-block 1024 --min-size 64K --max-size 1M
 done
 # the shipped 1024-thread two-phase plans with 512 threads per block (the same blocks): the executor runs
-# blocks of at most 512 threads on its stackless 128-register kernel
+# blocks of at most 512 threads on its 512-thread kernels (more registers a thread)
 for v in 2:8:16K:256K 4:4:16K:1M 8:1:64K:1M; do
     IFS=: read -r n t lo hi <<<"$v"
     gen "allreduce_n${n}_rpn${n}_twophase_b512_${lo}_${hi}" --algo twophase --ranks "$n" --tbs-per-peer "$t" \

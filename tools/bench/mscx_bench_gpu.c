@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * mscx-bench-gpu: in-process N-rank benchmarks of the GPU executor on one GPU.
- *   mscx-bench-gpu [algo-plan-dir [plans-dir [max-bytes]]]
+ *   mscx-bench-gpu [--ranks N] [--plans gen|dsl] [--edges] [algo-plan-dir [plans-dir [max-bytes]]]
  * algo-plan-dir holds the DSL's allreduce_pkt_n{2,4,8}.json; plans-dir this
  * project's plans/ (every allreduce_n{N}_rpn{N}_{oneshot,twophase}_*.json:
  * what the shim routes for one node, each at the sizes of its range).
  * Before them, a launch probe: one rank, no peers (bench_probe).
+ * --ranks N runs only the rows of N ranks (1: the probe only), --plans only
+ * this project's plans (gen) or the DSL's (dsl), --edges prints each
+ * captured graph's shape on stderr.
  * Prints a markdown table: each plan-driven LL16 packet allreduce (fp32 sum)
  * against a hand-written kernel of the same algorithm (tools/bench/ref/),
  * eager and under CUDA graphs, and the launch+completion time of an empty plan.
@@ -18,6 +21,7 @@
  * kernel alternate rep by rep.
  */
 #include <dirent.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +37,7 @@
 /* the largest exec / hand ratio per mode (eager, graph, joined), shipped plans' rows of 1 KB to 64 KB */
 static double g_worst[3];
 static int g_pdl; /* MSCX_PDL as the executor reads it: the hand-written kernel launches the same way */
+static int g_edges; /* --edges: print each captured graph's shape on stderr */
 #define ITERS 100
 #define REPS 11
 
@@ -165,7 +170,7 @@ static cudaGraphExec_t make_graph(struct bench *b, int per_graph, int join)
     }
     if (cudaStreamEndCapture(b->st[0], &g) != cudaSuccess)
         g = NULL;
-    else if (getenv("MSCX_BENCH_EDGES")) /* the graph's shape, on stderr */
+    else if (g_edges)
         print_edges(g, b, join);
     if (g && cudaGraphInstantiate(&ge, g, 0) != cudaSuccess)
         ge = NULL;
@@ -233,6 +238,48 @@ static void bench_n(const char *path, uint32_t n, int oneshot, const char *label
 }
 
 /* Run @p plan (then destroyed) against the hand-written kernel, a row per size. */
+/*
+ * One row: the executor and the hand-written kernel at b->msg bytes. They
+ * alternate, rep by rep, in each mode (eager; graph; joined graph), so that
+ * drift in the machine's speed falls on both alike; each figure is the
+ * median of its REPS.
+ */
+static void bench_size(struct bench *b, const char *label)
+{
+    double t[3][2][REPS];
+    cudaGraphExec_t ge[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    for (int ref = 0; ref < 2; ref++) {
+        b->ref = ref;
+        if (one_iter(b)) /* warm: the plan's first use at this size */
+            continue;
+        cudaDeviceSynchronize();
+        for (int j = 0; j < 2; j++)
+            ge[ref][j] = make_graph(b, ITERS, j);
+    }
+    for (int k = 0; k < REPS; k++)
+        for (int ref = 0; ref < 2; ref++) {
+            b->ref = ref;
+            t[0][ref][k] = eager_batch(b, ITERS);
+            for (int j = 0; j < 2; j++)
+                t[1 + j][ref][k] = graph_replay(b, ge[ref][j], ITERS);
+        }
+    double m[3][2];
+    for (int i = 0; i < 3; i++)
+        for (int ref = 0; ref < 2; ref++)
+            m[i][ref] = median(t[i][ref], REPS);
+    for (int ref = 0; ref < 2; ref++)
+        for (int j = 0; j < 2; j++)
+            if (ge[ref][j])
+                cudaGraphExecDestroy(ge[ref][j]);
+    for (int i = 0; i < 3 && b->msg <= 65536 && strncmp(label, "gen ", 4) == 0; i++)
+        if (m[i][0] > 0 && m[i][1] > 0 && m[i][0] / m[i][1] > g_worst[i])
+            g_worst[i] = m[i][0] / m[i][1];
+    printf("| %s | %u | %llu | %u | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", label, b->n,
+           (unsigned long long)b->msg, b->blocks, m[0][0], m[0][1], m[0][0] / m[0][1], m[1][0], m[1][1],
+           m[1][0] / m[1][1], m[2][0], m[2][1], m[2][0] / m[2][1]);
+    fflush(stdout);
+}
+
 static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const char *label)
 {
     struct bench b;
@@ -264,44 +311,7 @@ static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const ch
         if (msg < mn)
             continue;
         b.msg = msg;
-        /*
-         * The executor and the hand-written kernel alternate, rep by rep, in
-         * each mode (eager; graph; joined graph), so that drift in the
-         * machine's speed falls on both alike; each figure is the median of
-         * its REPS.
-         */
-        double t[3][2][REPS];
-        cudaGraphExec_t ge[2][2] = {{NULL, NULL}, {NULL, NULL}};
-        for (int ref = 0; ref < 2; ref++) {
-            b.ref = ref;
-            if (one_iter(&b)) /* warm: the plan's first use at this size */
-                continue;
-            cudaDeviceSynchronize();
-            for (int j = 0; j < 2; j++)
-                ge[ref][j] = make_graph(&b, ITERS, j);
-        }
-        for (int k = 0; k < REPS; k++)
-            for (int ref = 0; ref < 2; ref++) {
-                b.ref = ref;
-                t[0][ref][k] = eager_batch(&b, ITERS);
-                for (int j = 0; j < 2; j++)
-                    t[1 + j][ref][k] = graph_replay(&b, ge[ref][j], ITERS);
-            }
-        double m[3][2];
-        for (int i = 0; i < 3; i++)
-            for (int ref = 0; ref < 2; ref++)
-                m[i][ref] = median(t[i][ref], REPS);
-        for (int ref = 0; ref < 2; ref++)
-            for (int j = 0; j < 2; j++)
-                if (ge[ref][j])
-                    cudaGraphExecDestroy(ge[ref][j]);
-        for (int i = 0; i < 3 && msg <= 65536 && strncmp(label, "gen ", 4) == 0; i++)
-            if (m[i][0] > 0 && m[i][1] > 0 && m[i][0] / m[i][1] > g_worst[i])
-                g_worst[i] = m[i][0] / m[i][1];
-        printf("| %s | %u | %llu | %u | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
-               label, n, (unsigned long long)msg, b.blocks, m[0][0], m[0][1], m[0][0] / m[0][1], m[1][0],
-               m[1][1], m[1][0] / m[1][1], m[2][0], m[2][1], m[2][0] / m[2][1]);
-        fflush(stdout);
+        bench_size(&b, label);
     }
     for (uint32_t r = 0; r < n; r++) {
         cudaStreamDestroy(b.st[r]);
@@ -426,17 +436,82 @@ static void bench_empty(void)
     mscx_plan_destroy(plan);
 }
 
+/* The command line. */
+struct bench_opts {
+    uint32_t ranks;   /* 0: every rank count; 1: the probe only */
+    int gen, dsl;     /* which plans run */
+    const char *dir;  /* the DSL's plans */
+    const char *pdir; /* this project's plans */
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mscx-bench-gpu [--ranks 1|2|4|8] [--plans gen|dsl] [--edges] "
+               "[algo-plan-dir [plans-dir [max-bytes]]]\n");
+}
+
+/* @return 0, or 2 after printing what is wrong */
+static int parse_opts(int argc, char **argv, struct bench_opts *o)
+{
+    static const struct option longopts[] = {{"ranks", required_argument, NULL, 'r'},
+                                             {"plans", required_argument, NULL, 'p'},
+                                             {"edges", no_argument, NULL, 'e'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    char *end;
+    int c;
+    *o = (struct bench_opts){0, 1, 1, "tests/data/mscclpp/mscclpp-algo-plans", "plans"};
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'r':
+            o->ranks = (uint32_t)strtoul(optarg, &end, 10);
+            if (*end || (o->ranks != 1 && o->ranks != 2 && o->ranks != 4 && o->ranks != 8)) {
+                fprintf(stderr, "mscx-bench-gpu: --ranks %s: want 1, 2, 4 or 8\n", optarg);
+                return 2;
+            }
+            break;
+        case 'p':
+            o->gen = strcmp(optarg, "gen") == 0;
+            o->dsl = strcmp(optarg, "dsl") == 0;
+            if (!o->gen && !o->dsl) {
+                fprintf(stderr, "mscx-bench-gpu: --plans %s: want gen or dsl\n", optarg);
+                return 2;
+            }
+            break;
+        case 'e':
+            g_edges = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (argc - optind > 3) {
+        usage(stderr);
+        return 2;
+    }
+    if (optind < argc)
+        o->dir = argv[optind];
+    if (optind + 1 < argc)
+        o->pdir = argv[optind + 1];
+    if (optind + 2 < argc && strtoull(argv[optind + 2], NULL, 0) >= 1024)
+        g_max_bytes = strtoull(argv[optind + 2], NULL, 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    struct bench_opts o;
+    if (parse_opts(argc, argv, &o))
+        return 2;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("no GPU\n");
         return 77;
     }
-    const char *dir = argc > 1 ? argv[1] : "tests/data/mscclpp/mscclpp-algo-plans";
-    const char *pdir = argc > 2 ? argv[2] : "plans";
-    if (argc > 3 && strtoull(argv[3], NULL, 0) >= 1024)
-        g_max_bytes = strtoull(argv[3], NULL, 0);
     char path[4096];
     const struct mscx_config *cfg;
     if (mscx_config_get(&cfg) != MSCX_OK)
@@ -448,17 +523,15 @@ int main(int argc, char **argv)
     printf("| plan | ranks | bytes | blocks/rank | exec eager | hand eager | eager ratio | exec graph | hand graph | "
            "graph ratio | exec joined | hand joined | joined ratio |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    const char *only = getenv("MSCX_BENCH_RANKS"); /* e.g. "2": only that rank count */
-    if (!only || !*only || strcmp(only, "1") == 0)
+    if (o.ranks == 0 || o.ranks == 1)
         bench_probe();
     for (uint32_t n = 2; n <= 8; n *= 2) {
-        if (only && *only && strtoul(only, NULL, 10) != n)
+        if (o.ranks != 0 && o.ranks != n)
             continue;
-        const char *which = getenv("MSCX_BENCH_PLANS"); /* "gen" or "dsl": only those */
-        if (!which || !*which || strcmp(which, "gen") == 0)
-            bench_gen(pdir, n);
-        snprintf(path, sizeof(path), "%s/allreduce_pkt_n%u.json", dir, n);
-        if (!which || !*which || strcmp(which, "dsl") == 0)
+        if (o.gen)
+            bench_gen(o.pdir, n);
+        snprintf(path, sizeof(path), "%s/allreduce_pkt_n%u.json", o.dir, n);
+        if (o.dsl)
             bench_n(path, n, 0, "dsl allreduce_pkt");
     }
     printf("\nexecutor overhead (exec / hand), largest over the rows above of shipped plans (gen) at "

@@ -13,20 +13,17 @@
 //     the floor of a one-shot packet AllReduce's launch plus one round trip,
 //     with and without PDL (waiting first, then allowing the next launch,
 //     as the executor does).
-//   - the executor's own fast kernel (mscx_gpu_kernel_launch) running a
+//   - the executor's own compiled kernel (mscx_gpu_kernel_launch) running a
 //     hand-made compiled program: no entries (launch, prologue and epilogue
 //     only), and one COPY entry per block, against a plain kernel copying
-//     the same bytes; the packet kernel (MSCX_KSET_PKT) on an empty program
-//     and on one PACK entry per block;
-//   - a two-rank 1 KB one-shot AllReduce on the executor's packet kernel
-//     (a hand-made program: one PACK and one REDPKT per block) beside a
-//     hand-written kernel of the same exchange (k_hand), and k_hand with
+//     the same bytes; the packet-only kernel on an empty program and on one
+//     PACK entry per block;
+//   - a two-rank 1 KB one-shot AllReduce on the executor's packet-only
+//     kernel (a hand-made program: one PACK and one REDPKT per block) beside
+//     a hand-written kernel of the same exchange (k_hand), and k_hand with
 //     cold code jumped over between its phases, with programmatic dependent
 //     launch and without it (each launch then starts after the one ahead
-//     has ended, as after a join of streams). Built with -DMSCX_KSTAMP
-//     (meson -Dcuda_args=-DMSCX_KSTAMP), both kernels record the SM clock
-//     at fixed points of each launch, printed per rank and block after the
-//     row: where the time before and after the programmatic wait goes.
+//     has ended, as after a join of streams).
 // Prints a markdown table. Exits 77 without a GPU.
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -135,8 +132,7 @@ __global__ void k_tiny(const __grid_constant__ small_args a)
 // flag after it; the words are resolved by the flag's parity and staged in
 // 5 KB of static shared memory, one barrier, then read back. A stack frame
 // by MODE: 0 none; 1 a 48-word local array indexed at run time; 2 a 36-word
-// (144 B, the fast executor kernel's frame) local array written at run-time
-// indices.
+// (144 B) local array written at run-time indices.
 
 template <uint32_t MODE>
 __global__ void __launch_bounds__(1024, 1) k_execlike(const __grid_constant__ exec_args a)
@@ -173,9 +169,9 @@ __global__ void __launch_bounds__(1024, 1) k_execlike(const __grid_constant__ ex
         *(volatile uint32_t *)&a.state[blockIdx.x] = f;
 }
 
-// Code size: BIG holds 32 cases of a 64-step chain (about 100 KB of SASS,
-// the executor kernel is about 60 KB) and runs the last; the small one
-// holds and runs only that case. The same instructions execute in both.
+// Code size: BIG holds 32 cases of a 64-step chain (more code than the
+// executor's interpreter kernel) and runs the last; the small one holds and
+// runs only that case. The same instructions execute in both.
 template <uint32_t C> __device__ __forceinline__ uint32_t chain(uint32_t x)
 {
 #pragma unroll
@@ -249,30 +245,18 @@ __global__ void k_xchg(const __grid_constant__ xchg_args a)
 
 // A two-rank one-shot LL16 AllReduce of X_UNITS 8-byte units, written by
 // hand as tools/bench/ref does it (units spread over the grid, the first input
-// unit loaded beside the flag), beside the executor's packet kernel running
-// the same exchange from a hand-made program (K_X_EXEC). Built with
-// -DMSCX_KSTAMP, both keep thread 0's SM clock at the same points in
-// registers and store them at the end into a per-block ring indexed by the
-// launch's flag (see exec_dev.cuh, struct mscx_kst), printed after the row.
+// unit loaded beside the flag), beside the executor's packet-only kernel
+// running the same exchange from a hand-made program (K_X_EXEC).
 #define X_UNITS 128u // 1 KB of fp32
 #define X_SLOT (16u * X_UNITS)
 #define X_HALF (2u * X_SLOT)
 
 struct hand_args {
-    char *buf;      // in place: input and output
-    char *scr[2];   // each rank's scratch: two halves of two slots
+    char *buf;       // in place: input and output
+    char *scr[2];    // each rank's scratch: two halves of two slots
     uint32_t *state; // [MAXB] flags, [MAXB] timeout
-    unsigned long long *stamp; // [MAXB][X_RING][X_WORDS] (MSCX_KSTAMP, as exec_dev.cuh's struct mscx_kst)
     uint32_t rank, pdl;
 };
-
-#ifdef MSCX_KSTAMP
-#define X_RING 1024u /* = MSCX_KSTAMP_RING (exec_dev.cuh): launches per block in the stamp ring */
-#define X_WORDS 32u  /* = MSCX_KSTAMP_WORDS: words per launch */
-#define X_AT(v) v = clock64()
-#else
-#define X_AT(v) ((void)0)
-#endif
 
 // FAR: between the phases (after the flag, after the put, after the gather)
 // a branch that is never taken (a.pdl is never 0xdead0000 + i) over about
@@ -292,20 +276,37 @@ struct hand_args {
         }                                                                                                    \
     } while (0)
 
+// The LL16 line at @p line once it carries flag @p f: its two payload words. Gives up after 2 s
+// (state[MAXB]).
+__device__ __forceinline__ uint2 hand_line_wait(const hand_args &a, const char *line, uint32_t f)
+{
+    uint32_t x, fx, y, fy;
+    uint64_t w0 = 0, w;
+    for (uint32_t spins = 0;; spins++) {
+        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(x), "=r"(fx), "=r"(y), "=r"(fy)
+                     : "l"(line)
+                     : "memory");
+        if (fx == f && fy == f)
+            break;
+        if ((spins & 1023u) == 1023u) {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w));
+            if (w0 == 0)
+                w0 = w;
+            else if (w - w0 > 2000000000ull) { // 2 s: report, never hang
+                a.state[MAXB] = 1;
+                break;
+            }
+        }
+    }
+    return make_uint2(x, y);
+}
+
 template <bool FAR> __global__ void __launch_bounds__(1024, 1) k_hand(const __grid_constant__ hand_args a)
 {
-#ifdef MSCX_KSTAMP
-    long long t0 = 0, t1 = 0, t2 = 0, t3 = 0, t4 = 0, t5 = 0, pb = 0, rb = 0, rc = 0;
-    uint64_t g1 = 0, g5 = 0;
-#endif
-    X_AT(t0);
     __shared__ uint32_t s_f;
     const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x, nt = gridDim.x * blockDim.x;
     pdl_enter(a.pdl);
-    X_AT(t1);
-#ifdef MSCX_KSTAMP
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
-#endif
     const uint2 v0 = tid < X_UNITS ? *(const uint2 *)(a.buf + tid * 8u) : make_uint2(0, 0);
     if (threadIdx.x == 0) {
         uint32_t f = *(volatile uint32_t *)&a.state[blockIdx.x] + 1u;
@@ -313,84 +314,26 @@ template <bool FAR> __global__ void __launch_bounds__(1024, 1) k_hand(const __gr
     }
     __syncthreads();
     const uint32_t f = s_f;
-#ifdef MSCX_KSTAMP
-    if (f != (uint32_t)t0) /* a use of the flag: the stamp waits for it */
-        X_AT(t2);
-#endif
     X_FAR(1);
     const uint32_t so = (f & 1u) ? 0u : X_HALF, peer = a.rank ^ 1u;
-    for (uint32_t u = tid; u < X_UNITS; u += nt) {
+    for (uint32_t u = tid; u < X_UNITS; u += nt) { // put: this rank's units as lines into the peer's slot
         const uint2 v = u == tid ? v0 : *(const uint2 *)(a.buf + u * 8u);
-#ifdef MSCX_KSTAMP
-        if (u == tid && v.x != (uint32_t)t0) /* waits for the value */
-            X_AT(pb);
-#endif
-        asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(a.scr[peer] + so + a.rank * X_SLOT + u * 16u),
+        asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(a.scr[peer] + so +
+                                                                               a.rank * X_SLOT + u * 16u),
                      "r"(v.x), "r"(f), "r"(v.y), "r"(f)
                      : "memory");
     }
-    X_AT(t3);
     X_FAR(2);
-    for (uint32_t u = tid; u < X_UNITS; u += nt) {
-        const char *line = a.scr[a.rank] + so + peer * X_SLOT + u * 16u;
-        uint32_t x, fx, y, fy;
-        uint64_t w0 = 0, w;
-        for (uint32_t spins = 0;; spins++) {
-            asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(x), "=r"(fx), "=r"(y), "=r"(fy)
-                         : "l"(line)
-                         : "memory");
-            if (fx == f && fy == f)
-                break;
-            if ((spins & 1023u) == 1023u) {
-                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w));
-                if (w0 == 0)
-                    w0 = w;
-                else if (w - w0 > 2000000000ull) { // 2 s: report, never hang
-                    a.state[MAXB] = 1;
-                    break;
-                }
-            }
-        }
+    for (uint32_t u = tid; u < X_UNITS; u += nt) { // gather: the peer's lines, summed in rank order
+        const uint2 p = hand_line_wait(a, a.scr[a.rank] + so + peer * X_SLOT + u * 16u, f);
         const uint2 own = u == tid ? v0 : *(const uint2 *)(a.buf + u * 8u);
-        const float a0 = __uint_as_float(a.rank == 0 ? own.x : x), a1 = __uint_as_float(a.rank == 0 ? x : own.x);
-        const float b0 = __uint_as_float(a.rank == 0 ? own.y : y), b1 = __uint_as_float(a.rank == 0 ? y : own.y);
-#ifdef MSCX_KSTAMP
-        if (u == tid && x != (uint32_t)t0) /* the line in hand */
-            X_AT(rb);
-#endif
+        const float a0 = __uint_as_float(a.rank == 0 ? own.x : p.x),
+                    a1 = __uint_as_float(a.rank == 0 ? p.x : own.x);
+        const float b0 = __uint_as_float(a.rank == 0 ? own.y : p.y),
+                    b1 = __uint_as_float(a.rank == 0 ? p.y : own.y);
         *(uint2 *)(a.buf + u * 8u) = make_uint2(__float_as_uint(a0 + a1), __float_as_uint(b0 + b1));
-#ifdef MSCX_KSTAMP
-        if (u == tid)
-            X_AT(rc);
-#endif
     }
-    X_AT(t4);
     X_FAR(3);
-    X_AT(t5);
-#ifdef MSCX_KSTAMP
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g5));
-    if (threadIdx.x == 0) {
-        unsigned long long *w = a.stamp + (uint64_t)X_WORDS * (X_RING * blockIdx.x + f % X_RING);
-        w[0] = t0;
-        w[1] = t1;
-        w[2] = t2;
-        w[3] = t3;
-        w[4] = t4;
-        w[5] = t5;
-        w[6] = g1;
-        w[7] = g5;
-        w[8] = t2; /* as the executor's PACK entered */
-        w[9] = pb;
-        w[10] = t3; /* as its REDPKT entered */
-        w[11] = rb;
-        w[12] = rc;
-        w[13] = t2; /* no entry loop, guard or switch: as at the flag, and at the gather's start */
-        w[14] = t3;
-        w[15] = t2;
-        w[16] = t3;
-    }
-#endif
     if (threadIdx.x == 0)
         *(volatile uint32_t *)&a.state[blockIdx.x] = f;
 }
@@ -412,8 +355,8 @@ enum kind {
     K_REAL_PKT_PACK,
     K_COPY,
     K_XCHG,
-    K_X_EXEC, // the two-rank one-shot (X_UNITS): the executor's packet kernel
-    K_X_HAND, // the same, k_hand
+    K_X_EXEC,    // the two-rank one-shot (X_UNITS): the executor's packet-only kernel
+    K_X_HAND,    // the same, k_hand
     K_X_HAND_FAR // k_hand<true>: cold code jumped over between its phases
 };
 
@@ -429,11 +372,10 @@ static uint4 *g_table; // MAXB blocks x 64 words
 /* the executor kernel's context (zeroed), flags, programs (empty; one COPY per block) and buffers */
 static char *g_ctx, *g_rec_empty, *g_rec_copy, *g_rec_pack, *g_in, *g_out;
 static uint32_t *g_bflag;
-/* the two-rank one-shot rows, per rank: buffer, scratch, executor context, flags, program; k_hand's state and scratch */
+/* the two-rank one-shot rows, per rank: buffer, scratch, executor context, flags, program; k_hand's state and
+ * scratch */
 static char *x_buf[2], *x_scr[2], *x_ctx[2], *x_rec[2], *x_hscr[2];
 static uint32_t *x_bflag[2], *x_hstate[2];
-static unsigned long long *x_stamp[2]; /* [MAXB][X_RING][X_WORDS] */
-#define X_STAMP_BYTES ((size_t)MAXB * 1024u * 32u * sizeof(unsigned long long))
 static struct mscx_gpu_host *x_host[2]; /* mapped */
 
 // The kernels whose only argument is small_args, by kind; NULL for the others.
@@ -457,6 +399,103 @@ static void (*small_kernel(enum kind k))(small_args)
     }
 }
 
+// The executor's compiled kernels on the hand-made programs of g_rec_* (K_REAL_*): compiled whole, fp32 sum.
+static cudaError_t launch_real(const struct row *r, uint32_t rank)
+{
+    struct mscx_gpu_args a;
+    memset(&a, 0, sizeof(a));
+    a.ctx = (struct mscx_gpu_ctx *)g_ctx;
+    a.bflag = g_bflag;
+    a.in = g_in;
+    a.out = g_out;
+    a.in_bytes = a.out_bytes = (uint64_t)MAXB * COPY_BYTES;
+    a.dtype = MSCX_DT_FP32;
+    a.op = MSCX_REDOP_SUM;
+    a.pkt = MSCX_PKT_LL16;
+    a.reduce = 1;
+    a.kprog = r->k == K_REAL_COPY ? g_rec_copy : r->k == K_REAL_PKT_PACK ? g_rec_pack : g_rec_empty;
+    a.packet_only = r->k == K_REAL_PKT_EMPTY || r->k == K_REAL_PKT_PACK;
+    a.kmax_ops = 1;
+    a.kmax_opnd = 2;
+    a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
+    a.compiled = 1;
+    int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
+    return rc ? (cudaError_t)rc : cudaSuccess;
+}
+
+// The two-rank one-shot on the executor's packet-only kernel (K_X_EXEC).
+static cudaError_t launch_x_exec(const struct row *r, uint32_t rank)
+{
+    struct mscx_gpu_args a;
+    memset(&a, 0, sizeof(a));
+    a.ctx = (struct mscx_gpu_ctx *)x_ctx[rank];
+    a.bflag = x_bflag[rank];
+    a.in = x_buf[rank];
+    a.out = x_buf[rank];
+    a.in_bytes = a.out_bytes = 8u * X_UNITS;
+    a.dtype = MSCX_DT_FP32;
+    a.op = MSCX_REDOP_SUM;
+    a.pkt = MSCX_PKT_LL16;
+    a.reduce = 1;
+    a.kprog = x_rec[rank];
+    a.packet_only = 1;
+    a.kmax_ops = 2;
+    a.kmax_opnd = 5;
+    a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
+    a.compiled = 1;
+    a.timeout_ns = 2000000000ull;
+    int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
+    return rc ? (cudaError_t)rc : cudaSuccess;
+}
+
+// The kernels launched directly: every kind but the executor's, under launch configuration @p c.
+static cudaError_t launch_plain(const struct row *r, uint32_t rank, const cudaLaunchConfig_t *c)
+{
+    const small_args sa = {g_state[rank], r->pdl, r->k == K_CODE_SMALL || r->k == K_CODE_BIG ? 31u : 0u};
+    void (*small)(small_args) = small_kernel(r->k);
+    if (small)
+        return cudaLaunchKernelEx(c, small, sa);
+    switch (r->k) {
+    case K_COPY:
+        return cudaLaunchKernelEx(c, k_copy, sa, (const char *)g_in, g_out);
+    case K_X_HAND:
+    case K_X_HAND_FAR: {
+        hand_args a = {x_buf[rank], {x_hscr[0], x_hscr[1]}, x_hstate[rank], rank, r->pdl};
+        return r->k == K_X_HAND_FAR ? cudaLaunchKernelEx(c, k_hand<true>, a)
+                                    : cudaLaunchKernelEx(c, k_hand<false>, a);
+    }
+    case K_EXEC:
+    case K_EXEC_STACK:
+    case K_EXEC_VOL: {
+        exec_args a = {};
+        a.state = g_state[rank];
+        a.table = g_table;
+        a.pdl = r->pdl;
+        a.words = 40; // about a one-shot block's record (head, entries, operands)
+        void (*fn)(exec_args) = r->k == K_EXEC         ? k_execlike<0>
+                                : r->k == K_EXEC_STACK ? k_execlike<1>
+                                                       : k_execlike<2>;
+        return cudaLaunchKernelEx(c, fn, a);
+    }
+    case K_BIG: {
+        big_args a = {};
+        a.state = g_state[rank];
+        a.pdl = r->pdl;
+        return cudaLaunchKernelEx(c, k_big, a);
+    }
+    default: {
+        xchg_args a = {};
+        a.state = g_state[rank];
+        for (uint32_t p = 0; p < r->n; p++)
+            a.box[p] = g_box[p];
+        a.rank = rank;
+        a.n = r->n;
+        a.pdl = r->pdl;
+        return cudaLaunchKernelEx(c, k_xchg, a);
+    }
+    }
+}
+
 static int launch(const struct row *r, uint32_t rank)
 {
     cudaLaunchConfig_t c = {};
@@ -472,112 +511,19 @@ static int launch(const struct row *r, uint32_t rank)
         c.numAttrs = 1;
     }
     cudaError_t e;
-    const small_args sa = {g_state[rank], r->pdl, r->k == K_CODE_SMALL || r->k == K_CODE_BIG ? 31u : 0u};
-    void (*small)(small_args) = small_kernel(r->k);
-    if (small) {
-        e = cudaLaunchKernelEx(&c, small, sa);
-    } else {
-        switch (r->k) {
-        case K_COPY:
-            e = cudaLaunchKernelEx(&c, k_copy, sa, (const char *)g_in, g_out);
-            break;
-        case K_REAL_EMPTY:
-        case K_REAL_COPY:
-        case K_REAL_PKT_EMPTY:
-        case K_REAL_PKT_PACK: {
-            struct mscx_gpu_args a;
-            memset(&a, 0, sizeof(a));
-            a.ctx = (struct mscx_gpu_ctx *)g_ctx;
-            a.bflag = g_bflag;
-            a.in = g_in;
-            a.out = g_out;
-            a.in_bytes = a.out_bytes = (uint64_t)MAXB * COPY_BYTES;
-            a.dtype = MSCX_DT_FP32;
-            a.op = MSCX_REDOP_SUM;
-            a.pkt = MSCX_PKT_LL16;
-            a.reduce = 1;
-            a.kprog = r->k == K_REAL_COPY        ? g_rec_copy
-                      : r->k == K_REAL_PKT_PACK ? g_rec_pack
-                                                : g_rec_empty;
-            a.kpkt = r->k == K_REAL_PKT_EMPTY || r->k == K_REAL_PKT_PACK; /* the packet kernel (MSCX_KSET_PKT) */
-            a.kmax_ops = 1;
-            a.kmax_opnd = 2;
-            a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
-            a.fast = 1;
-            int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
-            e = rc ? (cudaError_t)rc : cudaSuccess;
-            break;
-        }
-        case K_X_EXEC: {
-            struct mscx_gpu_args a;
-            memset(&a, 0, sizeof(a));
-            a.ctx = (struct mscx_gpu_ctx *)x_ctx[rank];
-            a.bflag = x_bflag[rank];
-            a.in = x_buf[rank];
-            a.out = x_buf[rank];
-            a.in_bytes = a.out_bytes = 8u * X_UNITS;
-            a.dtype = MSCX_DT_FP32;
-            a.op = MSCX_REDOP_SUM;
-            a.pkt = MSCX_PKT_LL16;
-            a.reduce = 1;
-            a.kprog = x_rec[rank];
-            a.kpkt = 1;
-            a.kmax_ops = 2;
-            a.kmax_opnd = 5;
-            a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
-            a.fast = 1;
-            a.timeout_ns = 2000000000ull;
-            a.trace = (struct mscx_trace_rec *)x_stamp[rank]; /* MSCX_KSTAMP builds: the stamp rings (trace_cap 0) */
-            int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
-            e = rc ? (cudaError_t)rc : cudaSuccess;
-            break;
-        }
-        case K_X_HAND:
-        case K_X_HAND_FAR: {
-            hand_args a = {};
-            a.buf = x_buf[rank];
-            a.scr[0] = x_hscr[0];
-            a.scr[1] = x_hscr[1];
-            a.state = x_hstate[rank];
-            a.stamp = x_stamp[rank];
-            a.rank = rank;
-            a.pdl = r->pdl;
-            e = r->k == K_X_HAND_FAR ? cudaLaunchKernelEx(&c, k_hand<true>, a) : cudaLaunchKernelEx(&c, k_hand<false>, a);
-            break;
-        }
-        case K_EXEC:
-        case K_EXEC_STACK:
-        case K_EXEC_VOL: {
-            exec_args a = {};
-            a.state = g_state[rank];
-            a.table = g_table;
-            a.pdl = r->pdl;
-            a.words = 40; // about a one-shot block's record (head, entries, operands)
-            void (*fn)(exec_args) = r->k == K_EXEC         ? k_execlike<0>
-                                    : r->k == K_EXEC_STACK ? k_execlike<1>
-                                                           : k_execlike<2>;
-            e = cudaLaunchKernelEx(&c, fn, a);
-            break;
-        }
-        case K_BIG: {
-            big_args a = {};
-            a.state = g_state[rank];
-            a.pdl = r->pdl;
-            e = cudaLaunchKernelEx(&c, k_big, a);
-            break;
-        }
-        default: {
-            xchg_args a = {};
-            a.state = g_state[rank];
-            for (uint32_t p = 0; p < r->n; p++)
-                a.box[p] = g_box[p];
-            a.rank = rank;
-            a.n = r->n;
-            a.pdl = r->pdl;
-            e = cudaLaunchKernelEx(&c, k_xchg, a);
-            break;
-        }
-        }
+    switch (r->k) {
+    case K_REAL_EMPTY:
+    case K_REAL_COPY:
+    case K_REAL_PKT_EMPTY:
+    case K_REAL_PKT_PACK:
+        e = launch_real(r, rank);
+        break;
+    case K_X_EXEC:
+        e = launch_x_exec(r, rank);
+        break;
+    default:
+        e = launch_plain(r, rank, &c);
+        break;
     }
     if (e != cudaSuccess) {
         fprintf(stderr, "mscx-bench-launch: %s: %s\n", r->what, cudaGetErrorString(e));
@@ -674,118 +620,123 @@ static double time_eager(const struct row *r)
     return t[REPS / 2];
 }
 
-int main(void)
+/*
+ * The programs of the K_REAL_* rows, per block a record of a head, one entry
+ * slot and two operand slots (struct mscx_record_head): empty; one COPY of
+ * the block's COPY_BYTES; one PACK of half of them as LL16 lines over the
+ * whole slice.
+ */
+static void setup_real(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("no GPU\n");
-        return 77;
+    const uint32_t words = 4;
+    uint4 empty[MAXB * 4], copy[MAXB * 4], pack[MAXB * 4];
+    memset(empty, 0, sizeof(empty));
+    memset(copy, 0, sizeof(copy));
+    memset(pack, 0, sizeof(pack));
+    for (uint32_t b = 0; b < MAXB; b++) {
+        struct mscx_record_head h = {0, 0, 0, 0};
+        memcpy(&empty[b * words], &h, sizeof(h));
+        h.nk = 1;
+        h.np = 2;
+        memcpy(&copy[b * words], &h, sizeof(h));
+        struct mscx_entry k;
+        memset(&k, 0, sizeof(k));
+        k.kind = MSCX_ENTRY_COPY;
+        k.nsrc = 1;
+        k.ndst = 1;
+        k.units = COPY_BYTES / 16u;
+        memcpy(&copy[b * words + 1], &k, sizeof(k));
+        uint64_t src = MSCX_TAGGED_IN | ((uint64_t)b * COPY_BYTES),
+                 dst = MSCX_TAGGED_OUT | ((uint64_t)b * COPY_BYTES);
+        copy[b * words + 2] = make_uint4((uint32_t)src, (uint32_t)(src >> 32), 0, 0);
+        copy[b * words + 3] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), 0, 0);
+        memcpy(&pack[b * words], &copy[b * words], 4u * sizeof(uint4));
+        k.kind = MSCX_ENTRY_PACK;
+        k.units = COPY_BYTES / 16u;
+        memcpy(&pack[b * words + 1], &k, sizeof(k));
     }
-    cudaFuncSetAttribute(k_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024);
-    {
-        /* program records: a head, one entry slot, two operand slots per block (see struct mscx_kblk_head) */
-        const uint32_t words = 4;
-        uint4 empty[MAXB * 4], copy[MAXB * 4], pack[MAXB * 4];
-        memset(empty, 0, sizeof(empty));
-        memset(copy, 0, sizeof(copy));
-        memset(pack, 0, sizeof(pack));
-        for (uint32_t b = 0; b < MAXB; b++) {
-            struct mscx_kblk_head h = {0, 0, 0, 0};
-            memcpy(&empty[b * words], &h, sizeof(h));
-            h.nk = 1;
-            h.np = 2;
-            memcpy(&copy[b * words], &h, sizeof(h));
-            struct mscx_entry k;
-            memset(&k, 0, sizeof(k));
-            k.kind = MSCX_ENTRY_COPY;
-            k.nsrc = 1;
-            k.ndst = 1;
-            k.units = COPY_BYTES / 16u;
-            memcpy(&copy[b * words + 1], &k, sizeof(k));
-            uint64_t src = MSCX_TAGGED_IN | ((uint64_t)b * COPY_BYTES),
-                     dst = MSCX_TAGGED_OUT | ((uint64_t)b * COPY_BYTES);
-            copy[b * words + 2] = make_uint4((uint32_t)src, (uint32_t)(src >> 32), 0, 0);
-            copy[b * words + 3] = make_uint4((uint32_t)dst, (uint32_t)(dst >> 32), 0, 0);
-            /* PACK: half the slice's bytes as LL16 lines (8 payload bytes a line) over the whole slice */
-            memcpy(&pack[b * words], &copy[b * words], 4u * sizeof(uint4));
-            k.kind = MSCX_ENTRY_PACK;
-            k.units = COPY_BYTES / 16u;
-            memcpy(&pack[b * words + 1], &k, sizeof(k));
-        }
-        cudaMalloc((void **)&g_rec_empty, sizeof(empty));
-        cudaMalloc((void **)&g_rec_copy, sizeof(copy));
-        cudaMalloc((void **)&g_rec_pack, sizeof(pack));
-        cudaMemcpy(g_rec_pack, pack, sizeof(pack), cudaMemcpyHostToDevice);
-        cudaMemcpy(g_rec_empty, empty, sizeof(empty), cudaMemcpyHostToDevice);
-        cudaMemcpy(g_rec_copy, copy, sizeof(copy), cudaMemcpyHostToDevice);
-        cudaMalloc((void **)&g_ctx, sizeof(struct mscx_gpu_ctx));
-        cudaMemset(g_ctx, 0, sizeof(struct mscx_gpu_ctx));
-        cudaMalloc((void **)&g_bflag, MAXB * sizeof(uint32_t));
-        cudaMemset(g_bflag, 0, MAXB * sizeof(uint32_t));
-        cudaMalloc((void **)&g_in, (size_t)MAXB * COPY_BYTES);
-        cudaMalloc((void **)&g_out, (size_t)MAXB * COPY_BYTES);
-        cudaMemset(g_in, 1, (size_t)MAXB * COPY_BYTES);
+    cudaMalloc((void **)&g_rec_empty, sizeof(empty));
+    cudaMalloc((void **)&g_rec_copy, sizeof(copy));
+    cudaMalloc((void **)&g_rec_pack, sizeof(pack));
+    cudaMemcpy(g_rec_pack, pack, sizeof(pack), cudaMemcpyHostToDevice);
+    cudaMemcpy(g_rec_empty, empty, sizeof(empty), cudaMemcpyHostToDevice);
+    cudaMemcpy(g_rec_copy, copy, sizeof(copy), cudaMemcpyHostToDevice);
+    cudaMalloc((void **)&g_ctx, sizeof(struct mscx_gpu_ctx));
+    cudaMemset(g_ctx, 0, sizeof(struct mscx_gpu_ctx));
+    cudaMalloc((void **)&g_bflag, MAXB * sizeof(uint32_t));
+    cudaMemset(g_bflag, 0, MAXB * sizeof(uint32_t));
+    cudaMalloc((void **)&g_in, (size_t)MAXB * COPY_BYTES);
+    cudaMalloc((void **)&g_out, (size_t)MAXB * COPY_BYTES);
+    cudaMemset(g_in, 1, (size_t)MAXB * COPY_BYTES);
+}
+
+/* The two-rank one-shot's buffers, per rank: its own, two scratches (executor, k_hand), flags, context. */
+static void setup_oneshot_buffers(uint32_t r)
+{
+    cudaMalloc((void **)&x_buf[r], 8u * X_UNITS);
+    cudaMemset(x_buf[r], 0, 8u * X_UNITS);
+    cudaMalloc((void **)&x_scr[r], 2u * X_HALF);
+    cudaMemset(x_scr[r], 0, 2u * X_HALF);
+    cudaMalloc((void **)&x_hscr[r], 2u * X_HALF);
+    cudaMemset(x_hscr[r], 0, 2u * X_HALF);
+    cudaMalloc((void **)&x_bflag[r], MAXB * sizeof(uint32_t));
+    cudaMemset(x_bflag[r], 0, MAXB * sizeof(uint32_t));
+    cudaMalloc((void **)&x_hstate[r], (MAXB + 1) * sizeof(uint32_t));
+    cudaMemset(x_hstate[r], 0, (MAXB + 1) * sizeof(uint32_t));
+    cudaHostAlloc((void **)&x_host[r], sizeof(struct mscx_gpu_host), cudaHostAllocMapped);
+    memset(x_host[r], 0, sizeof(struct mscx_gpu_host));
+    struct mscx_gpu_ctx ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    cudaHostGetDevicePointer((void **)&ctx.host, x_host[r], 0);
+    cudaMalloc((void **)&x_ctx[r], sizeof(ctx));
+    cudaMemcpy(x_ctx[r], &ctx, sizeof(ctx), cudaMemcpyHostToDevice);
+}
+
+/*
+ * Rank @p r's program of the two-rank one-shot: 2 blocks, X_UNITS / 2 units
+ * each, a PACK of its input into the peer's slot and a REDPKT of its input
+ * and the peer's lines into its output (the same buffer); scratch half by
+ * flag parity: 1 -> 0, 0 -> X_HALF.
+ */
+static void setup_oneshot_program(uint32_t r)
+{
+    const uint32_t words = 8, ub_n = X_UNITS / 2u, p = r ^ 1u;
+    uint4 rec[2 * 8];
+    memset(rec, 0, sizeof(rec));
+    for (uint32_t b = 0; b < 2; b++) {
+        uint4 *w = &rec[b * words];
+        const uint64_t ub = (uint64_t)b * ub_n;
+        struct mscx_record_head h = {2, 5, 0, 0};
+        memcpy(&w[0], &h, sizeof(h));
+        struct mscx_entry k;
+        memset(&k, 0, sizeof(k));
+        k.kind = MSCX_ENTRY_PACK;
+        k.nsrc = 1;
+        k.ndst = 1;
+        k.opnd = 0;
+        k.units = ub_n;
+        memcpy(&w[1], &k, sizeof(k));
+        k.kind = MSCX_ENTRY_REDPKT;
+        k.nsrc = 2;
+        k.opnd = 2;
+        memcpy(&w[2], &k, sizeof(k));
+        const uint64_t in = MSCX_TAGGED_IN | (ub * 8u), out = MSCX_TAGGED_OUT | (ub * 8u);
+        const uint64_t put0 = (uint64_t)(uintptr_t)(x_scr[p] + X_HALF + r * X_SLOT + ub * 16u),
+                       put1 = (uint64_t)(uintptr_t)(x_scr[p] + r * X_SLOT + ub * 16u);
+        const uint64_t get0 = (uint64_t)(uintptr_t)(x_scr[r] + X_HALF + p * X_SLOT + ub * 16u),
+                       get1 = (uint64_t)(uintptr_t)(x_scr[r] + p * X_SLOT + ub * 16u);
+        w[3] = make_uint4((uint32_t)in, (uint32_t)(in >> 32), 0, 0);
+        w[4] = make_uint4((uint32_t)put0, (uint32_t)(put0 >> 32), (uint32_t)put1, (uint32_t)(put1 >> 32));
+        w[5] = make_uint4((uint32_t)in, (uint32_t)(in >> 32), 0, 0);
+        w[6] = make_uint4((uint32_t)get0, (uint32_t)(get0 >> 32), (uint32_t)get1, (uint32_t)(get1 >> 32));
+        w[7] = make_uint4((uint32_t)out, (uint32_t)(out >> 32), 0, 0);
     }
-    {
-        /* the two-rank one-shot: 2 blocks, X_UNITS / 2 units each; scratch half by flag parity: 1 -> 0, 0 -> X_HALF */
-        const uint32_t words = 8, ub_n = X_UNITS / 2u;
-        for (uint32_t r = 0; r < 2; r++) {
-            cudaMalloc((void **)&x_buf[r], 8u * X_UNITS);
-            cudaMemset(x_buf[r], 0, 8u * X_UNITS);
-            cudaMalloc((void **)&x_scr[r], 2u * X_HALF);
-            cudaMemset(x_scr[r], 0, 2u * X_HALF);
-            cudaMalloc((void **)&x_hscr[r], 2u * X_HALF);
-            cudaMemset(x_hscr[r], 0, 2u * X_HALF);
-            cudaMalloc((void **)&x_bflag[r], MAXB * sizeof(uint32_t));
-            cudaMemset(x_bflag[r], 0, MAXB * sizeof(uint32_t));
-            cudaMalloc((void **)&x_hstate[r], (MAXB + 1) * sizeof(uint32_t));
-            cudaMemset(x_hstate[r], 0, (MAXB + 1) * sizeof(uint32_t));
-            cudaMalloc((void **)&x_stamp[r], X_STAMP_BYTES);
-            cudaMemset(x_stamp[r], 0, X_STAMP_BYTES);
-            cudaHostAlloc((void **)&x_host[r], sizeof(struct mscx_gpu_host), cudaHostAllocMapped);
-            memset(x_host[r], 0, sizeof(struct mscx_gpu_host));
-            struct mscx_gpu_ctx ctx;
-            memset(&ctx, 0, sizeof(ctx));
-            cudaHostGetDevicePointer((void **)&ctx.host, x_host[r], 0);
-            cudaMalloc((void **)&x_ctx[r], sizeof(ctx));
-            cudaMemcpy(x_ctx[r], &ctx, sizeof(ctx), cudaMemcpyHostToDevice);
-        }
-        for (uint32_t r = 0; r < 2; r++) {
-            const uint32_t p = r ^ 1u;
-            uint4 rec[2 * 8];
-            memset(rec, 0, sizeof(rec));
-            for (uint32_t b = 0; b < 2; b++) {
-                uint4 *w = &rec[b * words];
-                const uint64_t ub = (uint64_t)b * ub_n;
-                struct mscx_kblk_head h = {2, 5, 0, 0};
-                memcpy(&w[0], &h, sizeof(h));
-                struct mscx_entry k;
-                memset(&k, 0, sizeof(k));
-                k.kind = MSCX_ENTRY_PACK;
-                k.nsrc = 1;
-                k.ndst = 1;
-                k.opnd = 0;
-                k.units = ub_n;
-                memcpy(&w[1], &k, sizeof(k));
-                k.kind = MSCX_ENTRY_REDPKT;
-                k.nsrc = 2;
-                k.opnd = 2;
-                memcpy(&w[2], &k, sizeof(k));
-                const uint64_t in = MSCX_TAGGED_IN | (ub * 8u), out = MSCX_TAGGED_OUT | (ub * 8u);
-                const uint64_t put0 = (uint64_t)(uintptr_t)(x_scr[p] + X_HALF + r * X_SLOT + ub * 16u),
-                               put1 = (uint64_t)(uintptr_t)(x_scr[p] + r * X_SLOT + ub * 16u);
-                const uint64_t get0 = (uint64_t)(uintptr_t)(x_scr[r] + X_HALF + p * X_SLOT + ub * 16u),
-                               get1 = (uint64_t)(uintptr_t)(x_scr[r] + p * X_SLOT + ub * 16u);
-                w[3] = make_uint4((uint32_t)in, (uint32_t)(in >> 32), 0, 0);
-                w[4] = make_uint4((uint32_t)put0, (uint32_t)(put0 >> 32), (uint32_t)put1, (uint32_t)(put1 >> 32));
-                w[5] = make_uint4((uint32_t)in, (uint32_t)(in >> 32), 0, 0);
-                w[6] = make_uint4((uint32_t)get0, (uint32_t)(get0 >> 32), (uint32_t)get1, (uint32_t)(get1 >> 32));
-                w[7] = make_uint4((uint32_t)out, (uint32_t)(out >> 32), 0, 0);
-            }
-            cudaMalloc((void **)&x_rec[r], sizeof(rec));
-            cudaMemcpy(x_rec[r], rec, sizeof(rec), cudaMemcpyHostToDevice);
-        }
-    }
+    cudaMalloc((void **)&x_rec[r], sizeof(rec));
+    cudaMemcpy(x_rec[r], rec, sizeof(rec), cudaMemcpyHostToDevice);
+}
+
+static void setup_streams(void)
+{
     cudaMalloc((void **)&g_table, MAXB * 64 * sizeof(uint4));
     cudaMemset(g_table, 0, MAXB * 64 * sizeof(uint4));
     for (uint32_t i = 0; i < MAXN; i++) {
@@ -795,144 +746,123 @@ int main(void)
         cudaMalloc((void **)&g_box[i], MAXN * MAXB * sizeof(uint32_t));
         cudaMemset(g_box[i], 0, MAXN * MAXB * sizeof(uint32_t));
     }
-    static const struct row rows[] = {
-        {"empty, 1 block of 32 threads, 16 B args", K_SMALL, 1, 1, 32, 0, 0},
-        {"empty, 7 x 512, 16 B args", K_SMALL, 1, 7, 512, 0, 0},
-        {"empty, 7 x 512, 520 B args", K_BIG, 1, 7, 512, 0, 0},
-        {"empty, 7 x 512, 4 B static smem (a broadcast word)", K_TINY, 1, 7, 512, 0, 0},
-        {"empty, 7 x 512, 4 KB static smem", K_STATIC, 1, 7, 512, 0, 0},
-        {"executor-like prologue, 7 x 512 (record + flag, 5 KB smem, 944 B args)", K_EXEC, 1, 7, 512, 0, 0},
-        {"executor-like prologue with a stack frame, 7 x 512", K_EXEC_STACK, 1, 7, 512, 0, 0},
-        {"executor-like prologue, 144 B local array, 7 x 512", K_EXEC_VOL, 1, 7, 512, 0, 0},
-        {"executor-like prologue, 7 x 512, PDL", K_EXEC, 1, 7, 512, 0, 2},
-        {"executor fast kernel, empty program, 7 x 512", K_REAL_EMPTY, 1, 7, 512, 0, 0},
-        {"executor fast kernel, empty program, 7 x 512, PDL", K_REAL_EMPTY, 1, 7, 512, 0, 2},
-        {"executor fast kernel, one 1 KB COPY per block, 7 x 512", K_REAL_COPY, 1, 7, 512, 0, 0},
-        {"plain kernel copying 1 KB per block, 7 x 512", K_COPY, 1, 7, 512, 0, 0},
-        {"executor fast kernel, one 1 KB COPY per block, 7 x 512, PDL", K_REAL_COPY, 1, 7, 512, 0, 2},
-        {"plain kernel copying 1 KB per block, 7 x 512, PDL", K_COPY, 1, 7, 512, 0, 2},
-        {"executor packet kernel, empty program, 7 x 512, PDL", K_REAL_PKT_EMPTY, 1, 7, 512, 0, 2},
-        {"executor packet kernel, one PACK of 512 B per block (1 KB of lines), 7 x 512, PDL", K_REAL_PKT_PACK, 1, 7,
-         512, 0, 2},
-        {"64-step chain, small kernel", K_CODE_SMALL, 1, 7, 512, 0, 0},
-        {"64-step chain, last of 32 cases (big kernel)", K_CODE_BIG, 1, 7, 512, 0, 0},
-        {"empty, 7 x 512, 8 KB dynamic smem", K_SMEM, 1, 7, 512, 8192, 0},
-        {"empty, 7 x 512, 40 KB dynamic smem", K_SMEM, 1, 7, 512, 40960, 0},
-        {"empty, 7 x 512, PDL (wait at entry)", K_SMALL, 1, 7, 512, 0, 1},
-        {"empty, 7 x 512, PDL (wait, then allow the next)", K_SMALL, 1, 7, 512, 0, 2},
-        {"empty, 7 x 512, PDL (allow the next, then wait)", K_SMALL, 1, 7, 512, 0, 3},
-        {"8 streams, empty 7 x 512 each", K_SMALL, 8, 7, 512, 0, 0},
-        {"8 streams, empty 7 x 512, PDL (wait, allow)", K_SMALL, 8, 7, 512, 0, 2},
-        {"flag exchange, 2 ranks, 7 x 512", K_XCHG, 2, 7, 512, 0, 0},
-        {"flag exchange, 2 ranks, 7 x 512, PDL", K_XCHG, 2, 7, 512, 0, 2},
-        {"flag exchange, 4 ranks, 7 x 512", K_XCHG, 4, 7, 512, 0, 0},
-        {"flag exchange, 4 ranks, 7 x 512, PDL", K_XCHG, 4, 7, 512, 0, 2},
-        {"flag exchange, 8 ranks, 7 x 512", K_XCHG, 8, 7, 512, 0, 0},
-        {"flag exchange, 8 ranks, 7 x 512, PDL", K_XCHG, 8, 7, 512, 0, 2},
-        {"flag exchange, 8 ranks, 1 x 512", K_XCHG, 8, 1, 512, 0, 0},
-        {"flag exchange, 8 ranks, 1 x 512, PDL", K_XCHG, 8, 1, 512, 0, 2},
-        {"flag exchange, 8 ranks, 1 x 32", K_XCHG, 8, 1, 32, 0, 0},
-        {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 1024, PDL", K_X_EXEC, 2, 2, 1024, 0,
-         2},
-        {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 1024, PDL", K_X_HAND, 2, 2, 1024, 0, 2},
-        {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 512, PDL", K_X_EXEC, 2, 2, 512, 0, 2},
-        {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 512, PDL", K_X_HAND, 2, 2, 512, 0, 2},
-        {"one-shot 1 KB, 2 ranks, hand-written kernel, 12 KB of cold code jumped over between phases, 2 x 512, PDL",
-         K_X_HAND_FAR, 2, 2, 512, 0, 2},
-        {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 512, PDL (again)", K_X_HAND, 2, 2, 512, 0, 2},
-        {"one-shot 1 KB, 2 ranks, hand-written kernel, 12 KB of cold code jumped over between phases, 2 x 512, PDL "
-         "(again)",
-         K_X_HAND_FAR, 2, 2, 512, 0, 2},
-        /* without the programmatic overlap: each launch starts after the one ahead has ended */
-        {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 1024, no PDL", K_X_EXEC, 2, 2,
-         1024, 0, 0},
-        {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 1024, no PDL", K_X_HAND, 2, 2, 1024, 0, 0},
-        {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 512, no PDL", K_X_EXEC, 2, 2, 512,
-         0, 0},
-        {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 512, no PDL", K_X_HAND, 2, 2, 512, 0, 0},
-    };
-    int clk_khz = 0;
-    cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, 0);
+}
+
+static const struct row g_rows[] = {
+    {"empty, 1 block of 32 threads, 16 B args", K_SMALL, 1, 1, 32, 0, 0},
+    {"empty, 7 x 512, 16 B args", K_SMALL, 1, 7, 512, 0, 0},
+    {"empty, 7 x 512, 520 B args", K_BIG, 1, 7, 512, 0, 0},
+    {"empty, 7 x 512, 4 B static smem (a broadcast word)", K_TINY, 1, 7, 512, 0, 0},
+    {"empty, 7 x 512, 4 KB static smem", K_STATIC, 1, 7, 512, 0, 0},
+    {"executor-like prologue, 7 x 512 (record + flag, 5 KB smem, 944 B args)", K_EXEC, 1, 7, 512, 0, 0},
+    {"executor-like prologue with a stack frame, 7 x 512", K_EXEC_STACK, 1, 7, 512, 0, 0},
+    {"executor-like prologue, 144 B local array, 7 x 512", K_EXEC_VOL, 1, 7, 512, 0, 0},
+    {"executor-like prologue, 7 x 512, PDL", K_EXEC, 1, 7, 512, 0, 2},
+    {"executor compiled kernel, empty program, 7 x 512", K_REAL_EMPTY, 1, 7, 512, 0, 0},
+    {"executor compiled kernel, empty program, 7 x 512, PDL", K_REAL_EMPTY, 1, 7, 512, 0, 2},
+    {"executor compiled kernel, one 1 KB COPY per block, 7 x 512", K_REAL_COPY, 1, 7, 512, 0, 0},
+    {"plain kernel copying 1 KB per block, 7 x 512", K_COPY, 1, 7, 512, 0, 0},
+    {"executor compiled kernel, one 1 KB COPY per block, 7 x 512, PDL", K_REAL_COPY, 1, 7, 512, 0, 2},
+    {"plain kernel copying 1 KB per block, 7 x 512, PDL", K_COPY, 1, 7, 512, 0, 2},
+    {"executor packet-only kernel, empty program, 7 x 512, PDL", K_REAL_PKT_EMPTY, 1, 7, 512, 0, 2},
+    {"executor packet-only kernel, one PACK of 512 B per block (1 KB of lines), 7 x 512, PDL",
+     K_REAL_PKT_PACK, 1, 7, 512, 0, 2},
+    {"64-step chain, small kernel", K_CODE_SMALL, 1, 7, 512, 0, 0},
+    {"64-step chain, last of 32 cases (big kernel)", K_CODE_BIG, 1, 7, 512, 0, 0},
+    {"empty, 7 x 512, 8 KB dynamic smem", K_SMEM, 1, 7, 512, 8192, 0},
+    {"empty, 7 x 512, 40 KB dynamic smem", K_SMEM, 1, 7, 512, 40960, 0},
+    {"empty, 7 x 512, PDL (wait at entry)", K_SMALL, 1, 7, 512, 0, 1},
+    {"empty, 7 x 512, PDL (wait, then allow the next)", K_SMALL, 1, 7, 512, 0, 2},
+    {"empty, 7 x 512, PDL (allow the next, then wait)", K_SMALL, 1, 7, 512, 0, 3},
+    {"8 streams, empty 7 x 512 each", K_SMALL, 8, 7, 512, 0, 0},
+    {"8 streams, empty 7 x 512, PDL (wait, allow)", K_SMALL, 8, 7, 512, 0, 2},
+    {"flag exchange, 2 ranks, 7 x 512", K_XCHG, 2, 7, 512, 0, 0},
+    {"flag exchange, 2 ranks, 7 x 512, PDL", K_XCHG, 2, 7, 512, 0, 2},
+    {"flag exchange, 4 ranks, 7 x 512", K_XCHG, 4, 7, 512, 0, 0},
+    {"flag exchange, 4 ranks, 7 x 512, PDL", K_XCHG, 4, 7, 512, 0, 2},
+    {"flag exchange, 8 ranks, 7 x 512", K_XCHG, 8, 7, 512, 0, 0},
+    {"flag exchange, 8 ranks, 7 x 512, PDL", K_XCHG, 8, 7, 512, 0, 2},
+    {"flag exchange, 8 ranks, 1 x 512", K_XCHG, 8, 1, 512, 0, 0},
+    {"flag exchange, 8 ranks, 1 x 512, PDL", K_XCHG, 8, 1, 512, 0, 2},
+    {"flag exchange, 8 ranks, 1 x 32", K_XCHG, 8, 1, 32, 0, 0},
+    {"one-shot 1 KB, 2 ranks, executor packet-only kernel (hand-made program), 2 x 1024, PDL", K_X_EXEC, 2, 2,
+     1024, 0, 2},
+    {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 1024, PDL", K_X_HAND, 2, 2, 1024, 0, 2},
+    {"one-shot 1 KB, 2 ranks, executor packet-only kernel (hand-made program), 2 x 512, PDL", K_X_EXEC, 2, 2,
+     512, 0, 2},
+    {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 512, PDL", K_X_HAND, 2, 2, 512, 0, 2},
+    {"one-shot 1 KB, 2 ranks, hand-written kernel, 12 KB of cold code jumped over between phases, 2 x 512, "
+     "PDL",
+     K_X_HAND_FAR, 2, 2, 512, 0, 2},
+    {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 512, PDL (again)", K_X_HAND, 2, 2, 512, 0, 2},
+    {"one-shot 1 KB, 2 ranks, hand-written kernel, 12 KB of cold code jumped over between phases, 2 x 512, "
+     "PDL "
+     "(again)",
+     K_X_HAND_FAR, 2, 2, 512, 0, 2},
+    /* without the programmatic overlap: each launch starts after the one ahead has ended */
+    {"one-shot 1 KB, 2 ranks, executor packet-only kernel (hand-made program), 2 x 1024, no PDL", K_X_EXEC, 2,
+     2, 1024, 0, 0},
+    {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 1024, no PDL", K_X_HAND, 2, 2, 1024, 0, 0},
+    {"one-shot 1 KB, 2 ranks, executor packet-only kernel (hand-made program), 2 x 512, no PDL", K_X_EXEC, 2,
+     2, 512, 0, 0},
+    {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 512, no PDL", K_X_HAND, 2, 2, 512, 0, 0},
+};
+
+/*
+ * One row of the table, eager then graph, from zeroed counts and mailboxes
+ * (the ranks of an exchange must agree on them). @return 0, or 1 when a wait
+ * of the row timed out.
+ */
+static int run_row(const struct row *r)
+{
+    cudaDeviceSynchronize();
+    for (uint32_t q = 0; q < MAXN; q++) {
+        cudaMemset(g_state[q], 0, (MAXB + 1) * sizeof(uint32_t));
+        cudaMemset(g_box[q], 0, MAXN * MAXB * sizeof(uint32_t));
+    }
+    cudaDeviceSynchronize();
+    const bool x = r->k == K_X_EXEC || r->k == K_X_HAND || r->k == K_X_HAND_FAR;
+    double e = time_eager(r);
+    double g = time_graph(r);
+    uint32_t bad = 0;
+    if (x) {
+        cudaDeviceSynchronize();
+        for (uint32_t q = 0; q < 2; q++) {
+            uint32_t w = 0;
+            cudaMemcpy(&w, x_hstate[q] + MAXB, sizeof(w), cudaMemcpyDeviceToHost);
+            bad |= w | (uint32_t)(x_host[q]->err.code != 0);
+        }
+    }
+    for (uint32_t q = 0; q < r->n; q++) {
+        uint32_t w = 0;
+        cudaMemcpy(&w, g_state[q] + MAXB, sizeof(w), cudaMemcpyDeviceToHost);
+        bad |= w;
+    }
+    if (bad)
+        fprintf(stderr, "mscx-bench-launch: %s: a wait timed out\n", r->what);
+    printf("| %s | %u | %.2f | %.2f |\n", r->what, r->n, e, g);
+    fflush(stdout);
+    return bad != 0;
+}
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no GPU\n");
+        return 77;
+    }
+    cudaFuncSetAttribute(k_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024);
+    setup_real();
+    for (uint32_t r = 0; r < 2; r++)
+        setup_oneshot_buffers(r);
+    for (uint32_t r = 0; r < 2; r++)
+        setup_oneshot_program(r);
+    setup_streams();
     printf("| launch | streams | eager us/round | graph us/round |\n|---|---|---|---|\n");
     int failed = 0;
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        // every row starts from zeroed counts and mailboxes: the ranks of an exchange must agree on them
-        cudaDeviceSynchronize();
-        for (uint32_t r = 0; r < MAXN; r++) {
-            cudaMemset(g_state[r], 0, (MAXB + 1) * sizeof(uint32_t));
-            cudaMemset(g_box[r], 0, MAXN * MAXB * sizeof(uint32_t));
-        }
-        cudaDeviceSynchronize();
-        const bool x = rows[i].k == K_X_EXEC || rows[i].k == K_X_HAND || rows[i].k == K_X_HAND_FAR;
-        double e = time_eager(&rows[i]);
-        if (x) { /* the stamps of the graph replays only */
-            cudaDeviceSynchronize();
-            for (uint32_t r = 0; r < 2; r++)
-                cudaMemset(x_stamp[r], 0, X_STAMP_BYTES);
-        }
-        double g = time_graph(&rows[i]);
-        uint32_t bad = 0;
-        if (x) {
-            cudaDeviceSynchronize();
-            for (uint32_t r = 0; r < 2; r++) {
-                uint32_t w = 0;
-                cudaMemcpy(&w, x_hstate[r] + MAXB, sizeof(w), cudaMemcpyDeviceToHost);
-                bad |= w | (uint32_t)(x_host[r]->err.code != 0);
-            }
-        }
-        for (uint32_t r = 0; r < rows[i].n; r++) {
-            uint32_t w = 0;
-            cudaMemcpy(&w, g_state[r] + MAXB, sizeof(w), cudaMemcpyDeviceToHost);
-            bad |= w;
-        }
-        if (bad) {
-            fprintf(stderr, "mscx-bench-launch: %s: a wait timed out\n", rows[i].what);
-            failed = 1;
-        }
-        printf("| %s | %u | %.2f | %.2f |\n", rows[i].what, rows[i].n, e, g);
-#ifdef MSCX_KSTAMP
-        if (x) {
-            /* per rank and block: mean ns from the wait's return to each point, and from a launch's end to the
-               next launch's wait (global timer), over the graph replays' launches */
-            static unsigned long long c[MAXB * X_RING * X_WORDS];
-            const double ns = 1e6 / (double)clk_khz;
-            static const char *const name[15] = {"flag", "entry 0", "entry 1", "end", "", "", "pack in",
-                                                 "value", "redpkt in", "lines", "stored", "loop top 0",
-                                                 "loop top 1", "past guard 0", "past guard 1"};
-            for (uint32_t r = 0; r < 2; r++) {
-                cudaMemcpy(c, x_stamp[r], X_STAMP_BYTES, cudaMemcpyDeviceToHost);
-                for (uint32_t b = 0; b < rows[i].blocks; b++) {
-                    double sum[17] = {0}, gap = 0;
-                    uint32_t n = 0, ng = 0;
-                    for (uint32_t f = 0; f < X_RING; f++) {
-                        const unsigned long long *w = &c[(uint64_t)X_WORDS * (X_RING * b + f)];
-                        if (!w[0])
-                            continue;
-                        n++;
-                        sum[0] += (double)(long long)(w[1] - w[0]);
-                        for (int q = 2; q < 17; q++)
-                            if (q != 6 && q != 7)
-                                sum[q] += w[q] ? (double)(long long)(w[q] - w[1]) : 0.0;
-                        const unsigned long long *nx = &c[(uint64_t)X_WORDS * (X_RING * b + (f + 1) % X_RING)];
-                        if (nx[0] && nx[6] > w[7]) {
-                            gap += (double)(nx[6] - w[7]);
-                            ng++;
-                        }
-                    }
-                    if (!n)
-                        continue;
-                    printf("|   stamps rank %u block %u, %u launches, ns (SM clock at %d MHz): entry to wait %.0f; "
-                           "from the wait:", r, b, n, clk_khz / 1000, sum[0] / n * ns);
-                    for (int q = 2; q < 17; q++)
-                        if (q != 6 && q != 7)
-                            printf(" %s %.0f,", name[q - 2], sum[q] / n * ns);
-                    printf(" end to the next launch's wait %.0f (global timer) |\n", ng ? gap / ng : 0.0);
-                }
-            }
-        }
-#endif
-        fflush(stdout);
-    }
+    for (size_t i = 0; i < sizeof(g_rows) / sizeof(g_rows[0]); i++)
+        failed |= run_row(&g_rows[i]);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         fprintf(stderr, "mscx-bench-launch: %s\n", cudaGetErrorString(e));

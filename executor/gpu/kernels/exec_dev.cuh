@@ -3,8 +3,9 @@
  * Device helpers of the executor kernel: operand resolution, raw and packet
  * loads and stores, spin loops with timeout and abort. Everything that is
  * hot is templated on the packet format and nothing indexes a local array.
- * The cold helpers are __noinline__ (MSCX_DSLOW) in the full kernel; the
- * lean kernels inline them (MSCX_KSLOW_INLINE) and have no stack frame.
+ * The cold helpers (MSCX_DCOLD) are called in the interpreter kernel and
+ * inlined in the compiled kernels (MSCX_COLD_INLINE), which have no stack
+ * frame.
  */
 #ifndef MSCX_EXEC_DEV_CUH
 #define MSCX_EXEC_DEV_CUH
@@ -18,20 +19,18 @@
 #define MSCX_SLICE_UNIT 16u
 
 /*
- * Build-time knobs of the kernel: MSCX_KBOUND, the __launch_bounds__ thread
- * count of the full and the lean kernel (1024; a smaller bound gives each
- * thread more registers); MSCX_KSLOW_INLINE, the cold helpers inlined
- * instead of called, so that no state is passed by address and needs a
- * stack frame (set by the translation units of both lean kernels, see
- * exec_k.cu.in).
+ * MSCX_COLD_INLINE, set by each kernel instance (exec_k.cu.in): 1 in the
+ * compiled kernels, whose cold helpers are inlined so that no state is passed
+ * by address and needs a stack frame; 0 in the interpreter kernel, which
+ * calls them.
  */
-#ifndef MSCX_KBOUND
-#define MSCX_KBOUND 1024
+#ifndef MSCX_COLD_INLINE
+#error "MSCX_COLD_INLINE: set by the kernel instance (exec_k.cu.in)"
 #endif
-#ifdef MSCX_KSLOW_INLINE
-#define MSCX_DSLOW __forceinline__
+#if MSCX_COLD_INLINE
+#define MSCX_DCOLD __forceinline__
 #else
-#define MSCX_DSLOW __noinline__
+#define MSCX_DCOLD __noinline__
 #endif
 
 /* A resolved operand: flat (scratch, packet lines) or raw (input/output). */
@@ -42,36 +41,6 @@ struct mscx_resolved_opnd {
     int raw;
 };
 
-/*
- * MSCX_KSTAMP (measurement builds only, tools/mscx-bench-launch): thread 0
- * of each block of the packet kernel reads the SM clock at entry (t0), after
- * the programmatic wait (t1), once the block's flag is known (t2), after
- * entries 0 and 1 (t3, t4), at the end (t5), in a PACK (pa: entered, pb:
- * its first value in hand) and a REDPKT (ra: entered, rb: every line of its
- * first unit in hand, rc: done), at the top of the entry loop for entries
- * 0 and 1 (e0, e1) and past the packet kinds' guard, before the switch,
- * for the first and the last entry (ga, gb), and the global timer after
- * the wait (g1) and at the end (g5). All stay in registers and are stored
- * at the end (MSCX_KSTAMP_WORDS words) into args.trace, read as a ring of
- * MSCX_KSTAMP_RING launches per block indexed by the launch's flag: no
- * stamp waits for memory. The packet kernel for 1024-thread blocks (64
- * registers) spills with them (ptxas, sm_90): read the 512-thread rows.
- */
-#ifdef MSCX_KSTAMP
-#define MSCX_KSTAMP_RING 1024u
-#define MSCX_KSTAMP_WORDS 32u
-struct mscx_kst {
-    unsigned long long *c; /* this block's ring, NULL: off (every thread but 0) */
-    long long t0, t1, t2, t3, t4, t5;
-    uint64_t g1, g5;
-    long long pa, pb, ra, rb, rc;
-    long long e0, e1, ga, gb;
-};
-#define MSCX_KST_AT(s, f) ((s)->kst.c ? (void)((s)->kst.f = clock64()) : (void)0)
-#else
-#define MSCX_KST_AT(s, f) ((void)0)
-#endif
-
 struct mscx_dstate {
     const struct mscx_gpu_args *a;
     struct mscx_gpu_ctx *ctx;
@@ -81,9 +50,6 @@ struct mscx_dstate {
     uint32_t op_index;
     uint32_t opcode;
     uint32_t rop; /* reduction operator of the launch */
-#ifdef MSCX_KSTAMP
-    struct mscx_kst kst;
-#endif
 };
 
 struct mscx_dpipe {
@@ -121,8 +87,8 @@ __device__ __forceinline__ void mscx_dtrace_begin(const struct mscx_gpu_args *a,
     }
 }
 
-static __device__ MSCX_DSLOW void mscx_dtrace_rec(struct mscx_dtrace *t, uint32_t op_index, uint32_t opcode,
-                                                    uint64_t start)
+static __device__ MSCX_DCOLD void mscx_dtrace_rec(struct mscx_dtrace *t, uint32_t op_index, uint32_t opcode,
+                                                  uint64_t start)
 {
     uint64_t end = mscx_dtime();
     if (threadIdx.x == 0) {
@@ -136,7 +102,7 @@ static __device__ MSCX_DSLOW void mscx_dtrace_rec(struct mscx_dtrace *t, uint32_
 }
 
 /* Record an error once and make every spinning thread of this rank give up. */
-static __device__ MSCX_DSLOW void mscx_dfail(const struct mscx_dstate *s, int32_t code)
+static __device__ MSCX_DCOLD void mscx_dfail(const struct mscx_dstate *s, int32_t code)
 {
     struct mscx_gpu_host *h = s->ctx->host;
     if (atomicCAS(&s->ctx->err_claim, 0u, 1u) == 0u) {
@@ -160,7 +126,7 @@ struct mscx_spin {
  * The clock is read every 256 polls; the abort word lives in mapped host
  * memory (a PCIe read), so it is read only once a wait has lasted 1 ms.
  */
-static __device__ MSCX_DSLOW int mscx_spin_slow(const struct mscx_dstate *s, struct mscx_spin *sp)
+static __device__ MSCX_DCOLD int mscx_spin_slow(const struct mscx_dstate *s, struct mscx_spin *sp)
 {
     uint64_t now = mscx_dtime();
     if (sp->t0 == 0) {
@@ -196,8 +162,8 @@ __device__ __forceinline__ int mscx_spin_step(const struct mscx_dstate *s, struc
  * way, but its pointers mean nothing here: the host mapped the buffers of this
  * launch and passes them in args.uptr (MSCX_GPU_RBUF_MAPPED).
  */
-static __device__ MSCX_DSLOW char *mscx_dpeer_user(const struct mscx_dstate *s, const struct mscx_gpu_rbuf *rb,
-                                                     int t)
+static __device__ MSCX_DCOLD char *mscx_dpeer_user(const struct mscx_dstate *s,
+                                                   const struct mscx_gpu_rbuf *rb, int t)
 {
     struct mscx_spin sp = {0, 0};
     volatile uint32_t *f = &rb->pub->flag[s->parity];
@@ -277,7 +243,7 @@ __device__ __forceinline__ void mscx_drange(const struct mscx_dev_op *op, const 
 }
 
 /* Cold path of a raw load: partial or unaligned. */
-static __device__ MSCX_DSLOW uint4 mscx_dload_slow(const char *p, uint64_t avail, uint32_t n)
+static __device__ MSCX_DCOLD uint4 mscx_dload_slow(const char *p, uint64_t avail, uint32_t n)
 {
     uint32_t w[4] = {0, 0, 0, 0};
     uint32_t m = avail < n ? (uint32_t)avail : n;
@@ -286,7 +252,7 @@ static __device__ MSCX_DSLOW uint4 mscx_dload_slow(const char *p, uint64_t avail
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-static __device__ MSCX_DSLOW void mscx_dstore_slow(char *p, uint64_t avail, uint32_t n, uint4 v)
+static __device__ MSCX_DCOLD void mscx_dstore_slow(char *p, uint64_t avail, uint32_t n, uint4 v)
 {
     uint32_t w[4] = {v.x, v.y, v.z, v.w};
     uint32_t m = avail < n ? (uint32_t)avail : n;

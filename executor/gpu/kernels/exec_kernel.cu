@@ -1,102 +1,86 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Kernel dispatch: picks the instantiation of the executor kernel for a
- * launch (packet format, dtype, reducing or copy-only) and checks residency.
- * The kernels themselves are in exec_ops.cuh, instantiated one per
- * translation unit from exec_k.cu.in (see meson.build).
+ * Kernel dispatch: picks the instance of the executor kernel for a launch
+ * (packet format, variant, dtype, reducing or copy-only) and checks
+ * residency. The kernels themselves are in exec_ops.cuh, one instance per
+ * translation unit generated from exec_k.cu.in (see meson.build), each
+ * named mscx_kernel_<format>_<variant>_<dtype>.
  */
 #include <cuda_runtime.h>
 #include "launch_abi.h"
 
-typedef void (*mscx_kfn)(const struct mscx_gpu_args);
+typedef void (*mscx_kernel_fn)(const struct mscx_gpu_args);
 
-/*
- * Per packet format, MSCX_KV_COUNT variants (enum mscx_kvariant, launch_abi.h)
- * of MSCX_KV_WIDTH instantiations each: the five dtypes of reducing plans,
- * then copy-only.
- */
-#define MSCX_KV_WIDTH 6
-#define MSCX_KV_COPY 5 /* index in a variant of the copy-only kernel */
-#define MSCX_KFN_COUNT (MSCX_KV_COUNT * MSCX_KV_WIDTH)
+/* Per packet format and variant: the five reducing dtypes (enum mscx_dtype order), then copy-only. */
+#define MSCX_KERNEL_DTYPES 6
+#define MSCX_KERNEL_COPY 5 /* the copy-only instance's column */
 
-/* exec_k_<format>_<i>.cu, generated from exec_k.cu.in (i = 6 * variant + dtype, or + 5 for copy-only) */
 /* clang-format off */
-#ifdef MSCX_KSUBSET_FP32 /* meson -Dkernel_subset=fp32 (benchmark builds): fp32 and copy-only kernels only */
-#define MSCX_KFN_EACH(X, f)                                                          \
-    X(f, 0) X(f, 5) X(f, 6) X(f, 11) X(f, 12) X(f, 17) X(f, 18) X(f, 23) X(f, 24)    \
-    X(f, 29)
-#else
-#define MSCX_KFN_EACH(X, f)                                                          \
-    X(f, 0) X(f, 1) X(f, 2) X(f, 3) X(f, 4) X(f, 5) X(f, 6) X(f, 7) X(f, 8)          \
-    X(f, 9) X(f, 10) X(f, 11) X(f, 12) X(f, 13) X(f, 14) X(f, 15) X(f, 16) X(f, 17)  \
-    X(f, 18) X(f, 19) X(f, 20) X(f, 21) X(f, 22) X(f, 23) X(f, 24) X(f, 25) X(f, 26) \
-    X(f, 27) X(f, 28) X(f, 29)
-#endif
+#define MSCX_KERNEL_EACH_DTYPE(X, f, v, V)                                                                   \
+    X(f, v, V, fp32, MSCX_DT_FP32) X(f, v, V, fp16, MSCX_DT_FP16) X(f, v, V, bf16, MSCX_DT_BF16)             \
+    X(f, v, V, int32, MSCX_DT_INT32) X(f, v, V, uint32, MSCX_DT_UINT32) X(f, v, V, copy, MSCX_KERNEL_COPY)
+#define MSCX_KERNEL_EACH(X, f)                                                                               \
+    MSCX_KERNEL_EACH_DTYPE(X, f, interpreter_1024, MSCX_KERNEL_INTERPRETER_1024)                             \
+    MSCX_KERNEL_EACH_DTYPE(X, f, compiled_1024, MSCX_KERNEL_COMPILED_1024)                                   \
+    MSCX_KERNEL_EACH_DTYPE(X, f, compiled_512, MSCX_KERNEL_COMPILED_512)                                     \
+    MSCX_KERNEL_EACH_DTYPE(X, f, packet_only_1024, MSCX_KERNEL_PACKET_ONLY_1024)                             \
+    MSCX_KERNEL_EACH_DTYPE(X, f, packet_only_512, MSCX_KERNEL_PACKET_ONLY_512)
 /* clang-format on */
-#define MSCX_KFN_DECL(f, i) mscx_kfn mscx_gpu_kfn_##f##_##i(void);
-#define MSCX_KFN_SET(f, i) t[i] = mscx_gpu_kfn_##f##_##i();
+#define MSCX_KERNEL_DECL(f, v, V, d, D) mscx_kernel_fn mscx_kernel_##f##_##v##_##d(void);
+#define MSCX_KERNEL_SET(f, v, V, d, D) t[V][D] = mscx_kernel_##f##_##v##_##d();
 
 extern "C" {
-MSCX_KFN_EACH(MSCX_KFN_DECL, ll16)
-MSCX_KFN_EACH(MSCX_KFN_DECL, ll8)
+MSCX_KERNEL_EACH(MSCX_KERNEL_DECL, ll16)
+MSCX_KERNEL_EACH(MSCX_KERNEL_DECL, ll8)
 }
 
-/* the table of one format; an instantiation this build does not have (kernel_subset) is NULL */
-static void mscx_gpu_kfns_ll16(mscx_kfn *t)
+typedef mscx_kernel_fn mscx_kernel_table[MSCX_KERNEL_VARIANTS][MSCX_KERNEL_DTYPES];
+
+static void mscx_kernels_ll16(mscx_kernel_table t)
 {
-    for (int i = 0; i < MSCX_KFN_COUNT; i++)
-        t[i] = NULL;
-    MSCX_KFN_EACH(MSCX_KFN_SET, ll16)
+    MSCX_KERNEL_EACH(MSCX_KERNEL_SET, ll16)
 }
 
-static void mscx_gpu_kfns_ll8(mscx_kfn *t)
+static void mscx_kernels_ll8(mscx_kernel_table t)
 {
-    for (int i = 0; i < MSCX_KFN_COUNT; i++)
-        t[i] = NULL;
-    MSCX_KFN_EACH(MSCX_KFN_SET, ll8)
+    MSCX_KERNEL_EACH(MSCX_KERNEL_SET, ll8)
 }
 
 /* Both formats' tables, built once (the getters are called on the first launch only). */
-struct mscx_kfn_tables {
-    mscx_kfn ll16[MSCX_KFN_COUNT], ll8[MSCX_KFN_COUNT];
+struct mscx_kernel_tables {
+    mscx_kernel_table ll16, ll8;
 };
 
-static struct mscx_kfn_tables mscx_kfn_tables_make(void)
+static struct mscx_kernel_tables mscx_kernel_tables_make(void)
 {
-    struct mscx_kfn_tables t;
-    mscx_gpu_kfns_ll16(t.ll16);
-    mscx_gpu_kfns_ll8(t.ll8);
+    struct mscx_kernel_tables t;
+    mscx_kernels_ll16(t.ll16);
+    mscx_kernels_ll8(t.ll8);
     return t;
 }
 
-static const struct mscx_kfn_tables *mscx_kfn_tables(void)
+static const struct mscx_kernel_tables *mscx_kernel_tables(void)
 {
-    static const struct mscx_kfn_tables t = mscx_kfn_tables_make(); /* initialised once, thread-safe (C++11) */
+    static const struct mscx_kernel_tables t =
+        mscx_kernel_tables_make(); /* initialised once, thread-safe (C++11) */
     return &t;
 }
 
-/* whether instantiation @p i (of one format) can run blocks of @p nthreads */
-static bool mscx_kfn_fits(int i, uint32_t nthreads)
+/* The instance of the launch's variant (mscx_gpu_kernel_variant), packet format and dtype. */
+static mscx_kernel_fn mscx_kernel_pick(const struct mscx_gpu_args *a, uint32_t nthreads)
 {
-    return mscx_gpu_kvariant_fits((enum mscx_kvariant)(i / MSCX_KV_WIDTH), nthreads) != 0;
-}
-
-/* The instantiation of the launch's variant (mscx_gpu_kvariant), packet format and dtype. */
-static mscx_kfn mscx_pick(const struct mscx_gpu_args *a, uint32_t nthreads)
-{
-    const mscx_kfn *tab = a->pkt == MSCX_PKT_LL8 ? mscx_kfn_tables()->ll8 : mscx_kfn_tables()->ll16;
-    uint32_t base = (uint32_t)mscx_gpu_kvariant(a, nthreads) * MSCX_KV_WIDTH;
+    const struct mscx_kernel_tables *t = mscx_kernel_tables();
+    const mscx_kernel_fn *row =
+        (a->pkt == MSCX_PKT_LL8 ? t->ll8 : t->ll16)[mscx_gpu_kernel_variant(a, nthreads)];
     if (!a->reduce)
-        return tab[base + MSCX_KV_COPY];
-    return tab[base + (a->dtype <= MSCX_DT_UINT32 ? a->dtype : (uint32_t)MSCX_DT_FP32)];
+        return row[MSCX_KERNEL_COPY];
+    return row[a->dtype <= MSCX_DT_UINT32 ? a->dtype : (uint32_t)MSCX_DT_FP32];
 }
 
 extern "C" int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t nblocks, uint32_t nthreads,
                                       int pdl, void *stream)
 {
-    mscx_kfn fn = mscx_pick(args, nthreads);
-    if (!fn)
-        return (int)cudaErrorInvalidDeviceFunction; /* not in this build (kernel_subset) */
+    mscx_kernel_fn fn = mscx_kernel_pick(args, nthreads);
     void *params[1] = {(void *)args};
     /* the interpreter's op staging: none when every block runs the compiled program */
     int interp = !args->kprog || args->interp_mask != 0;
@@ -119,19 +103,30 @@ extern "C" int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t
 
 extern "C" int mscx_gpu_kernel_occupancy(uint32_t nthreads, uint32_t smem_bytes)
 {
-    /* take the least occupancy of every instantiation that may run blocks of this size */
-    const struct mscx_kfn_tables *t = mscx_kfn_tables();
+    /* take the least occupancy of every instance that may run blocks of this size */
+    const struct mscx_kernel_tables *t = mscx_kernel_tables();
     int best = -1;
-    for (int i = 0; i < 2 * MSCX_KFN_COUNT; i++) {
-        int n = 0;
-        const mscx_kfn fn = i < MSCX_KFN_COUNT ? t->ll16[i] : t->ll8[i - MSCX_KFN_COUNT];
-        if (!fn || !mscx_kfn_fits(i % MSCX_KFN_COUNT, nthreads))
-            continue;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, (int)nthreads, smem_bytes) !=
-            cudaSuccess)
-            return -1;
-        if (best < 0 || n < best)
-            best = n;
-    }
+    for (int f = 0; f < 2; f++)
+        for (int v = 0; v < MSCX_KERNEL_VARIANTS; v++) {
+            if (!mscx_gpu_kernel_variant_fits((enum mscx_kernel_variant)v, nthreads))
+                continue;
+            for (int d = 0; d < MSCX_KERNEL_DTYPES; d++) {
+                int n = 0;
+                const mscx_kernel_fn fn = (f == 0 ? t->ll16 : t->ll8)[v][d];
+                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, (int)nthreads, smem_bytes) !=
+                    cudaSuccess)
+                    return -1;
+                if (best < 0 || n < best)
+                    best = n;
+            }
+        }
     return best;
+}
+
+extern "C" int mscx_gpu_kernels_loadable(void)
+{
+    /* the attributes of one instance load its module: no image for the device, or PTX the driver cannot
+       compile, shows here instead of at the first launch */
+    struct cudaFuncAttributes attr;
+    return (int)cudaFuncGetAttributes(&attr, (const void *)mscx_kernel_tables()->ll16[0][0]);
 }

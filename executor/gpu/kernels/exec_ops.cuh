@@ -3,14 +3,16 @@
  * The executor kernel template: one launch runs one rank's plan. Block b runs
  * thread block b's ops in order. The kernel is templated on the packet format
  * and the element type (the operator is a uniform runtime branch inside the
- * reduction), plus a copy-only variant for plans without reductions; each
- * packet format is instantiated in its own translation unit (exec_k_*.cu) so
- * that the build compiles them in parallel. A block stages its ops in shared
- * memory when they fit. __syncthreads() runs only before ops that the upload
- * marked (MSCX_GPU_OPF_SYNC: a data hazard between threads of the block,
- * signals, waits, barriers), so results do not depend on the thread count.
- * Each block keeps its own launch flag in the context and advances it, so
- * graph replays stay correct without any cross-block atomics.
+ * reduction), on whether the plan reduces at all (a copy-only instance for
+ * plans without reductions), on what it holds (enum mscx_kernel_body: the
+ * interpreter, or compiled programs only) and on its block size bound. Each
+ * instance has its own translation unit (exec_k.cu.in) so that the build
+ * compiles them in parallel. A block stages its ops in shared memory when
+ * they fit. __syncthreads() runs only before ops that the upload marked
+ * (MSCX_GPU_OPF_SYNC: a data hazard between threads of the block, signals,
+ * waits, barriers), so results do not depend on the thread count. Each block
+ * keeps its own launch flag in the context and advances it, so graph replays
+ * stay correct without any cross-block atomics.
  *
  * Every data op resolves its operands once per op, not per element: when all
  * the bytes an op touches are real data (the common case: no clipping at a
@@ -25,68 +27,39 @@
 #include "exec_dev.cuh"
 #include "exec_port.cuh"
 
-typedef void (*mscx_kfn)(const struct mscx_gpu_args);
+typedef void (*mscx_kernel_fn)(const struct mscx_gpu_args);
 
 /*
- * Packet lines of different sources one thread loads before it waits for any
- * (compiled REDPKT entries); a build may set it (fewer registers, see
- * tools/bench/kernel-variants.sh).
+ * What a kernel instance holds (its BODY). The compiled kernels hold only
+ * the compiled entries, not the interpreter, so they are a fraction of the
+ * code, registers and stack of the interpreter kernel, and have no stack
+ * frame (MSCX_COLD_INLINE); launch and completion cost less with them.
+ * mscx_gpu_kernel_variant (launch_abi.h) picks one per launch.
  */
-#ifndef MSCX_KLINE_BATCH
-#define MSCX_KLINE_BATCH 8
-#endif
+enum mscx_kernel_body {
+    /* the interpreter, and the compiled program of every block the launch does not interpret */
+    MSCX_BODY_INTERPRETER,
+    /* programs compiled whole only (args.compiled): every entry kind and operator, the trace */
+    MSCX_BODY_COMPILED,
+    /*
+     * programs compiled whole of the packet entry kinds only (PACK, UNPACK,
+     * FWD, REDPKT, SKIP; args.packet_only), summing, untraced: the packet
+     * programs of the shipped AllReduce, AllGather and ReduceScatter plans
+     * with the usual operator, without the operator's branch in the
+     * reduction loop
+     */
+    MSCX_BODY_PACKET_ONLY,
+};
 
 /*
- * Latency knobs of the lean kernels, all on (a build may turn one off to
- * measure it, tools/bench/kernel-variants.sh). On one H200 the in-kernel
- * clock stamps of mscx-bench-launch (MSCX_KSTAMP, a two-rank 1 KB one-shot)
- * showed that after the programmatic wait most of a launch went to
- * latencies on the way to the first store, not to moving bytes
- * (docs/perf/2026-11-30-h200-s17):
- *   MSCX_KWARM: the kernel arguments read after the wait (the block's flag
- *     pointer, the operator) are read before it, so that their
- *     constant-cache lines are fetched while the kernel ahead still runs:
- *     the block's flag was known 180 ns after the wait instead of 320 (the
- *     timeout too then; since s19 it lies past the hot fields of
- *     mscx_gpu_args and is read on the slow path only).
- *   MSCX_KPRE: the packet kernel loads a first PACK's unit of user input
- *     (the same for both flag parities) right after the wait, beside the
- *     block's flag, instead of after it.
- *   MSCX_KCOMPACT: loops over a packet entry's line destinations are not
- *     unrolled: a third less code (cubin, sm_90) between the hot paths.
- * Together: 1.78 -> 1.67 us for that one-shot (graph, same run).
+ * Packet lines of different sources one thread loads before it waits for
+ * any (compiled REDPKT entries): eight, or two in the compiled kernels for
+ * blocks of more than MSCX_KERNEL_SMALL_THREADS threads, which have 64
+ * registers a thread and no stack frame to hold more.
  */
-#ifndef MSCX_KWARM
-#define MSCX_KWARM 1
-#endif
-#ifndef MSCX_KPRE
-#define MSCX_KPRE 1
-#endif
-#ifndef MSCX_KCOMPACT
-#define MSCX_KCOMPACT 1
-#endif
-/*
- * MSCX_KSPEC: the packet kernel runs a block program of the one-shot or
- * two-phase shape (PACK, REDPKT[, UNPACK]; told apart before the wait from
- * the staged record) through straight-line calls whose entry kinds are
- * compile-time constants, with no entry loop, kind guard or switch on that
- * path. Every operand, count, sync and flag still comes from the plan, and
- * the entries' code is the same as the loop's. The loop's generic dispatch
- * cost about 90 ns per entry in the clock stamps (the kind's shared load,
- * the guard's branch and the switch's convergence region before the first
- * line store). One H200, graph, same run (docs/perf/2026-11-30-h200-s18):
- * shipped one-shot plans 1.71 -> 1.51 us at 2 ranks x 1 KB and 2.02 ->
- * 1.75 at 4 ranks; two-phase 64 KB 2.55 -> 2.40 and 3.83 -> 2.97; 8 ranks
- * within noise. Set to 0 for the loop alone (A/B builds).
- */
-#ifndef MSCX_KSPEC
-#define MSCX_KSPEC 1
-#endif
-#if MSCX_KCOMPACT
-#define MSCX_KLOOP _Pragma("unroll 1")
-#else
-#define MSCX_KLOOP
-#endif
+template <enum mscx_kernel_body BODY, uint32_t MAX_THREADS>
+constexpr uint32_t mscx_line_batch =
+    (BODY != MSCX_BODY_INTERPRETER && MAX_THREADS > MSCX_KERNEL_SMALL_THREADS) ? 2u : 8u;
 
 /* Slice of operands of @p size chunks with slot @p slot, computed once per op. */
 struct mscx_dref {
@@ -545,186 +518,207 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
     }
 }
 
-/* ---- the compiled program (struct mscx_kblk records): offsets resolved by the host ---- */
+/* ---- the compiled program (block records, struct mscx_record_head): offsets resolved by the host ---- */
 
 /*
- * The compiled entries a kernel holds: every kind, every operator and the
- * trace (MSCX_KSET_ALL), or only the packet kinds (PACK, UNPACK, FWD, REDPKT,
- * SKIP), sums only, and no trace (MSCX_KSET_PKT: the packet programs of the
- * shipped AllReduce, AllGather and ReduceScatter plans, called with the
- * usual operator). On one H200 (docs/perf/2026-11-30-h200-s16, calls 1-2,
- * same-run build variants, 1 KB one-shot at 2, 4 and 8 ranks), summing
- * without the operator's branch in the reduction loop took 0.2-0.7 us off a
- * launch; fewer kinds and no trace showed no gain of their own (compared
- * across the two calls: within noise).
+ * The entries below run a block's slice of @p n units; @p P are the entry's
+ * operands (sources, then destinations) resolved for this launch, @p flag the
+ * launch's. Their semantics are the interpreter's fast paths. Loops over a
+ * packet entry's line destinations are not unrolled: less code between the
+ * hot paths.
  */
-#define MSCX_KSET_ALL 0
-#define MSCX_KSET_PKT 1
 
-/* Run compiled entry @p k; @return non-zero after giving up. The semantics are the interpreter's fast paths. */
-template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET, int KIND = -1>
-__device__ __forceinline__ int mscx_entry_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                            const struct mscx_entry *k, uint32_t obase, char *const *P,
-                                            bool has_pre = false, uint4 pre = make_uint4(0, 0, 0, 0))
+/* PACK: src[0] flat -> dst[0..ndst) lines; @p first: this thread's first unit, loaded (if @p has_first) */
+template <uint32_t PKT>
+__device__ __forceinline__ void mscx_entry_pack(const struct mscx_entry *k, char *const *P, uint32_t n,
+                                                uint32_t flag, bool has_first, uint4 first)
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
-    const uint32_t nw = pl / 4u;
-    const uint32_t n = k->units, o = 0, flag = s->flag;
+    const char *ps = P[0];
+    const uint32_t nd = k->ndst;
+    for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+        const uint4 v = has_first && u == threadIdx.x ? first : mscx_dvload<pl>(ps + (uint64_t)u * pl);
+#pragma unroll 1
+        for (uint32_t j = 0; j < nd; j++)
+            mscx_dline_store<PKT>(P[1 + j] + 2u * pl * u, v, flag);
+    }
+}
+
+/* UNPACK: src[0] lines -> dst[0] flat. @return non-zero after giving up. */
+template <uint32_t PKT>
+__device__ __forceinline__ int mscx_entry_unpack(const struct mscx_dstate *s, char *const *P, uint32_t n)
+{
+    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
+    const char *sl = P[0];
+    char *pd = P[1];
+    for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+        uint4 v;
+        if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
+            return 1;
+        mscx_dvstore<pl>(pd + (uint64_t)u * pl, v);
+    }
+    return 0;
+}
+
+/* FWD: src[0] lines -> dst[0..ndst) lines. @return non-zero after giving up. */
+template <uint32_t PKT>
+__device__ __forceinline__ int mscx_entry_fwd(const struct mscx_dstate *s, const struct mscx_entry *k,
+                                              char *const *P, uint32_t n, uint32_t flag)
+{
+    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
+    const char *sl = P[0];
+    uint32_t nd = k->ndst;
+    if (nd == 1) {
+        char *dl = P[1];
+        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+            uint4 v;
+            if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
+                return 1;
+            mscx_dline_store<PKT>(dl + 2u * pl * u, v, flag);
+        }
+        return 0;
+    }
+    for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+        uint4 v;
+        if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
+            return 1;
+#pragma unroll 1
+        for (uint32_t j = 0; j < nd; j++)
+            mscx_dline_store<PKT>(P[1 + j] + 2u * pl * u, v, flag);
+    }
+    return 0;
+}
+
+/* COPY: src[0] flat -> dst[0] flat, 16-byte units */
+__device__ __forceinline__ void mscx_entry_copy(char *const *P, uint32_t n)
+{
+    const char *ps = P[0];
+    char *pd = P[1];
+    for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
+        *(uint4 *)(pd + (uint64_t)u * 16u) = *(const uint4 *)(ps + (uint64_t)u * 16u);
+}
+
+/* REDUCE: src[0..] flat folded -> dst[0..] flat, 16-byte units */
+template <uint32_t DT>
+__device__ __forceinline__ void mscx_entry_reduce(const struct mscx_dstate *s, const struct mscx_entry *k,
+                                                  char *const *P, uint32_t n)
+{
+    const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
+    for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
+        uint64_t x = (uint64_t)u * 16u;
+        uint4 acc = *(const uint4 *)(P[0] + x);
+        for (uint32_t j = 1; j < ns; j++)
+            acc = mscx_dreduce<DT, 4>(rop, acc, *(const uint4 *)(P[j] + x));
+        for (uint32_t j = 0; j < nd; j++)
+            *(uint4 *)(P[ns + j] + x) = acc;
+    }
+}
+
+/*
+ * Run compiled entry @p k (of kind KIND when KIND >= 0, a compile-time
+ * constant); @return non-zero after giving up.
+ */
+template <uint32_t PKT, uint32_t DT, bool RED, enum mscx_kernel_body BODY, uint32_t MAX_THREADS,
+          int KIND = -1>
+__device__ __forceinline__ int mscx_entry_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
+                                              const struct mscx_entry *k, uint32_t obase, char *const *P,
+                                              bool has_first = false, uint4 first = make_uint4(0, 0, 0, 0))
+{
+    const uint32_t n = k->units, flag = s->flag;
     const uint32_t kind = KIND >= 0 ? (uint32_t)KIND : k->kind;
-    if constexpr (KSET == MSCX_KSET_PKT) {
-        /* the host runs only packet programs that sum here (mscx_gpu_kvariant); anything else is a bug,
+    if constexpr (BODY == MSCX_BODY_PACKET_ONLY) {
+        /* the host runs only packet programs that sum here (mscx_gpu_kernel_variant); anything else is a bug,
            never skipped silently */
         if (!mscx_entry_is_packet(kind) || (RED && s->rop != MSCX_REDOP_SUM)) {
             mscx_dfail(s, MSCX_ERR_INTERNAL);
             return 1;
         }
     }
-#ifdef MSCX_KSTAMP
-    if (s->kst.c && s->kst.ga == 0)
-        s->kst.ga = clock64();
-    MSCX_KST_AT(s, gb);
-#endif
     switch (kind) {
-    case MSCX_ENTRY_PACK: {
-        MSCX_KST_AT(s, pa);
-        const char *ps = P[o];
-        const uint32_t nd = k->ndst;
-        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-            const uint4 v = has_pre && u == threadIdx.x ? pre : mscx_dvload<pl>(ps + (uint64_t)u * pl);
-#ifdef MSCX_KSTAMP
-            if (s->kst.c && u == threadIdx.x && v.x != (uint32_t)s->kst.t0) /* waits for the value */
-                s->kst.pb = clock64();
-#endif
-            MSCX_KLOOP
-            for (uint32_t j = 0; j < nd; j++)
-                mscx_dline_store<PKT>(P[o + 1 + j] + 2u * pl * u, v, flag);
-        }
+    case MSCX_ENTRY_PACK:
+        mscx_entry_pack<PKT>(k, P, n, flag, has_first, first);
         return 0;
-    }
-    case MSCX_ENTRY_UNPACK: {
-        const char *sl = P[o];
-        char *pd = P[o + 1];
-        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-            uint4 v;
-            if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
-                return 1;
-            mscx_dvstore<pl>(pd + (uint64_t)u * pl, v);
-        }
-        return 0;
-    }
-    case MSCX_ENTRY_FWD: {
-        const char *sl = P[o];
-        uint32_t nd = k->ndst;
-        if (nd == 1) {
-            char *dl = P[o + 1];
-            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-                uint4 v;
-                if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
-                    return 1;
-                mscx_dline_store<PKT>(dl + 2u * pl * u, v, flag);
-            }
-            return 0;
-        }
-        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-            uint4 v;
-            if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
-                return 1;
-            MSCX_KLOOP
-            for (uint32_t j = 0; j < nd; j++)
-                mscx_dline_store<PKT>(P[o + 1 + j] + 2u * pl * u, v, flag);
-        }
-        return 0;
-    }
+    case MSCX_ENTRY_UNPACK:
+        return mscx_entry_unpack<PKT>(s, P, n);
+    case MSCX_ENTRY_FWD:
+        return mscx_entry_fwd<PKT>(s, k, P, n, flag);
     case MSCX_ENTRY_REDPKT: {
+        /*
+         * REDPKT: src[0] flat, or lines if lsrc0, (+) src[1..] lines
+         * (src[fsrc] flat if fsrc) -> dst[0] flat (if ndst), dst[1..] lines;
+         * the packet-only kernel sums. Its code stays in this switch: moved
+         * into a function of its own, it is scheduled differently (ptxas).
+         */
         if (!RED)
             return 0;
-        MSCX_KST_AT(s, ra);
+        const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
+        const uint32_t nw = pl / 4u;
+        constexpr uint32_t BATCH = mscx_line_batch<BODY, MAX_THREADS>;
         const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
         /* bit i: source i is read flat, not as lines (fsrc: a pack fused in; 0 when none) */
         const uint32_t fmask = k->fsrc ? 1u << k->fsrc : 0u;
-        const char *p0 = P[o];
+        const char *p0 = P[0];
         const bool l0 = k->lsrc0;
         for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
             uint64_t x = (uint64_t)u * pl;
             uint4 acc = make_uint4(0, 0, 0, 0);
             /*
-             * The lines of up to MSCX_KLINE_BATCH sources are loaded at once,
-             * then folded in source order. The flat source (fmask) is loaded
-             * where it is folded, its payload being what its packed line would
-             * carry: loaded with the lines, it cost the fast kernel 8 bytes
-             * more stack frame (ptxas, sm_90); the one-shot's puts have just
-             * read the same bytes, so it should mostly hit in cache (not
-             * measured on a GPU).
+             * The lines of up to BATCH sources are loaded at once, then
+             * folded in source order. The flat source (fmask) is loaded where
+             * it is folded, its payload being what its packed line would
+             * carry: loaded with the lines, it gives the compiled kernels a
+             * stack frame; the one-shot's puts have just read the same bytes,
+             * so it should mostly hit in cache.
              */
             uint32_t j = l0 ? 0u : 1u;
             if (!l0)
                 acc = mscx_dvload<pl>(p0 + x);
-            for (; j < ns; j += MSCX_KLINE_BATCH) {
-                uint4 raw[MSCX_KLINE_BATCH];
+            for (; j < ns; j += BATCH) {
+                uint4 raw[BATCH];
                 const uint32_t fb = fmask >> j;
 #pragma unroll
-                for (uint32_t q = 0; q < MSCX_KLINE_BATCH; q++)
+                for (uint32_t q = 0; q < BATCH; q++)
                     if (j + q < ns && !(fb & (1u << q)))
-                        raw[q] = mscx_dline_peek<PKT>(P[o + j + q] + 2u * x);
+                        raw[q] = mscx_dline_peek<PKT>(P[j + q] + 2u * x);
 #pragma unroll
-                for (uint32_t q = 0; q < MSCX_KLINE_BATCH; q++) {
+                for (uint32_t q = 0; q < BATCH; q++) {
                     if (j + q >= ns)
                         break;
                     uint4 v;
                     if (fb & (1u << q))
-                        v = mscx_dvload<pl>(P[o + j + q] + x);
+                        v = mscx_dvload<pl>(P[j + q] + x);
                     else if (mscx_dline_ready<PKT>(raw[q], flag))
                         v = mscx_dline_payload<PKT>(raw[q]);
-                    else if (mscx_dline_read<PKT>(s, P[o + j + q] + 2u * x, &v))
+                    else if (mscx_dline_read<PKT>(s, P[j + q] + 2u * x, &v))
                         return 1;
                     if (j + q == 0)
                         acc = v;
-                    else if constexpr (KSET == MSCX_KSET_PKT)
-                        acc = mscx_dreduce_t<DT, MSCX_REDOP_SUM, nw>(acc, v); /* the packet kernel sums */
+                    else if constexpr (BODY == MSCX_BODY_PACKET_ONLY)
+                        acc = mscx_dreduce_t<DT, MSCX_REDOP_SUM, nw>(acc, v);
                     else
                         acc = mscx_dreduce<DT, nw>(rop, acc, v);
                 }
             }
-#ifdef MSCX_KSTAMP
-            if (s->kst.c && u == threadIdx.x && acc.x != (uint32_t)s->kst.t0) /* waits for every line */
-                s->kst.rb = clock64();
-#endif
             if (nd > 0)
-                mscx_dvstore<pl>(P[o + ns] + x, acc);
-            MSCX_KLOOP
+                mscx_dvstore<pl>(P[ns] + x, acc);
+#pragma unroll 1
             for (uint32_t j = 1; j < nd; j++)
-                mscx_dline_store<PKT>(P[o + ns + j] + 2u * x, acc, flag);
-        }
-        MSCX_KST_AT(s, rc);
-        return 0;
-    }
-    case MSCX_ENTRY_COPY: {
-        if constexpr (KSET == MSCX_KSET_PKT)
-            return 0; /* not reached (above) */
-        const char *ps = P[o];
-        char *pd = P[o + 1];
-        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
-            *(uint4 *)(pd + (uint64_t)u * 16u) = *(const uint4 *)(ps + (uint64_t)u * 16u);
-        return 0;
-    }
-    case MSCX_ENTRY_REDUCE: {
-        if (!RED || KSET == MSCX_KSET_PKT)
-            return 0; /* not reduced here, or not reached (above) */
-        const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
-        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-            uint64_t x = (uint64_t)u * 16u;
-            uint4 acc = *(const uint4 *)(P[o] + x);
-            for (uint32_t j = 1; j < ns; j++)
-                acc = mscx_dreduce<DT, 4>(rop, acc, *(const uint4 *)(P[o + j] + x));
-            for (uint32_t j = 0; j < nd; j++)
-                *(uint4 *)(P[o + ns + j] + x) = acc;
+                mscx_dline_store<PKT>(P[ns + j] + 2u * x, acc, flag);
         }
         return 0;
     }
+    case MSCX_ENTRY_COPY:
+        if constexpr (BODY != MSCX_BODY_PACKET_ONLY)
+            mscx_entry_copy(P, n);
+        return 0; /* packet-only: not reached (above) */
+    case MSCX_ENTRY_REDUCE:
+        if (RED && BODY != MSCX_BODY_PACKET_ONLY)
+            mscx_entry_reduce<DT>(s, k, P, n);
+        return 0; /* not reduced here, or not reached (above) */
     case MSCX_ENTRY_SKIP:
         return 0;
-    default: { /* GENERIC: the interpreter runs the op from the uploaded table (never in the fast kernel) */
-        if constexpr (FAST) {
+    default: { /* GENERIC: the interpreter runs the op from the uploaded table (never in a compiled kernel) */
+        if constexpr (BODY != MSCX_BODY_INTERPRETER) {
             return 0;
         } else {
             struct mscx_dpipe none = {0, 0};
@@ -743,7 +737,7 @@ __device__ __forceinline__ int mscx_entry_run(struct mscx_dstate *s, const struc
  * this launch's half would leave stale lines where a later, larger launch
  * looks. See docs/design.md for what this does not cover.
  */
-static __device__ MSCX_DSLOW void mscx_dwrap_clear(const struct mscx_dstate *s)
+static __device__ MSCX_DCOLD void mscx_dwrap_clear(const struct mscx_dstate *s)
 {
     __shared__ uint32_t last;
     struct mscx_gpu_ctx *ctx = s->ctx;
@@ -777,7 +771,7 @@ static __device__ MSCX_DSLOW void mscx_dwrap_clear(const struct mscx_dstate *s)
 }
 
 /* Publish this rank's user pointers for the launch (peers read them through mscx_dpeer_user). */
-static __device__ MSCX_DSLOW void mscx_dpublish(const struct mscx_gpu_args *a, const struct mscx_dstate *s)
+static __device__ MSCX_DCOLD void mscx_dpublish(const struct mscx_gpu_args *a, const struct mscx_dstate *s)
 {
     struct mscx_gpu_ctx *ctx = a->ctx;
     ctx->pub.ptr[s->parity][0] = (void *)a->in;
@@ -840,7 +834,7 @@ __device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const str
             i += nb;
             continue;
         }
-        /* one call site for traced and untraced runs (see mscx_run_compiled); traced: the block's start of the
+        /* one call site for traced and untraced runs (see mscx_run_entries); traced: the block's start of the
            op to its last thread's end */
         const bool traced = tr->recs != NULL;
         if (traced)
@@ -868,18 +862,19 @@ __device__ __forceinline__ void mscx_tagged_ptr(const struct mscx_gpu_args *a, u
 }
 
 /*
- * One word (16 bytes) of a block's record (struct mscx_kblk_head), staged in
- * shared memory: the head, an entry, or an operand resolved to a pointer for
- * this launch (scratch half by flag parity, user buffers against in/out).
+ * One word (16 bytes) of a block's record (struct mscx_record_head), staged
+ * in shared memory: the head, an entry, or an operand resolved to a pointer
+ * for this launch (scratch half by flag parity, user buffers against in/out).
  */
-__device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const struct mscx_gpu_args *a, uint32_t t,
-                                            uint4 w, struct mscx_kblk_head *head, struct mscx_entry *kop, char **ptr)
+__device__ __forceinline__ void mscx_stage_word(const struct mscx_dstate *s, const struct mscx_gpu_args *a,
+                                                uint32_t t, uint4 w, struct mscx_record_head *head,
+                                                struct mscx_entry *entry, char **ptr)
 {
     const uint32_t km = a->kmax_ops;
     if (t == 0) {
-        *head = *reinterpret_cast<const struct mscx_kblk_head *>(&w);
+        *head = *reinterpret_cast<const struct mscx_record_head *>(&w);
     } else if (t <= km) {
-        kop[t - 1] = *reinterpret_cast<const struct mscx_entry *>(&w);
+        entry[t - 1] = *reinterpret_cast<const struct mscx_entry *>(&w);
     } else {
         char *p0, *p1;
         mscx_tagged_ptr(a, w, &p0, &p1);
@@ -888,128 +883,126 @@ __device__ __forceinline__ void mscx_kstage(const struct mscx_dstate *s, const s
 }
 
 /*
- * MSCX_KSPEC: entry @p k, of kind KIND, as the loop of mscx_run_kops runs it
- * untraced: the op named in errors, the barrier when marked, the entry.
+ * The block shapes that the packet-only kernel runs straight-line (see
+ * mscx_run_entries), told apart before the wait from the staged record.
  */
-template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET, int KIND>
-__device__ __forceinline__ void mscx_kspec_entry(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                                 const struct mscx_entry *k, uint32_t obase, char *const *sptr,
-                                                 bool has_pre = false, uint4 pre = make_uint4(0, 0, 0, 0))
+#define MSCX_SHAPE_ANY 0u                /* the entry loop */
+#define MSCX_SHAPE_PACK_REDPKT 1u        /* the one-shot's */
+#define MSCX_SHAPE_PACK_REDPKT_UNPACK 2u /* the two-phase's */
+
+/* Straight-line: entry @p k, of kind KIND, as the loop of mscx_run_entries runs it untraced. */
+template <uint32_t PKT, uint32_t DT, bool RED, enum mscx_kernel_body BODY, uint32_t MAX_THREADS, int KIND>
+__device__ __forceinline__ void mscx_straight_entry(struct mscx_dstate *s, const struct mscx_gpu_args *a,
+                                                    const struct mscx_entry *k, uint32_t obase,
+                                                    char *const *sptr, bool has_first = false,
+                                                    uint4 first = make_uint4(0, 0, 0, 0))
 {
     s->op_index = k->op;
     s->opcode = k->opcode;
     if (k->sync)
         __syncthreads();
-    mscx_entry_run<PKT, DT, RED, FAST, KSET, KIND>(s, a, k, obase, &sptr[k->opnd], has_pre, pre);
+    mscx_entry_run<PKT, DT, RED, BODY, MAX_THREADS, KIND>(s, a, k, obase, &sptr[k->opnd], has_first, first);
 }
 
-/* Entries [0, @p nk) of a block's staged program; @p sptr its operands resolved for this launch. */
-template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t KSET>
-__device__ __forceinline__ void mscx_run_kops(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                              struct mscx_dtrace *tr, uint32_t nk, uint32_t obase,
-                                              const struct mscx_entry *skop, char *const *sptr, bool has_pre = false,
-                                              uint4 pre = make_uint4(0, 0, 0, 0), uint32_t shape = 0)
+/*
+ * Entries [0, @p nk) of a block's staged program; @p sptr its operands
+ * resolved for this launch. The packet-only kernel runs a block of a known
+ * @p shape through straight-line calls whose entry kinds are compile-time
+ * constants, with no entry loop, kind guard or switch on that path; every
+ * operand, count, sync and flag still comes from the plan, and the entries'
+ * code is the loop's.
+ */
+template <uint32_t PKT, uint32_t DT, bool RED, enum mscx_kernel_body BODY, uint32_t MAX_THREADS>
+__device__ __forceinline__ void
+mscx_run_entries(struct mscx_dstate *s, const struct mscx_gpu_args *a, struct mscx_dtrace *tr, uint32_t nk,
+                 uint32_t obase, const struct mscx_entry *sentry, char *const *sptr, bool has_first = false,
+                 uint4 first = make_uint4(0, 0, 0, 0), uint32_t shape = MSCX_SHAPE_ANY)
 {
-#if MSCX_KSPEC
-    if constexpr (KSET == MSCX_KSET_PKT) {
-        if (shape != 0) {
+    if constexpr (BODY == MSCX_BODY_PACKET_ONLY) {
+        if (shape != MSCX_SHAPE_ANY) {
             /* as the loop below: the error state ends later entries' waits (mscx_dfail) */
-            MSCX_KST_AT(s, e0);
-            mscx_kspec_entry<PKT, DT, RED, FAST, KSET, MSCX_ENTRY_PACK>(s, a, &skop[0], obase, sptr, has_pre, pre);
-            MSCX_KST_AT(s, t3);
-            MSCX_KST_AT(s, e1);
-            mscx_kspec_entry<PKT, DT, RED, FAST, KSET, MSCX_ENTRY_REDPKT>(s, a, &skop[1], obase, sptr);
-            MSCX_KST_AT(s, t4);
-            if (shape == 2)
-                mscx_kspec_entry<PKT, DT, RED, FAST, KSET, MSCX_ENTRY_UNPACK>(s, a, &skop[2], obase, sptr);
+            mscx_straight_entry<PKT, DT, RED, BODY, MAX_THREADS, MSCX_ENTRY_PACK>(s, a, &sentry[0], obase,
+                                                                                  sptr, has_first, first);
+            mscx_straight_entry<PKT, DT, RED, BODY, MAX_THREADS, MSCX_ENTRY_REDPKT>(s, a, &sentry[1], obase,
+                                                                                    sptr);
+            if (shape == MSCX_SHAPE_PACK_REDPKT_UNPACK)
+                mscx_straight_entry<PKT, DT, RED, BODY, MAX_THREADS, MSCX_ENTRY_UNPACK>(s, a, &sentry[2],
+                                                                                        obase, sptr);
             return;
         }
     }
-#endif
     for (uint32_t i = 0; i < nk; i++) {
-#ifdef MSCX_KSTAMP
-        if (i == 0)
-            MSCX_KST_AT(s, e0);
-        if (i == 1)
-            MSCX_KST_AT(s, e1);
-#endif
-        const struct mscx_entry *k = &skop[i];
+        const struct mscx_entry *k = &sentry[i];
         char *const *P = &sptr[k->opnd];
         s->op_index = k->op;
         s->opcode = k->opcode;
         /*
          * One call site for traced and untraced runs: the entry's code is
-         * inlined once (two sites doubled the fast kernel to 60 KB of SASS).
+         * inlined once (two sites would double the kernel's code).
          * Traced: the block's start of the entry to its last thread's end.
          */
-        const bool traced = KSET == MSCX_KSET_ALL && tr->recs != NULL;
+        const bool traced = BODY != MSCX_BODY_PACKET_ONLY && tr->recs != NULL;
         if (k->sync || traced)
             __syncthreads();
         const uint64_t t0 = traced ? mscx_dtime() : 0;
-        mscx_entry_run<PKT, DT, RED, FAST, KSET>(s, a, k, obase, P, has_pre && i == 0, pre);
+        mscx_entry_run<PKT, DT, RED, BODY, MAX_THREADS>(s, a, k, obase, P, has_first && i == 0, first);
         if (traced) {
             __syncthreads();
             mscx_dtrace_rec(tr, k->op, k->opcode, t0);
         }
-#ifdef MSCX_KSTAMP
-        if (i == 0)
-            MSCX_KST_AT(s, t3);
-        if (i == 1)
-            MSCX_KST_AT(s, t4);
-#endif
     }
 }
 
 /*
- * The compiled program of block @p blk. The block stages its record in
- * shared memory: every thread loads a different 16-byte word, all loads
- * independent (@p w0, thread t's first word, was loaded at kernel entry
- * beside the block's flag), then one barrier.
+ * The interpreter kernel's compiled block @p blk. The block stages its
+ * record in shared memory: every thread loads a different 16-byte word, all
+ * loads independent (@p w0, thread t's first word, was loaded at kernel
+ * entry beside the block's flag), then one barrier.
  */
-template <uint32_t PKT, uint32_t DT, bool RED, bool FAST>
+template <uint32_t PKT, uint32_t DT, bool RED, uint32_t MAX_THREADS>
 __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const struct mscx_gpu_args *a,
                                                   struct mscx_dtrace *tr, uint32_t blk, uint4 w0)
 {
-    __shared__ struct mscx_kblk_head shead;
-    __shared__ struct mscx_entry skop[MSCX_KP_MAX_OPS];
+    __shared__ struct mscx_record_head shead;
+    __shared__ struct mscx_entry sentry[MSCX_KP_MAX_OPS];
     __shared__ char *sptr[MSCX_KP_MAX_OPND];
     const uint4 *rec = reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blk * a->kstride);
     const uint32_t nwords = a->kstride / 16u;
     if (threadIdx.x < nwords)
-        mscx_kstage(s, a, threadIdx.x, w0, &shead, skop, sptr);
+        mscx_stage_word(s, a, threadIdx.x, w0, &shead, sentry, sptr);
     for (uint32_t t = threadIdx.x + blockDim.x; t < nwords; t += blockDim.x)
-        mscx_kstage(s, a, t, __ldg(rec + t), &shead, skop, sptr);
+        mscx_stage_word(s, a, t, __ldg(rec + t), &shead, sentry, sptr);
     __syncthreads();
     if (tr->recs)
         mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
-    mscx_run_kops<PKT, DT, RED, FAST, MSCX_KSET_ALL>(s, a, tr, shead.nk, shead.obase, skop, sptr);
+    mscx_run_entries<PKT, DT, RED, MSCX_BODY_INTERPRETER, MAX_THREADS>(s, a, tr, shead.nk, shead.obase,
+                                                                       sentry, sptr);
 }
 
 /*
- * The lean kernels stage their record before the programmatic-launch wait,
- * each scratch operand resolved for both flag parities, since nothing in the
- * record depends on the kernel ahead; after the wait only the block's flag
- * is read, and the staging's barrier is off that path. On one H200 this took
- * 0.3-0.5 us off a one-shot launch (docs/perf/2026-11-30-h200-s16).
+ * The compiled kernels stage their record before the programmatic-launch
+ * wait, each scratch operand resolved for both flag parities, since nothing
+ * in the record depends on the kernel ahead; after the wait only the block's
+ * flag is read, and the staging's barrier is off that path.
  */
-struct mscx_kstaged {
-    struct mscx_kblk_head head;
-    struct mscx_entry kop[MSCX_KP_MAX_OPS];
+struct mscx_staged_record {
+    struct mscx_record_head head;
+    struct mscx_entry entry[MSCX_KP_MAX_OPS];
     char *ptr[2][MSCX_KP_MAX_OPND]; /* [launch flag parity][operand] */
 };
 
-__device__ __forceinline__ const struct mscx_kstaged *mscx_kstage_early(const struct mscx_gpu_args *a, uint32_t blk,
-                                                                        uint4 w0)
+__device__ __forceinline__ const struct mscx_staged_record *mscx_stage_record(const struct mscx_gpu_args *a,
+                                                                              uint32_t blk, uint4 w0)
 {
-    __shared__ struct mscx_kstaged st;
+    __shared__ struct mscx_staged_record st;
     const uint4 *rec = reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blk * a->kstride);
     const uint32_t nwords = a->kstride / 16u, km = a->kmax_ops;
     for (uint32_t t = threadIdx.x; t < nwords; t += blockDim.x) {
         const uint4 w = t == threadIdx.x ? w0 : __ldg(rec + t);
         if (t == 0)
-            st.head = *reinterpret_cast<const struct mscx_kblk_head *>(&w);
+            st.head = *reinterpret_cast<const struct mscx_record_head *>(&w);
         else if (t <= km)
-            st.kop[t - 1] = *reinterpret_cast<const struct mscx_entry *>(&w);
+            st.entry[t - 1] = *reinterpret_cast<const struct mscx_entry *>(&w);
         else
             mscx_tagged_ptr(a, w, &st.ptr[0][t - 1 - km], &st.ptr[1][t - 1 - km]);
     }
@@ -1018,34 +1011,36 @@ __device__ __forceinline__ const struct mscx_kstaged *mscx_kstage_early(const st
 }
 
 /*
- * MSCX_KPRE: where a block's program starts with a PACK whose source is the
- * same for both flag parities (a user buffer, not scratch), the address of
- * this thread's first unit of it (NULL: no such start, or no unit here).
+ * Where a block's program starts with a PACK whose source is the same for
+ * both flag parities (a user buffer, not scratch), the address of this
+ * thread's first unit of it (NULL: no such start, or no unit here): the
+ * packet-only kernel loads that unit right after the wait, beside the
+ * block's flag, instead of after it.
  */
-__device__ __forceinline__ const char *mscx_kpre_src(const struct mscx_kstaged *st, uint32_t pl)
+__device__ __forceinline__ const char *mscx_first_unit_src(const struct mscx_staged_record *st, uint32_t pl)
 {
     if (st->head.nk == 0)
         return NULL;
-    const struct mscx_entry *k = &st->kop[0];
+    const struct mscx_entry *k = &st->entry[0];
     const char *p = st->ptr[0][k->opnd];
     if (k->kind != MSCX_ENTRY_PACK || p != st->ptr[1][k->opnd] || threadIdx.x >= k->units)
         return NULL;
     return p + (uint64_t)threadIdx.x * pl;
 }
 
-/* MSCX_KSPEC: 1 for a program PACK, REDPKT; 2 for PACK, REDPKT, UNPACK; 0 otherwise. */
-__device__ __forceinline__ uint32_t mscx_kspec_shape(const struct mscx_kstaged *st)
+/* The block's shape (MSCX_SHAPE_*) for the straight-line run of mscx_run_entries. */
+__device__ __forceinline__ uint32_t mscx_block_shape(const struct mscx_staged_record *st)
 {
     const uint32_t nk = st->head.nk;
-    if (nk < 2 || nk > 3 || st->kop[0].kind != MSCX_ENTRY_PACK || st->kop[1].kind != MSCX_ENTRY_REDPKT)
-        return 0;
+    if (nk < 2 || nk > 3 || st->entry[0].kind != MSCX_ENTRY_PACK || st->entry[1].kind != MSCX_ENTRY_REDPKT)
+        return MSCX_SHAPE_ANY;
     if (nk == 2)
-        return 1;
-    return st->kop[2].kind == MSCX_ENTRY_UNPACK ? 2u : 0u;
+        return MSCX_SHAPE_PACK_REDPKT;
+    return st->entry[2].kind == MSCX_ENTRY_UNPACK ? MSCX_SHAPE_PACK_REDPKT_UNPACK : MSCX_SHAPE_ANY;
 }
 
-/* The load of mscx_kpre_src, kept after the wait and before the flag's load (asm volatile). */
-template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_kpre_load(const char *p)
+/* The load of mscx_first_unit_src, kept after the wait and before the flag's load (asm volatile). */
+template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_first_unit_load(const char *p)
 {
     uint4 v = make_uint4(0, 0, 0, 0);
     if (PKT == MSCX_PKT_LL8)
@@ -1055,131 +1050,136 @@ template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_kpre_load(const ch
     return v;
 }
 
-/*
- * The executor kernel. FAST: the instantiation for launches whose program is
- * compiled whole (args.fast: every block compiled, no GENERIC entry, no
- * proxy, nothing published). It holds only the compiled entries, not the
- * interpreter, so it is a fraction of the code, registers and stack of the
- * full kernel; launch and completion cost with them (gpu_exec.c picks it).
- */
-template <uint32_t PKT, uint32_t DT, bool RED, bool FAST, uint32_t BOUND, uint32_t KSET>
-__global__ void __launch_bounds__(BOUND, 1) mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
+/* The block's state for this launch, once the flag of its last launch @p prev is known. */
+__device__ __forceinline__ void mscx_dstate_init(struct mscx_dstate *s, const struct mscx_gpu_args *a,
+                                                 uint32_t prev, uint32_t rop)
 {
-    static_assert(FAST || KSET == MSCX_KSET_ALL, "the full kernel holds every kind");
-    struct mscx_dstate s;
-    struct mscx_dtrace tr;
-#ifdef MSCX_KSTAMP
-    s.kst = {NULL, clock64(), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    if (KSET == MSCX_KSET_PKT && threadIdx.x == 0 && args.trace)
-        s.kst.c = (unsigned long long *)args.trace + (uint64_t)MSCX_KSTAMP_WORDS * MSCX_KSTAMP_RING * blockIdx.x;
-#endif
-    /*
-     * The record's first word is loaded before the wait for the kernel ahead
-     * on the stream (programmatic dependent launch; a no-op without it): the
-     * program was uploaded before this launch was made and never changes.
-     * Everything the kernel ahead may write (the flag, the trace ring, user
-     * buffers, scratch) is read after it.
-     */
-    /* the lean kernels run whole programs only (interp_mask 0; gpu_exec.c): not read, it lies past the hot fields */
-    const bool compiled = args.kprog && (FAST || !((args.interp_mask >> blockIdx.x) & 1u));
-    uint4 w0 = make_uint4(0, 0, 0, 0);
-    if (compiled && threadIdx.x < args.kstride / 16u)
-        w0 = __ldg(reinterpret_cast<const uint4 *>(args.kprog + (uint64_t)blockIdx.x * args.kstride) + threadIdx.x);
-    const struct mscx_kstaged *staged = NULL;
-    if constexpr (FAST)
-        staged = mscx_kstage_early(&args, blockIdx.x, w0);
-    uint32_t *bfp = args.bflag + blockIdx.x;
-    uint32_t rop = args.op;
-#if MSCX_KWARM
-    if constexpr (FAST) {
-        asm volatile("" ::"l"(bfp), "r"(rop)); /* loaded here, before the wait */
-    }
-#endif
-    const char *pre_src = NULL;
-    uint4 pre = make_uint4(0, 0, 0, 0);
-    uint32_t shape = 0;
-#if MSCX_KSPEC
-    if constexpr (KSET == MSCX_KSET_PKT)
-        shape = mscx_kspec_shape(staged);
-#endif
-#if MSCX_KPRE
-    if constexpr (KSET == MSCX_KSET_PKT)
-        pre_src = mscx_kpre_src(staged, PKT == MSCX_PKT_LL8 ? 4u : 8u);
-#endif
-    mscx_pdl_wait();
-    mscx_pdl_allow();
-    if (pre_src)
-        pre = mscx_kpre_load<PKT>(pre_src);
-#ifdef MSCX_KSTAMP
-    s.kst.t1 = clock64();
-    s.kst.g1 = mscx_dtime();
-#endif
-    if constexpr (KSET == MSCX_KSET_ALL)
-        mscx_dtrace_begin(&args, &tr);
-    else
-        tr.recs = NULL; /* the host does not pick this kernel while tracing */
-    const uint32_t prev = *(volatile uint32_t *)bfp;
-    s.a = &args;
-    s.ctx = args.ctx;
-    s.flag = mscx_flag_next(prev);
-    s.parity = s.flag & 1u;
-    s.so = mscx_scratch_offset(s.flag, args.scratch_half);
-    s.op_index = 0;
-    s.opcode = 0;
-    s.rop = rop;
-#ifdef MSCX_KSTAMP
-    if (s.flag != s.kst.t0) /* a use of the flag: the stamp after it waits for its load */
-        s.kst.t2 = clock64();
-#endif
-    if constexpr (FAST) {
-        if (KSET == MSCX_KSET_ALL && tr.recs)
-            mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
-        mscx_run_kops<PKT, DT, RED, true, KSET>(&s, &args, &tr, staged->head.nk, staged->head.obase, staged->kop,
-                                                 staged->ptr[s.parity], pre_src != NULL, pre, shape);
-    } else {
-        if (args.publish && blockIdx.x == 0 && threadIdx.x == 0)
-            mscx_dpublish(&args, &s);
-        if (compiled) {
-            mscx_run_compiled<PKT, DT, RED, false>(&s, &args, &tr, blockIdx.x, w0);
-        } else {
-            uint32_t b = __ldg(&args.tb_begin[blockIdx.x]), e = __ldg(&args.tb_begin[blockIdx.x + 1]);
-            mscx_run_interp<PKT, DT, RED>(&s, &args, &tr, b, e);
-        }
-        if (args.port)
-            mscx_dport_drain(&s);
-    }
-    if (mscx_gpu_wrap_clear(s.flag) && args.scratch)
-        mscx_dwrap_clear(&s);
-#ifdef MSCX_KSTAMP
-    s.kst.t5 = clock64();
-    s.kst.g5 = mscx_dtime();
-    if (s.kst.c) {
-        unsigned long long *w = s.kst.c + MSCX_KSTAMP_WORDS * (s.flag % MSCX_KSTAMP_RING);
-        w[0] = s.kst.t0;
-        w[1] = s.kst.t1;
-        w[2] = s.kst.t2;
-        w[3] = s.kst.t3;
-        w[4] = s.kst.t4;
-        w[5] = s.kst.t5;
-        w[6] = s.kst.g1;
-        w[7] = s.kst.g5;
-        w[8] = s.kst.pa;
-        w[9] = s.kst.pb;
-        w[10] = s.kst.ra;
-        w[11] = s.kst.rb;
-        w[12] = s.kst.rc;
-        w[13] = s.kst.e0;
-        w[14] = s.kst.e1;
-        w[15] = s.kst.ga;
-        w[16] = s.kst.gb;
-    }
-#endif
+    s->a = a;
+    s->ctx = a->ctx;
+    s->flag = mscx_flag_next(prev);
+    s->parity = s->flag & 1u;
+    s->so = mscx_scratch_offset(s->flag, a->scratch_half);
+    s->op_index = 0;
+    s->opcode = 0;
+    s->rop = rop;
+}
+
+/* The end of a block's launch: the wrap's clearing, then the trace position and the block's flag. */
+__device__ __forceinline__ void mscx_block_end(const struct mscx_dstate *s, const struct mscx_gpu_args *a,
+                                               const struct mscx_dtrace *tr)
+{
+    if (mscx_gpu_wrap_clear(s->flag) && a->scratch)
+        mscx_dwrap_clear(s);
     if (threadIdx.x == 0) {
-        if (tr.recs)
-            args.trace_n[blockIdx.x] = tr.n;
-        *(volatile uint32_t *)&args.bflag[blockIdx.x] = s.flag;
+        if (tr->recs)
+            a->trace_n[blockIdx.x] = tr->n;
+        *(volatile uint32_t *)&a->bflag[blockIdx.x] = s->flag;
     }
 }
 
+/*
+ * The compiled kernels' launch (args.compiled: every block compiled, no
+ * GENERIC entry, no proxy, nothing published). The record's first word is
+ * loaded before the wait for the kernel ahead on the stream (programmatic
+ * dependent launch; a no-op without it), and the whole record staged: the
+ * program was uploaded before this launch was made and never changes. So
+ * are the kernel arguments used after the wait (the block's flag pointer,
+ * the operator), so that their constant-cache lines are fetched while the
+ * kernel ahead still runs. Everything the kernel ahead may write (the flag,
+ * user buffers, scratch) is read after it.
+ */
+template <uint32_t PKT, uint32_t DT, bool RED, enum mscx_kernel_body BODY, uint32_t MAX_THREADS>
+__device__ __forceinline__ void mscx_kernel_compiled(const struct mscx_gpu_args *a)
+{
+    struct mscx_dstate s;
+    struct mscx_dtrace tr;
+    uint4 w0 = make_uint4(0, 0, 0, 0);
+    if (a->kprog && threadIdx.x < a->kstride / 16u)
+        w0 = __ldg(reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blockIdx.x * a->kstride) +
+                   threadIdx.x);
+    const struct mscx_staged_record *staged = mscx_stage_record(a, blockIdx.x, w0);
+    uint32_t *bfp = a->bflag + blockIdx.x;
+    uint32_t rop = a->op;
+    asm volatile("" ::"l"(bfp), "r"(rop)); /* loaded here, before the wait */
+    const char *first_src = NULL;
+    uint4 first = make_uint4(0, 0, 0, 0);
+    uint32_t shape = MSCX_SHAPE_ANY;
+    if constexpr (BODY == MSCX_BODY_PACKET_ONLY)
+        shape = mscx_block_shape(staged);
+    if constexpr (BODY == MSCX_BODY_PACKET_ONLY)
+        first_src = mscx_first_unit_src(staged, PKT == MSCX_PKT_LL8 ? 4u : 8u);
+    mscx_pdl_wait();
+    mscx_pdl_allow();
+    if (first_src)
+        first = mscx_first_unit_load<PKT>(first_src);
+    if constexpr (BODY != MSCX_BODY_PACKET_ONLY)
+        mscx_dtrace_begin(a, &tr);
+    else
+        tr.recs = NULL; /* the host does not pick this kernel while tracing */
+    const uint32_t prev = *(volatile uint32_t *)bfp;
+    mscx_dstate_init(&s, a, prev, rop);
+    if (BODY != MSCX_BODY_PACKET_ONLY && tr.recs)
+        mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
+    mscx_run_entries<PKT, DT, RED, BODY, MAX_THREADS>(&s, a, &tr, staged->head.nk, staged->head.obase,
+                                                      staged->entry, staged->ptr[s.parity], first_src != NULL,
+                                                      first, shape);
+    mscx_block_end(&s, a, &tr);
+}
+
+/*
+ * The interpreter kernel's launch: a block with a compiled program stages it
+ * after the wait (its first word loaded before it), any other interprets its
+ * ops; the launch publishes the rank's user pointers and drains its port
+ * requests where the plan needs it.
+ */
+template <uint32_t PKT, uint32_t DT, bool RED, uint32_t MAX_THREADS>
+__device__ __forceinline__ void mscx_kernel_interpreter(const struct mscx_gpu_args *a)
+{
+    struct mscx_dstate s;
+    struct mscx_dtrace tr;
+    const bool block_compiled = a->kprog && !((a->interp_mask >> blockIdx.x) & 1u);
+    uint4 w0 = make_uint4(0, 0, 0, 0);
+    if (block_compiled && threadIdx.x < a->kstride / 16u)
+        w0 = __ldg(reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blockIdx.x * a->kstride) +
+                   threadIdx.x);
+    uint32_t *bfp = a->bflag + blockIdx.x;
+    uint32_t rop = a->op;
+    mscx_pdl_wait();
+    mscx_pdl_allow();
+    mscx_dtrace_begin(a, &tr);
+    const uint32_t prev = *(volatile uint32_t *)bfp;
+    mscx_dstate_init(&s, a, prev, rop);
+    if (a->publish && blockIdx.x == 0 && threadIdx.x == 0)
+        mscx_dpublish(a, &s);
+    if (block_compiled) {
+        mscx_run_compiled<PKT, DT, RED, MAX_THREADS>(&s, a, &tr, blockIdx.x, w0);
+    } else {
+        uint32_t b = __ldg(&a->tb_begin[blockIdx.x]), e = __ldg(&a->tb_begin[blockIdx.x + 1]);
+        mscx_run_interp<PKT, DT, RED>(&s, a, &tr, b, e);
+    }
+    if (a->port)
+        mscx_dport_drain(&s);
+    mscx_block_end(&s, a, &tr);
+}
+
+/*
+ * The executor kernel: PKT, the packet format; DT, the element type of a
+ * reducing plan; REDUCE, whether the plan has reduction ops (else the
+ * copy-only instance); BODY, what it holds; MAX_THREADS, its block size
+ * bound (a smaller bound gives each thread more registers).
+ */
+template <enum mscx_pkt_format PKT, enum mscx_dtype DT, bool REDUCE, enum mscx_kernel_body BODY,
+          uint32_t MAX_THREADS>
+__global__ void __launch_bounds__(MAX_THREADS, 1)
+    mscx_exec_kernel(const __grid_constant__ struct mscx_gpu_args args)
+{
+    static_assert(
+        MSCX_COLD_INLINE == (BODY != MSCX_BODY_INTERPRETER),
+        "a compiled kernel inlines its cold helpers, the interpreter kernel calls them (exec_k.cu.in)");
+    if constexpr (BODY == MSCX_BODY_INTERPRETER)
+        mscx_kernel_interpreter<PKT, DT, REDUCE, MAX_THREADS>(&args);
+    else
+        mscx_kernel_compiled<PKT, DT, REDUCE, BODY, MAX_THREADS>(&args);
+}
 
 #endif /* MSCX_EXEC_OPS_CUH */

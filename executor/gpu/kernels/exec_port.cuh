@@ -4,7 +4,7 @@
  * channel goes to another process does not move data itself; one thread of
  * the block writes requests into the context's FIFO in mapped host memory
  * (port_fifo.h) and the process's proxy thread executes them (proxy.c,
- * gpu_proxy.c). Ports to ranks of the same process keep the in-kernel path
+ * runtime/ports.c). Ports to ranks of the same process keep the in-kernel path
  * (exec_ops.cuh). add_plan decides per channel (struct mscx_gpu_port.proxied)
  * and refuses ops that mix the two kinds.
  *
@@ -48,10 +48,10 @@ __device__ __forceinline__ bool mscx_dport_op(const struct mscx_dstate *s, const
  * slot, fence, publish seq. @return the position, or MSCX_DPORT_GIVE_UP after
  * a timeout or an abort (recorded by the spin).
  */
-static __device__ MSCX_DSLOW unsigned long long mscx_dport_push(const struct mscx_dstate *s, uint32_t kind,
-                                                                  uint32_t chan, const void *src,
-                                                                  uint64_t dst_off, uint64_t len,
-                                                                  uint32_t flags, uint64_t ext = 0)
+static __device__ MSCX_DCOLD unsigned long long mscx_dport_push(const struct mscx_dstate *s, uint32_t kind,
+                                                                uint32_t chan, const void *src,
+                                                                uint64_t dst_off, uint64_t len,
+                                                                uint32_t flags, uint64_t ext = 0)
 {
     struct mscx_gpu_port *p = s->ctx->port;
     struct mscx_pfifo *f = p->fifo;
@@ -80,7 +80,7 @@ static __device__ MSCX_DSLOW unsigned long long mscx_dport_push(const struct msc
 }
 
 /* Push a flush and wait until the proxy completed it (one thread). @return non-zero after giving up. */
-static __device__ MSCX_DSLOW int mscx_dport_flush(const struct mscx_dstate *s, uint32_t flags)
+static __device__ MSCX_DCOLD int mscx_dport_flush(const struct mscx_dstate *s, uint32_t flags)
 {
     unsigned long long pos = mscx_dport_push(s, MSCX_PREQ_FLUSH, 0, NULL, 0, 0, flags);
     if (pos == MSCX_DPORT_GIVE_UP)
@@ -132,11 +132,10 @@ __device__ __forceinline__ uint32_t mscx_dport_pair_chan(const struct mscx_dev_o
  * stream has reached this launch before the copy engine writes there.
  * Thread 0 only. @return non-zero after giving up.
  */
-static __device__ MSCX_DSLOW int mscx_dport_put_user(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                                       const struct mscx_dpipe *pp, uint32_t c,
-                                                       const struct mscx_dev_operand *so,
-                                                       const struct mscx_dev_operand *dop,
-                                                       const struct mscx_gpu_rbuf *rb)
+static __device__ MSCX_DCOLD int
+mscx_dport_put_user(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp,
+                    uint32_t c, const struct mscx_dev_operand *so, const struct mscx_dev_operand *dop,
+                    const struct mscx_gpu_rbuf *rb)
 {
     const struct mscx_gpu_geom *g = &s->a->geom[rb->geom];
     int t = rb->type == MSCX_BUF_OUTPUT;
@@ -191,8 +190,8 @@ static __device__ MSCX_DSLOW int mscx_dport_put_user(const struct mscx_dstate *s
  * (the destination's bytes past a chunk's real end are left as they are:
  * every reader drops them).
  */
-static __device__ MSCX_DSLOW int mscx_dport_put(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                                  const struct mscx_dpipe *pp)
+static __device__ MSCX_DCOLD int mscx_dport_put(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                                const struct mscx_dpipe *pp)
 {
     int bad = 0;
     __syncthreads();
@@ -257,9 +256,8 @@ static __device__ MSCX_DSLOW int mscx_dport_put(const struct mscx_dstate *s, con
  * lines are copied as they are, flag included, as whole 8-byte units.
  */
 template <uint32_t PKT>
-static __device__ MSCX_DSLOW int mscx_dport_put_pkt(const struct mscx_dstate *s,
-                                                      const struct mscx_dev_op *op,
-                                                      const struct mscx_dpipe *pp, int single_src)
+static __device__ MSCX_DCOLD int mscx_dport_put_pkt(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                                    const struct mscx_dpipe *pp, int single_src)
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     uint32_t npass = single_src ? 1u : (op->nsrc < op->ndst ? op->nsrc : op->ndst);
@@ -305,14 +303,14 @@ static __device__ MSCX_DSLOW int mscx_dport_put_pkt(const struct mscx_dstate *s,
 }
 
 /* Signal on a proxied channel (the calling thread's channel @p c); the block synchronised before the op. */
-static __device__ MSCX_DSLOW void mscx_dport_signal(const struct mscx_dstate *s, uint32_t c)
+static __device__ MSCX_DCOLD void mscx_dport_signal(const struct mscx_dstate *s, uint32_t c)
 {
     __threadfence_system();
     mscx_dport_push(s, MSCX_PREQ_SIGNAL, c, NULL, 0, 0, 0);
 }
 
 /* Flush op on a context with proxied channels: every request pushed before it is complete at the peers. */
-static __device__ MSCX_DSLOW int mscx_dport_flush_op(const struct mscx_dstate *s)
+static __device__ MSCX_DCOLD int mscx_dport_flush_op(const struct mscx_dstate *s)
 {
     __syncthreads(); /* signals pushed by other threads of the block come first */
     if (threadIdx.x != 0)
@@ -321,7 +319,7 @@ static __device__ MSCX_DSLOW int mscx_dport_flush_op(const struct mscx_dstate *s
 }
 
 /* End of a launch: a block that pushed requests waits until the proxy has read every source it named. */
-static __device__ MSCX_DSLOW void mscx_dport_drain(struct mscx_dstate *s)
+static __device__ MSCX_DCOLD void mscx_dport_drain(struct mscx_dstate *s)
 {
     __syncthreads();
     if (threadIdx.x == 0 && *(volatile uint32_t *)&s->ctx->port->dirty[blockIdx.x]) {

@@ -4,9 +4,12 @@
  * mscx_exec_create_local_group, the error block the kernels and the proxy
  * write, and the debug hooks of launch_abi.h.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include "mscx/env.h"
 #include "mscx/log.h"
+#include "device_caps.h"
 #include "runtime_int.h"
 
 mscx_status_t mscx_gpu_check(cudaError_t rc, const char *what)
@@ -15,6 +18,39 @@ mscx_status_t mscx_gpu_check(cudaError_t rc, const char *what)
         return MSCX_OK;
     MSCX_WARN("cuda error: %s: %s", what, cudaGetErrorString(rc));
     return MSCX_ERR_CUDA;
+}
+
+/*
+ * The build's code for @p dev and whether launches may start early. A
+ * device the build has no code for, or whose driver cannot load it, is
+ * refused (the caller keeps its collectives on NCCL), with one warning per
+ * process.
+ */
+static mscx_status_t device_check(int dev, int *pdl_ok_p)
+{
+    static atomic_int warned;
+    int major = 0, minor = 0;
+    const struct mscx_config *cfg;
+    MSCX_CHECK(mscx_config_get(&cfg));
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return mscx_gpu_check(cudaGetLastError(), "device attributes");
+    struct mscx_gpu_image img;
+    struct mscx_gpu_features f;
+    char line[160];
+    mscx_gpu_image_built(&img);
+    mscx_gpu_features_choose(major, minor, &img, cfg->pdl, &f);
+    mscx_gpu_features_describe(major, minor, &f, line, sizeof(line));
+    cudaError_t load = f.runs ? (cudaError_t)mscx_gpu_kernels_loadable() : cudaErrorNoKernelImageForDevice;
+    if (load != cudaSuccess) {
+        if (atomic_exchange(&warned, 1) == 0)
+            MSCX_WARN("GPU %d, %s (%s): collectives stay on NCCL", dev, line, cudaGetErrorString(load));
+        (void)cudaGetLastError();
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    MSCX_INFO(MSCX_SUB_EXEC, "GPU %d, %s", dev, line);
+    *pdl_ok_p = f.pdl;
+    return MSCX_OK;
 }
 
 mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device, struct mscx_exec **exec_p)
@@ -29,6 +65,8 @@ mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device,
     ex->bs = *bs;
     ex->device = cuda_device;
     GPU_CHECK_GOTO(cudaSetDevice(cuda_device), st, fail);
+    if ((st = device_check(cuda_device, &ex->pdl_ok)) != MSCX_OK)
+        goto fail;
     GPU_CHECK_GOTO(cudaHostAlloc((void **)&ex->host, sizeof(*ex->host), cudaHostAllocMapped), st, fail);
     memset(ex->host, 0, sizeof(*ex->host));
     GPU_CHECK_GOTO(cudaHostGetDevicePointer((void **)&ex->host_dev, ex->host, 0), st, fail);

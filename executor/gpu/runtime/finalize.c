@@ -274,7 +274,7 @@ static mscx_status_t keep_for_compiler(struct gpu_plan *gp, const struct mscx_gp
 {
     const struct mscx_gpu_rbuf *rb = (const struct mscx_gpu_rbuf *)(img + gp->off_rbuf);
     gp->h_ops = malloc((gpu->nops ? gpu->nops : 1) * sizeof(struct mscx_dev_op));
-    gp->kp_rbuf = calloc(gpu->nrbuf ? gpu->nrbuf : 1, sizeof(struct mscx_kp_rbuf));
+    gp->kp_rbuf = calloc(gpu->nrbuf ? gpu->nrbuf : 1, sizeof(struct mscx_compile_rbuf));
     if (!gp->h_ops || !gp->kp_rbuf)
         return MSCX_ERR_NO_MEMORY;
     memcpy(gp->h_ops, img + gp->off_ops, (size_t)gpu->nops * sizeof(struct mscx_dev_op));

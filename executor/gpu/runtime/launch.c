@@ -270,8 +270,8 @@ static mscx_status_t args_program(struct mscx_exec *ex, struct gpu_plan *gp, int
 {
     struct mscx_gpu_args *a = &gp->c_args;
     a->kprog = NULL;
-    a->fast = 0;
-    a->kpkt = 0;
+    a->compiled = 0;
+    a->packet_only = 0;
     if (kent >= 0 && (((uintptr_t)ap->in | (uintptr_t)ap->out) & 15u) == 0) {
         struct kp_ent *e = &gp->kp_ent[kent];
         MSCX_CHECK(mscx_progcache_upload(ex, gp, e));
@@ -280,8 +280,8 @@ static mscx_status_t args_program(struct mscx_exec *ex, struct gpu_plan *gp, int
         a->kmax_ops = e->kmax_ops;
         a->kmax_opnd = e->kmax_opnd;
         a->interp_mask = e->interp_mask;
-        a->fast = e->whole && !gp->port && !gp->publish && !gp->peer_bufs;
-        a->kpkt = a->fast && e->packet;
+        a->compiled = e->whole && !gp->port && !gp->publish && !gp->peer_bufs;
+        a->packet_only = a->compiled && e->packet;
     }
     return MSCX_OK;
 }

@@ -22,7 +22,7 @@ int mscx_progcache_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint3
     struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, split, 1, 0, 0, 0, 0};
     e.whole = e.interp_mask == 0;
     for (uint32_t i = 0; i < gp->kp_tmp->kbegin[gp->ntb]; i++)
-        if (gp->kp_tmp->kop[i].kind == MSCX_ENTRY_GENERIC)
+        if (gp->kp_tmp->entry[i].kind == MSCX_ENTRY_GENERIC)
             e.whole = 0;
     if (split &&
         !(e.whole && mscx_gpu_kp_split(gp->kp_tmp, gp->ntb, pkt == MSCX_PKT_LL8 ? 4u : 8u, a->out_bytes))) {

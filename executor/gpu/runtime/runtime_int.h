@@ -86,7 +86,7 @@ struct gpu_plan {
     int pdl;               /* launch with programmatic dependent launch (pdl_usable) */
     int publish, sys_scope; /* copies of the context's flags (kernel arguments) */
     struct mscx_dev_op *h_ops;      /* the uploaded op image (sync marks set), for the launch compiler */
-    struct mscx_kp_rbuf *kp_rbuf;   /* [nrbuf] remote buffers as the compiler sees them */
+    struct mscx_compile_rbuf *kp_rbuf;   /* [nrbuf] remote buffers as the compiler sees them */
     /*
      * Compiled programs, one per (size, dtype, packet format) seen, appended
      * to an arena in device memory (and its pinned mirror, the copy source)
@@ -123,6 +123,7 @@ struct local_group {
 struct mscx_exec {
     struct mscx_bootstrap bs;
     int device;
+    int pdl_ok;                     /* the device and the code chosen for it allow early starts (device_caps.h) */
     struct mscx_gpu_host *host;     /* mapped */
     struct mscx_gpu_host *host_dev; /* its device view */
     struct local_group *group;

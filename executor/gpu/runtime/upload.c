@@ -130,22 +130,19 @@ static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks
 
 /*
  * Whether launches of a plan may use programmatic dependent launch: asked
- * for (MSCX_PDL), a Hopper or later GPU and a driver that has it (CUDA
- * 12.3), and room on the device (@p cap blocks, from pick_threads) for
+ * for (MSCX_PDL) on a Hopper or later GPU running code built for it
+ * (ex->pdl_ok, see device_caps.h), a driver that has it (CUDA 12.3), and room on the device (@p cap blocks, from pick_threads) for
  * every block of the plan twice over: a launch that starts early waits on
  * its SMs while the launch ahead of it runs (one ahead per stream, see
  * mscx_pdl_allow), and a block of a rank that could not become resident
  * would leave its peers spinning.
  */
-static int pdl_usable(uint64_t cap, uint64_t total_blocks)
+static int pdl_usable(const struct mscx_exec *ex, uint64_t cap, uint64_t total_blocks)
 {
-    const struct mscx_config *cfg;
-    int dev = 0, major = 0, drv = 0;
-    if (mscx_config_get(&cfg) != MSCX_OK || !cfg->pdl || cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDriverGetVersion(&drv) != cudaSuccess)
+    int drv = 0;
+    if (!ex->pdl_ok || cudaDriverGetVersion(&drv) != cudaSuccess)
         return 0;
-    return major >= 9 && drv >= 12030 && cap >= 2u * total_blocks;
+    return drv >= 12030 && cap >= 2u * total_blocks;
 }
 
 /* Start slot @p gp for @p plan: what this rank's launches are, from the plan alone. */
@@ -191,7 +188,7 @@ static mscx_status_t plan_shape(const struct mscx_exec *ex, struct gpu_plan *gp)
             plan->name, (unsigned long long)total_blocks, ex->device);
         return MSCX_ERR_UNSUPPORTED;
     }
-    gp->pdl = pdl_usable(cap, total_blocks);
+    gp->pdl = pdl_usable(ex, cap, total_blocks);
     MSCX_INFO(MSCX_SUB_EXEC, "plan %s: %u blocks of %u threads, programmatic dependent launch %s%s",
               plan->name, gp->ntb, gp->nthreads, gp->pdl ? "on" : "off",
               gp->ident ? "; one rank, identity: launches are one device copy, or nothing in place" : "");

@@ -154,9 +154,8 @@ __device__ __forceinline__ void ref_wait(void)
 // rank's flags are equal between launches (block 0 advances those of blocks
 // this launch does not run), so every block of every rank agrees on it
 // whatever the grid. The kernels load their first unit of input between
-// ref_wait and this, so that the two loads overlap: 0.05-0.1 us per launch
-// on one H200 (docs/perf/2026-11-30-h200-s16). The executor's packet kernel
-// does the same (MSCX_KPRE, exec_ops.cuh).
+// ref_wait and this, so that the two loads overlap. The executor's
+// packet-only kernel does the same (mscx_first_unit_src, exec_ops.cuh).
 __device__ __forceinline__ uint32_t ref_flag(const ref_kargs &a)
 {
     __shared__ uint32_t s_f;
