@@ -7,7 +7,7 @@
 # hand-written kernel spreads units over the whole grid, so that below
 # blockDim units it runs in one block whatever the grid: the question is
 # whether the executor should do the same for the smallest messages.
-# Results under OUT (default out): blocks/ (the plans) and blocks.txt.
+# Results under RESULTS (default out): blocks/ (the plans) and blocks.txt.
 #   tools/bench/bench-blocks.sh [MAX_BYTES]     (default 16384)
 set -u
 . "$(dirname "$0")/plan-gen.sh"
@@ -28,4 +28,4 @@ export NCCL_NVLS_ENABLE=0
 for n in 2 4 8; do
     timeout 150 "$BUILD/tools/mscx-bench-gpu" --ranks "$n" --plans gen tests/data/mscclpp/mscclpp-algo-plans \
         "$V" "${1:-16384}" 2>&1 | grep -E "^\| (plan|[a-z])"
-done | tee "$OUT/blocks.txt"
+done | tee "$RESULTS/blocks.txt"

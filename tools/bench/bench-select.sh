@@ -14,7 +14,7 @@
 #   4, 8 ranks: one-shot with 4 blocks (512 and 1024 threads), with one
 #            block per peer at 1024 threads, and (8 ranks) with 8 blocks;
 #            at 4 ranks the DSL's structure (rows, 4 blocks) up to 64 KB
-# Results under OUT (default out): select/ (the plans) and bench.txt.
+# Results under RESULTS (default out): select/ (the plans) and bench.txt.
 #   tools/bench/bench-select.sh [MAX_BYTES]     (default 1048576)
 set -u
 . "$(dirname "$0")/plan-gen.sh"

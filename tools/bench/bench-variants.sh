@@ -9,7 +9,7 @@
 # --layout rows|cols, docs/perf/tp8-vs-dsl.md) for 8 and 4 ranks, 64 KB-1 MB:
 # rows with G = ranks is the DSL's allreduce_pkt written by our generator;
 # and the shipped 1024-thread two-phase plans with 512 threads (_b512_).
-# Results under OUT (default out): variants/ and bench.txt (GEN_ONLY=1:
+# Results under RESULTS (default out): variants/ and bench.txt (GEN_ONLY=1:
 # only the variants, no bench).
 #   tools/bench/bench-variants.sh [MAX_BYTES]     (default 16384)
 set -u

@@ -1,14 +1,14 @@
 # SPDX-License-Identifier: MIT
 # Sourced by tests/unit/tools/bench-{select,variants,blocks}.sh: moves to the
-# repository root and sets BUILD (default bd) and OUT (default out);
-# plan_dir NAME makes OUT/NAME the folder V of the plans a script generates,
+# repository root and sets BUILD (default bd) and RESULTS (default out);
+# plan_dir NAME makes RESULTS/NAME the folder V of the plans a script generates,
 # and gen NAME ARGS... writes plan NAME there with BUILD's mscx-plangen
 # (--coll allreduce, then ARGS), exiting on the first failure.
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 BUILD=${BUILD:-bd}
-OUT=${OUT:-out}
+RESULTS=${RESULTS:-out}
 plan_dir() {
-    V=$OUT/$1
+    V=$RESULTS/$1
     mkdir -p "$V"
 }
 gen() { # name, then mscx-plangen arguments
