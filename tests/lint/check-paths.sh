@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # The build, the tests, the tools and the scripts read nothing outside the
 # source tree: a user's clone has nothing beside it. Fails on a reference to
-# a sibling folder of the tree (../shared and the like) or to an absolute
-# path of a developer's machine.
+# a sibling folder of the tree (a shared reference folder beside the clone,
+# say) or to an absolute path of a developer's machine.
 root=${1:-.}
 up='\.\.'
 pat="(^|[^.])$up/shared|shared/reference|MSCX_SOURCE_ROOT \"/$up|source_root\(\) / '$up'|source_root / '$up'|/work/"
