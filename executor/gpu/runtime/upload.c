@@ -247,6 +247,11 @@ static void plan_alloc_undo(struct gpu_plan *gp)
         cudaFree(gp->scratch);
     if (gp->d_ctx)
         cudaFree(gp->d_ctx);
+    free(gp->kp_tmp);
+    if (gp->kp_dev)
+        cudaFree(gp->kp_dev);
+    if (gp->kp_pin)
+        cudaFreeHost(gp->kp_pin);
     memset(gp, 0, sizeof(*gp));
 }
 
