@@ -710,9 +710,13 @@ static int kp_compile_op(struct kp_build *k, const struct mscx_dev_op *op, uint3
         k->nopnd = no;
         if (!kp_entry_add(k, MSCX_ENTRY_GENERIC, op, i, 0))
             return -1;
-    } else if (k->nentry == nk) { /* compiled to nothing (no units) */
-        if ((op->flags & MSCX_GPU_OPF_SYNC) && !kp_entry_add(k, MSCX_ENTRY_SKIP, op, i, 0))
+    } else if (k->nentry == nk) { /* compiled to nothing (no units): a barrier it carries stays */
+        if (!(op->flags & MSCX_GPU_OPF_SYNC))
+            return 0;
+        struct mscx_entry *skip = kp_entry_add(k, MSCX_ENTRY_SKIP, op, i, 0);
+        if (!skip)
             return -1;
+        skip->sync = 1;
         return 0;
     }
     if (op->flags & MSCX_GPU_OPF_SYNC)
