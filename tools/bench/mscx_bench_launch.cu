@@ -66,14 +66,20 @@ struct xchg_args {
 
 // pdl 1: wait only; 2: wait, then let the next launch start (the executor's
 // order); 3: let the next launch start, then wait
+// code built for devices before 9.0 has no griddepcontrol: there pdl is
+// never set (the launch attribute is not offered) and this is empty
 __device__ __forceinline__ void pdl_enter(uint32_t pdl)
 {
+#if __CUDA_ARCH__ >= 900
     if (pdl == 3)
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (pdl)
         asm volatile("griddepcontrol.wait;" ::: "memory");
     if (pdl == 2)
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#else
+    (void)pdl;
+#endif
 }
 
 __device__ __forceinline__ void count_up(uint32_t *state)
