@@ -72,6 +72,15 @@ uint64_t mscx_tp_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+int mscx_tp_ct_equal(const void *a, const void *b, size_t n)
+{
+    const volatile unsigned char *x = a, *y = b;
+    unsigned char d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= (unsigned char)(x[i] ^ y[i]);
+    return d == 0;
+}
+
 uint64_t mscx_tp_deadline(uint64_t timeout_ms)
 {
     if (timeout_ms == 0 || timeout_ms > UINT64_MAX / 2000000ull)

@@ -45,7 +45,9 @@ struct mscx_tp_mr;   /* a locally registered memory region */
 #define MSCX_TP_BLOB_BYTES 128
 /** Magic at the start of every handshake / blob: "MSCXTP01". */
 #define MSCX_TP_MAGIC 0x313050545843534dull
-#define MSCX_TP_PROTO_VERSION 2u /* 2: late-bound puts (put_late) */
+#define MSCX_TP_PROTO_VERSION 3u /* 2: late-bound puts (put_late); 3: the secret in the TCP hello */
+/** Bytes of a communicator's connection secret (struct mscx_tp_params). */
+#define MSCX_TP_SECRET_BYTES 32
 
 /** Register flags. */
 enum mscx_tp_mr_flags {
@@ -104,6 +106,12 @@ struct mscx_tp_params {
     mscx_tp_add_fn add_to_target;   /* TCP: NULL for a host atomic add */
     void *hook_ctx;
     uint64_t late_timeout_ms; /* TCP: how long a late put may wait for its launch to be known; 0: no bound */
+    /*
+     * TCP: the communicator's secret, drawn at random by one rank and shared
+     * over the bootstrap; every connection's handshake must carry it. comm_id
+     * only names the communicator; this proves a connection belongs to it.
+     */
+    uint8_t secret[MSCX_TP_SECRET_BYTES];
 };
 
 /**
@@ -178,6 +186,9 @@ mscx_status_t mscx_tp_check_remote(const struct mscx_tp_rdesc *rd, uint32_t tp, 
 uint64_t mscx_tp_now_ns(void);
 /** @return the absolute deadline @p timeout_ms from now; 0 ms means "never" (UINT64_MAX). */
 uint64_t mscx_tp_deadline(uint64_t timeout_ms);
+
+/** 1 when the @p n bytes at @p a and @p b are equal, in a time that does not depend on where they differ. */
+int mscx_tp_ct_equal(const void *a, const void *b, size_t n);
 
 /**
  * Collective over the bootstrap: connect @p ep to every rank r with

@@ -272,6 +272,7 @@ static void tcp_ep_destroy(struct mscx_tp_ep *ep)
     pthread_mutex_unlock(&ep->lock);
     mscx_tcp_wake(ep);
     pthread_join(ep->thr, NULL);
+    mscx_tcp_pending_close(ep);
     close(ep->listen_fd);
     close(ep->wake[0]);
     close(ep->wake[1]);

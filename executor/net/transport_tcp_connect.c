@@ -7,6 +7,7 @@
  * then for the peer's own connection to arrive at our listener. The receiver
  * thread accepts that connection and checks its hello the same way.
  */
+#define _GNU_SOURCE /* accept4, explicit_bzero */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -23,7 +24,7 @@
 #include "mscx/log.h"
 #include "transport_tcp_int.h"
 
-#define TCP_HELLO_TIMEOUT_MS 2000
+#define TCP_HELLO_TIMEOUT_MS 2000 /* the connecting side's wait for the accept */
 
 /* ---------------------------------------------------------------- wire formats */
 
@@ -34,8 +35,9 @@ struct tcp_hello {
     uint32_t dst; /* rank it wants */
     uint32_t reserved;
     uint64_t comm_id;
+    uint8_t secret[MSCX_TP_SECRET_BYTES];
 };
-_Static_assert(sizeof(struct tcp_hello) == 32, "wire format");
+_Static_assert(sizeof(struct tcp_hello) == TCP_HELLO_BYTES, "wire format");
 
 struct tcp_hello_ack {
     uint64_t magic;
@@ -83,63 +85,150 @@ static int recv_exact(int fd, void *buf, size_t len, uint64_t deadline_ns)
 
 /* ---------------------------------------------------------------- accepting side (receiver thread) */
 
-/* Accept one connection and check its hello; refusals are logged and closed. */
-void mscx_tcp_accept(struct mscx_tp_ep *ep)
+/*
+ * The listener accepts every connection at once and keeps it among the
+ * handshakes in progress; the receiver thread reads each hello without
+ * blocking, beside its data. A connection claims its rank's slot only once
+ * its whole hello arrived and proved the communicator's secret; a second
+ * claim of a slot is refused, and one that sends too little, or nothing,
+ * for TCP_HANDSHAKE_TIMEOUT_MS is closed. No connection holds up another.
+ */
+
+static void pending_drop(struct mscx_tp_ep *ep, unsigned i)
 {
-    struct sockaddr_in sa;
-    socklen_t sl = sizeof(sa);
+    close(ep->pend[i].fd);
+    ep->pend[i] = ep->pend[--ep->npend];
+}
+
+static void refuse(int fd)
+{
+    struct tcp_hello_ack ack = {.magic = MSCX_TP_MAGIC, .status = 1};
+    send(fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* Check a whole hello; @return the connection it claims (ep->lock held), or NULL when refused (logged). */
+static struct mscx_tp_conn *hello_check(struct mscx_tp_ep *ep, const struct tcp_hello *h, const char *who)
+{
+    if (h->magic != MSCX_TP_MAGIC) {
+        MSCX_WARN("tcp: refused connection from %s: bad magic %#llx", who, (unsigned long long)h->magic);
+        return NULL;
+    }
+    if (h->version != MSCX_TP_PROTO_VERSION) {
+        MSCX_WARN("tcp: refused connection from %s: protocol version %u, expected %u", who, h->version,
+                  MSCX_TP_PROTO_VERSION);
+        return NULL;
+    }
+    if (h->comm_id != ep->p.comm_id) {
+        MSCX_WARN("tcp: refused connection from %s: communicator id %#llx, expected %#llx", who,
+                  (unsigned long long)h->comm_id, (unsigned long long)ep->p.comm_id);
+        return NULL;
+    }
+    if (!mscx_tp_ct_equal(h->secret, ep->p.secret, sizeof(h->secret))) {
+        MSCX_WARN("tcp: refused connection from %s: wrong communicator secret", who);
+        return NULL;
+    }
+    struct mscx_tp_conn *c = h->src < ep->p.nranks && h->dst == ep->p.rank ? ep->conns[h->src] : NULL;
+    if (!c || c->in_fd >= 0) {
+        MSCX_WARN("tcp: refused connection from %s: rank %u -> %u is not expected here", who, h->src, h->dst);
+        return NULL;
+    }
+    return c;
+}
+
+/* The whole hello of pending @p i arrived: claim its slot or refuse it. Removes it from the pending set. */
+static void pending_finish(struct mscx_tp_ep *ep, unsigned i)
+{
+    struct tcp_pending *pd = &ep->pend[i];
     struct tcp_hello h;
     struct tcp_hello_ack ack = {.magic = MSCX_TP_MAGIC, .status = 0};
-    char who[64];
+    int fd = pd->fd, one = 1;
 
-    int fd = accept(ep->listen_fd, (struct sockaddr *)&sa, &sl);
-    if (fd < 0)
-        return;
-    snprintf(who, sizeof(who), "%s:%u", inet_ntoa(sa.sin_addr), ntohs(sa.sin_port));
-    int e = recv_exact(fd, &h, sizeof(h), mscx_tp_deadline(TCP_HELLO_TIMEOUT_MS));
-    if (e) {
-        MSCX_WARN("tcp: refused connection from %s: no handshake: %s", who, strerror(e));
-        goto refuse;
-    }
-    if (h.magic != MSCX_TP_MAGIC) {
-        MSCX_WARN("tcp: refused connection from %s: bad magic %#llx", who, (unsigned long long)h.magic);
-        goto refuse;
-    }
-    if (h.version != MSCX_TP_PROTO_VERSION) {
-        MSCX_WARN("tcp: refused connection from %s: protocol version %u, expected %u", who, h.version,
-                  MSCX_TP_PROTO_VERSION);
-        goto refuse;
-    }
-    if (h.comm_id != ep->p.comm_id) {
-        MSCX_WARN("tcp: refused connection from %s: communicator id %#llx, expected %#llx", who,
-                  (unsigned long long)h.comm_id, (unsigned long long)ep->p.comm_id);
-        goto refuse;
-    }
+    memcpy(&h, pd->hello, sizeof(h));
     pthread_mutex_lock(&ep->lock);
-    struct mscx_tp_conn *c = h.src < ep->p.nranks && h.dst == ep->p.rank ? ep->conns[h.src] : NULL;
-    if (!c || c->in_fd >= 0) {
-        pthread_mutex_unlock(&ep->lock);
-        MSCX_WARN("tcp: refused connection from %s: rank %u -> %u is not expected here", who, h.src, h.dst);
-        goto refuse;
+    struct mscx_tp_conn *c = hello_check(ep, &h, pd->who);
+    if (c && send(fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack)) {
+        MSCX_WARN("tcp: handshake with %s failed: %s", pd->who, strerror(errno));
+        c = NULL;
+    }
+    if (c) {
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        c->in_fd = fd;
+        pthread_cond_broadcast(&ep->cond);
     }
     pthread_mutex_unlock(&ep->lock);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (mscx_tcp_set_nonblock(fd) < 0 || send(fd, &ack, sizeof(ack), MSG_NOSIGNAL) != (ssize_t)sizeof(ack)) {
-        MSCX_WARN("tcp: handshake with %s failed: %s", who, strerror(errno));
-        close(fd);
+    explicit_bzero(&h, sizeof(h));
+    explicit_bzero(pd->hello, sizeof(pd->hello));
+    if (c) {
+        ep->pend[i] = ep->pend[--ep->npend]; /* the socket is the connection's now */
         return;
     }
-    pthread_mutex_lock(&ep->lock);
-    c->in_fd = fd;
-    pthread_cond_broadcast(&ep->cond);
-    pthread_mutex_unlock(&ep->lock);
-    return;
+    refuse(fd);
+    pending_drop(ep, i);
+}
 
-refuse:
-    ack.status = 1;
-    send(fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
-    close(fd);
+void mscx_tcp_accept(struct mscx_tp_ep *ep)
+{
+    for (int k = 0; k < TCP_MAX_PENDING; k++) {
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        int fd = accept4(ep->listen_fd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        if (ep->npend == TCP_MAX_PENDING) {
+            unsigned old = 0;
+            for (unsigned i = 1; i < ep->npend; i++)
+                if (ep->pend[i].deadline_ns < ep->pend[old].deadline_ns)
+                    old = i;
+            MSCX_WARN("tcp: refused connection from %s: %u handshakes in progress, this one the oldest",
+                      ep->pend[old].who, TCP_MAX_PENDING);
+            pending_drop(ep, old);
+        }
+        struct tcp_pending *pd = &ep->pend[ep->npend++];
+        memset(pd, 0, sizeof(*pd));
+        pd->fd = fd;
+        pd->deadline_ns = mscx_tp_deadline(TCP_HANDSHAKE_TIMEOUT_MS);
+        snprintf(pd->who, sizeof(pd->who), "%s:%u", inet_ntoa(sa.sin_addr), ntohs(sa.sin_port));
+    }
+}
+
+nfds_t mscx_tcp_pending_fill(const struct mscx_tp_ep *ep, struct pollfd *pfd)
+{
+    for (unsigned i = 0; i < ep->npend; i++)
+        pfd[i] = (struct pollfd){.fd = ep->pend[i].fd, .events = POLLIN};
+    return ep->npend;
+}
+
+void mscx_tcp_pending_serve(struct mscx_tp_ep *ep)
+{
+    uint64_t now = mscx_tp_now_ns();
+    for (unsigned i = ep->npend; i-- > 0;) {
+        struct tcp_pending *pd = &ep->pend[i];
+        ssize_t n = recv(pd->fd, pd->hello + pd->got, sizeof(pd->hello) - pd->got, MSG_DONTWAIT);
+        if (n > 0)
+            pd->got += (size_t)n;
+        if (pd->got == sizeof(pd->hello)) {
+            pending_finish(ep, i);
+        } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            if (n == 0)
+                MSCX_WARN("tcp: refused connection from %s: no handshake: closed after %zu of %zu bytes",
+                          pd->who, pd->got, sizeof(pd->hello));
+            else
+                MSCX_WARN("tcp: refused connection from %s: no handshake: %s", pd->who, strerror(errno));
+            refuse(pd->fd);
+            pending_drop(ep, i);
+        } else if (now >= pd->deadline_ns) {
+            MSCX_WARN("tcp: refused connection from %s: no handshake within %d ms (%zu of %zu bytes)",
+                      pd->who, TCP_HANDSHAKE_TIMEOUT_MS, pd->got, sizeof(pd->hello));
+            refuse(pd->fd);
+            pending_drop(ep, i);
+        }
+    }
+}
+
+void mscx_tcp_pending_close(struct mscx_tp_ep *ep)
+{
+    while (ep->npend)
+        pending_drop(ep, ep->npend - 1);
 }
 
 /* ---------------------------------------------------------------- connecting side (caller) */
@@ -245,9 +334,12 @@ static mscx_status_t send_hello(struct mscx_tp_conn *c, int fd, uint64_t deadlin
     struct tcp_hello h = {.magic = MSCX_TP_MAGIC, .version = MSCX_TP_PROTO_VERSION, .src = ep->p.rank,
                           .dst = c->peer, .comm_id = ep->p.comm_id};
     struct tcp_hello_ack ack;
+    memcpy(h.secret, ep->p.secret, sizeof(h.secret));
 
     /* The receiver thread sees the socket only after the handshake (it would read the ack). */
-    MSCX_CHECK(mscx_tcp_send_all(c, fd, &h, sizeof(h), 0, deadline_ns));
+    mscx_status_t st = mscx_tcp_send_all(c, fd, &h, sizeof(h), 0, deadline_ns);
+    explicit_bzero(&h, sizeof(h));
+    MSCX_CHECK(st);
     int e = recv_exact(fd, &ack, sizeof(ack), deadline_ns);
     if (e || ack.magic != MSCX_TP_MAGIC || ack.status != 0) {
         MSCX_WARN("tcp: peer %u refused our handshake%s%s", c->peer, e ? ": " : "", e ? strerror(e) : "");

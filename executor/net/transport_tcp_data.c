@@ -417,6 +417,10 @@ static nfds_t rx_poll_set(struct mscx_tp_ep *ep, struct pollfd *pfd, struct mscx
             pfd[k++] = (struct pollfd){.fd = c->out_fd, .events = POLLIN};
         }
     }
+    /* then the handshakes in progress, with no connection yet */
+    nfds_t np = mscx_tcp_pending_fill(ep, pfd + k);
+    for (nfds_t i = 0; i < np; i++)
+        who[k++] = NULL;
     *stalled_p = stalled;
     return k;
 }
@@ -425,7 +429,7 @@ static nfds_t rx_poll_set(struct mscx_tp_ep *ep, struct pollfd *pfd, struct mscx
 static void rx_retry_stalled(struct pollfd *pfd, struct mscx_tp_conn **who, nfds_t k)
 {
     for (nfds_t i = 2; i < k; i++) {
-        if (pfd[i].fd != who[i]->in_fd || !who[i]->rx_stalled)
+        if (!who[i] || pfd[i].fd != who[i]->in_fd || !who[i]->rx_stalled)
             continue;
         if (pfd[i].revents & (POLLERR | POLLHUP))
             mscx_tcp_conn_fail(who[i], MSCX_ERR_REMOTE, "peer closed while a late put waited for its target",
@@ -446,8 +450,9 @@ static void rx_serve(struct mscx_tp_ep *ep, const struct pollfd *pfd, struct msc
     }
     if (pfd[1].revents & POLLIN)
         mscx_tcp_accept(ep);
+    mscx_tcp_pending_serve(ep); /* each round: it also closes those past their deadline */
     for (nfds_t i = 2; i < k; i++) {
-        if (!pfd[i].revents)
+        if (!pfd[i].revents || !who[i])
             continue;
         if (pfd[i].fd == who[i]->in_fd)
             rx_data(who[i]);
@@ -460,8 +465,8 @@ void *mscx_tcp_rx_thread(void *arg)
 {
     struct mscx_tp_ep *ep = arg;
     uint32_t n = ep->p.nranks;
-    struct pollfd *pfd = calloc(2 + 2 * (size_t)n, sizeof(*pfd));
-    struct mscx_tp_conn **who = calloc(2 + 2 * (size_t)n, sizeof(*who));
+    struct pollfd *pfd = calloc(2 + 2 * (size_t)n + TCP_MAX_PENDING, sizeof(*pfd));
+    struct mscx_tp_conn **who = calloc(2 + 2 * (size_t)n + TCP_MAX_PENDING, sizeof(*who));
 
     if (!pfd || !who) {
         MSCX_WARN("tcp: receiver thread out of memory");
@@ -480,7 +485,7 @@ void *mscx_tcp_rx_thread(void *arg)
         int rc = poll(pfd, k, stalled ? 1 : 100);
         if (stalled)
             rx_retry_stalled(pfd, who, k);
-        if (rc > 0)
+        if (rc >= 0)
             rx_serve(ep, pfd, who, k);
         pthread_mutex_lock(&ep->lock);
         ep->gen++;

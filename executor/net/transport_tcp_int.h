@@ -8,6 +8,7 @@
 #ifndef MSCX_TRANSPORT_TCP_INT_H
 #define MSCX_TRANSPORT_TCP_INT_H
 
+#include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -71,6 +72,22 @@ struct mscx_tp_conn {
     uint64_t ack_closed_ns; /* when */
 };
 
+/*
+ * An accepted connection whose hello has not arrived in full: it claims no
+ * rank until the hello proves the secret. Receiver thread only.
+ */
+#define TCP_HANDSHAKE_TIMEOUT_MS 5000 /* a connection silent longer than this is closed */
+#define TCP_MAX_PENDING 16            /* handshakes in progress at once; a new one evicts the oldest */
+#define TCP_HELLO_BYTES 64
+
+struct tcp_pending {
+    int fd;
+    uint64_t deadline_ns;
+    size_t got;
+    unsigned char hello[TCP_HELLO_BYTES];
+    char who[64];
+};
+
 struct mscx_tp_ep {
     struct mscx_tp_params p;
     mscx_tp_copy_fn copy;
@@ -88,6 +105,8 @@ struct mscx_tp_ep {
     struct mscx_tp_conn **conns; /* [nranks] */
     struct mscx_tp_mr **mrs;     /* by id */
     uint32_t nmr, cap;
+    struct tcp_pending pend[TCP_MAX_PENDING]; /* receiver thread; closed at destroy */
+    unsigned npend;
 };
 
 static inline mscx_status_t mscx_tcp_conn_err(struct mscx_tp_conn *c)
@@ -113,6 +132,12 @@ void mscx_tcp_wake(struct mscx_tp_ep *ep);
 
 /* Accept one connection and check its hello; refusals are logged and closed (receiver thread). */
 void mscx_tcp_accept(struct mscx_tp_ep *ep);
+/* The handshakes in progress into @p pfd (POLLIN); @return how many. Receiver thread. */
+nfds_t mscx_tcp_pending_fill(const struct mscx_tp_ep *ep, struct pollfd *pfd);
+/* Read what the handshakes in progress sent; finish, refuse or time out each. Receiver thread. */
+void mscx_tcp_pending_serve(struct mscx_tp_ep *ep);
+/* Close every handshake in progress (destroy, after the receiver thread ended). */
+void mscx_tcp_pending_close(struct mscx_tp_ep *ep);
 mscx_status_t mscx_tcp_conn_prepare(struct mscx_tp_ep *ep, uint32_t peer, void *blob,
                                     struct mscx_tp_conn **conn_p);
 mscx_status_t mscx_tcp_conn_establish(struct mscx_tp_conn *c, const void *peer_blob, uint64_t deadline_ns);

@@ -26,6 +26,7 @@
 #include "proxy_int.h"
 #include "test_common.h"
 #include "transport.h"
+#include "transport_tcp_int.h"
 
 #define COMM_ID 0x5eedc0ffee123ull
 #define BIG (64u << 20)
@@ -271,23 +272,45 @@ START_TEST(tcp_peer_killed_while_idle)
 }
 END_TEST
 
-/* Send a raw hello to an endpoint's listener; returns the ack status (-1: closed without one). */
-static int raw_hello(const uint8_t *blob, uint64_t magic, uint64_t comm, uint32_t src, uint32_t dst, size_t bytes)
+/* The TCP hello (transport_tcp_connect.c): the label (magic .. comm) and the secret. */
+struct raw_hello_msg {
+    uint64_t magic;
+    uint32_t version, src, dst, reserved;
+    uint64_t comm;
+    uint8_t secret[MSCX_TP_SECRET_BYTES];
+};
+#define HELLO_LABEL_BYTES 32 /* the hello without its secret */
+
+static const uint8_t secret_a[MSCX_TP_SECRET_BYTES] = {
+    0x5c, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29,
+    30, 31};
+
+/* A connection to the listener of the tcp blob @p blob (magic, comm_id, version, rank, addr, port). */
+static int dial_blob(const uint8_t *blob)
 {
-    /* tcp blob layout (transport_tcp.c): magic, comm_id, version, rank, addr, port. */
     struct sockaddr_in sa = {.sin_family = AF_INET};
     memcpy(&sa.sin_addr.s_addr, blob + 24, 4);
     memcpy(&sa.sin_port, blob + 28, 2);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    struct {
-        uint64_t magic;
-        uint32_t version, src, dst, reserved;
-        uint64_t comm;
-    } h = {magic, MSCX_TP_PROTO_VERSION, src, dst, 0, comm};
+    return fd;
+}
+
+static void write_hello(int fd, uint64_t magic, uint64_t comm, uint32_t src, uint32_t dst,
+                        const uint8_t *secret, size_t bytes)
+{
+    struct raw_hello_msg h = {magic, MSCX_TP_PROTO_VERSION, src, dst, 0, comm, {0}};
+    memcpy(h.secret, secret, sizeof(h.secret));
     ck_assert_int_eq(write(fd, &h, bytes), (ssize_t)bytes);
-    if (bytes < sizeof(h))
+}
+
+/* Send a raw hello to an endpoint's listener; returns the ack status (-1: closed without one). */
+static int raw_hello(const uint8_t *blob, uint64_t magic, uint64_t comm, uint32_t src, uint32_t dst, size_t bytes)
+{
+    int fd = dial_blob(blob);
+    write_hello(fd, magic, comm, src, dst, secret_a, bytes);
+    if (bytes < sizeof(struct raw_hello_msg))
         shutdown(fd, SHUT_WR);
     struct {
         uint64_t magic;
@@ -305,6 +328,8 @@ START_TEST(tcp_bad_handshake)
 {
     struct mscx_tp_params p1 = {.rank = 1, .nranks = 2, .comm_id = COMM_ID};
     struct mscx_tp_params p0 = {.rank = 0, .nranks = 2, .comm_id = COMM_ID + 1};
+    memcpy(p1.secret, secret_a, sizeof(p1.secret));
+    memcpy(p0.secret, secret_a, sizeof(p0.secret));
     struct mscx_tp_ep *ep1, *ep0;
     struct mscx_tp_conn *c1, *c0;
     uint8_t blob1[MSCX_TP_BLOB_BYTES], blob0[MSCX_TP_BLOB_BYTES];
@@ -313,11 +338,11 @@ START_TEST(tcp_bad_handshake)
     ck_assert_int_eq(mscx_tp_tcp.conn_prepare(ep1, 0, blob1, &c1), MSCX_OK);
 
     mscx_test_allow_warn("refused connection");
-    ck_assert_int_eq(raw_hello(blob1, 0xdeadbeefull, COMM_ID, 0, 1, 32), 1);
+    ck_assert_int_eq(raw_hello(blob1, 0xdeadbeefull, COMM_ID, 0, 1, 64), 1);
     ck_assert_msg(strstr(mscx_test_last_warn(), "bad magic 0xdeadbeef"), "got: %s", mscx_test_last_warn());
-    ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID + 1, 0, 1, 32), 1);
+    ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID + 1, 0, 1, 64), 1);
     ck_assert_msg(strstr(mscx_test_last_warn(), "communicator id"), "got: %s", mscx_test_last_warn());
-    ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID, 0, 0, 32), 1);
+    ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID, 0, 0, 64), 1);
     ck_assert_msg(strstr(mscx_test_last_warn(), "not expected"), "got: %s", mscx_test_last_warn());
     ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID, 0, 1, 5), 1);
     ck_assert_msg(strstr(mscx_test_last_warn(), "no handshake"), "got: %s", mscx_test_last_warn());
@@ -332,7 +357,144 @@ START_TEST(tcp_bad_handshake)
 
     /* After the refusals a correct hello is still accepted (then dropped without a bye). */
     mscx_test_allow_warn("peer closed");
-    ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID, 0, 1, 32), 0);
+    ck_assert_int_eq(raw_hello(blob1, MSCX_TP_MAGIC, COMM_ID, 0, 1, 64), 0);
+    mscx_tp_tcp.ep_destroy(ep0);
+    mscx_tp_tcp.ep_destroy(ep1);
+}
+END_TEST
+
+struct pair_arg {
+    struct mscx_tp_conn *c;
+    const uint8_t *blob;
+    mscx_status_t st;
+};
+
+static void *pair_establish(void *arg)
+{
+    struct pair_arg *e = arg;
+    e->st = mscx_tp_tcp.conn_establish(e->c, e->blob, mscx_tp_deadline(10000));
+    return NULL;
+}
+
+/*
+ * Milliseconds until the endpoint ended the connection @p fd (EOF, after a
+ * refusal or without one), or -1 when it was still open after @p ms.
+ * *status_p: the refusal's status, -1 without one.
+ */
+static int ended_within(int fd, int ms, int *status_p)
+{
+    uint64_t t0 = mscx_tp_now_ns(), dl = mscx_tp_deadline((uint64_t)ms);
+    uint8_t buf[16];
+    size_t got = 0;
+    *status_p = -1;
+    while (mscx_tp_now_ns() < dl) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 50) != 1)
+            continue;
+        ssize_t n = read(fd, buf + got, sizeof(buf) - got);
+        if (n > 0) {
+            got += (size_t)n;
+            if (got == sizeof(buf)) {
+                uint32_t st;
+                memcpy(&st, buf + 8, 4);
+                *status_p = (int)st;
+            }
+            continue;
+        }
+        return (int)((mscx_tp_now_ns() - t0) / 1000000);
+    }
+    return -1;
+}
+
+/*
+ * Strangers at rank 0's listener before the real rank 1 connects, all
+ * claiming to be rank 1: one with a wrong secret, one with a zero secret,
+ * one with the right label (communicator id, ranks) but no secret, and one
+ * that sends nothing. The first two are refused at once, the last two closed
+ * after TCP_HANDSHAKE_TIMEOUT_MS; none takes rank 1's place or holds up the
+ * real connection, and data then flows between the real ranks. A late claim
+ * of the taken slot, with the right secret, is refused.
+ */
+START_TEST(tcp_strangers_during_setup)
+{
+    struct mscx_tp_params p0 = {.rank = 0, .nranks = 2, .comm_id = COMM_ID};
+    struct mscx_tp_params p1 = {.rank = 1, .nranks = 2, .comm_id = COMM_ID};
+    struct mscx_tp_ep *ep0, *ep1;
+    struct mscx_tp_conn *c0, *c1;
+    uint8_t blob0[MSCX_TP_BLOB_BYTES], blob1[MSCX_TP_BLOB_BYTES], wrong[MSCX_TP_SECRET_BYTES],
+        zero[MSCX_TP_SECRET_BYTES] = {0};
+    memcpy(p0.secret, secret_a, sizeof(p0.secret));
+    memcpy(p1.secret, secret_a, sizeof(p1.secret));
+    memcpy(wrong, secret_a, sizeof(wrong));
+    wrong[MSCX_TP_SECRET_BYTES - 1] ^= 1; /* differs in the last byte only */
+
+    ck_assert_int_eq(mscx_tp_tcp.ep_create(&p0, &ep0), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.ep_create(&p1, &ep1), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.conn_prepare(ep0, 1, blob0, &c0), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.conn_prepare(ep1, 0, blob1, &c1), MSCX_OK);
+    mscx_test_allow_warn("refused connection");
+
+    int silent = dial_blob(blob0), label = dial_blob(blob0), bad = dial_blob(blob0), nul = dial_blob(blob0);
+    uint64_t t0 = mscx_tp_now_ns();
+    write_hello(label, MSCX_TP_MAGIC, COMM_ID, 1, 0, zero, HELLO_LABEL_BYTES);
+    write_hello(bad, MSCX_TP_MAGIC, COMM_ID, 1, 0, wrong, sizeof(struct raw_hello_msg));
+    write_hello(nul, MSCX_TP_MAGIC, COMM_ID, 1, 0, zero, sizeof(struct raw_hello_msg));
+    int st = 0;
+    ck_assert_int_ge(ended_within(bad, 2000, &st), 0);
+    ck_assert_int_eq(st, 1);
+    ck_assert_int_ge(ended_within(nul, 2000, &st), 0);
+    ck_assert_int_eq(st, 1);
+    ck_assert_msg(strstr(mscx_test_last_warn(), "wrong communicator secret"), "got: %s",
+                  mscx_test_last_warn());
+
+    /* The real ranks connect while the silent strangers still hold their sockets. */
+    pthread_t thr;
+    struct pair_arg e1 = {c1, blob0, MSCX_ERR_INTERNAL};
+    ck_assert_int_eq(pthread_create(&thr, NULL, pair_establish, &e1), 0);
+    mscx_status_t st0 = mscx_tp_tcp.conn_establish(c0, blob1, mscx_tp_deadline(10000));
+    pthread_join(thr, NULL);
+    ck_assert_int_eq(st0, MSCX_OK);
+    ck_assert_int_eq(e1.st, MSCX_OK);
+    double ms = (mscx_tp_now_ns() - t0) / 1e6;
+    ck_assert_msg(ms < 1000, "the real connection took %.0f ms beside the strangers", ms);
+
+    /* Data from rank 0 to rank 1. */
+    uint8_t src[4096], dst[4096] = {0};
+    uint64_t sig = 0;
+    struct mscx_tp_mr *lmr, *dmr, *smr;
+    struct mscx_tp_rdesc ld, dd, sd;
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = pattern(i, 9);
+    ck_assert_int_eq(mscx_tp_tcp.mr_register(ep0, src, sizeof(src), 0, -1, &lmr, &ld), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.mr_register(ep1, dst, sizeof(dst), MSCX_TP_MR_REMOTE_WRITE, -1, &dmr, &dd),
+                     MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.mr_register(ep1, &sig, 8, MSCX_TP_MR_REMOTE_WRITE, -1, &smr, &sd), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.put(c0, lmr, 0, &dd, 0, sizeof(src), 0, mscx_tp_deadline(5000)), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.signal(c0, &sd, 0, mscx_tp_deadline(5000)), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.flush(c0, mscx_tp_deadline(5000)), MSCX_OK);
+    ck_assert_int_eq(wait_word(&sig, 1, 5000), 0);
+    ck_assert_int_eq(memcmp(src, dst, sizeof(src)), 0);
+
+    /* Rank 1's slot is taken: the right secret does not take it again. */
+    ck_assert_int_eq(raw_hello(blob0, MSCX_TP_MAGIC, COMM_ID, 1, 0, sizeof(struct raw_hello_msg)), 1);
+    ck_assert_msg(strstr(mscx_test_last_warn(), "not expected"), "got: %s", mscx_test_last_warn());
+
+    /* The silent and the label-only stranger: closed once their handshake time is up, not before. */
+    int waited = ended_within(silent, TCP_HANDSHAKE_TIMEOUT_MS + 2000, &st);
+    ms = (mscx_tp_now_ns() - t0) / 1e6;
+    ck_assert_int_ge(waited, 0);
+    ck_assert_msg(ms >= TCP_HANDSHAKE_TIMEOUT_MS - 100 && ms < TCP_HANDSHAKE_TIMEOUT_MS + 1500,
+                  "silent stranger closed after %.0f ms", ms);
+    ck_assert_int_ge(ended_within(label, 1500, &st), 0);
+    ck_assert_int_eq(mscx_tp_tcp.progress(ep0), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_tcp.progress(ep1), MSCX_OK);
+    close(silent);
+    close(label);
+    close(bad);
+    close(nul);
+    mscx_tp_tcp.mr_deregister(ep0, lmr);
+    mscx_tp_tcp.mr_deregister(ep1, dmr);
+    mscx_tp_tcp.mr_deregister(ep1, smr);
     mscx_tp_tcp.ep_destroy(ep0);
     mscx_tp_tcp.ep_destroy(ep1);
 }
@@ -356,7 +518,7 @@ static void *fake_peer_accept(void *arg)
 {
     struct fake_peer *f = arg;
     struct pollfd pfd = {.fd = f->lfd, .events = POLLIN};
-    uint8_t hello[32], msg[32];
+    uint8_t hello[64], msg[32];
     struct {
         uint64_t magic;
         uint32_t status, reserved;
@@ -393,11 +555,7 @@ static void fake_peer_connect(struct fake_peer *f, struct mscx_tp_ep **ep_p, str
     f->data_fd = socket(AF_INET, SOCK_STREAM, 0);
     ck_assert_int_ge(f->data_fd, 0);
     ck_assert_int_eq(connect(f->data_fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    struct {
-        uint64_t magic;
-        uint32_t version, src, dst, reserved;
-        uint64_t comm;
-    } h = {MSCX_TP_MAGIC, MSCX_TP_PROTO_VERSION, 1, 0, 0, COMM_ID};
+    struct raw_hello_msg h = {MSCX_TP_MAGIC, MSCX_TP_PROTO_VERSION, 1, 0, 0, COMM_ID, {0}};
     uint8_t ack[16];
     ck_assert_int_eq(net_pair_write(f->data_fd, &h, sizeof(h)), 0);
     ck_assert_int_eq(proc_mesh_read(f->data_fd, ack, sizeof(ack), 5000), 0);
@@ -791,6 +949,7 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, tcp_peer_killed_mid_transfer);
     tcase_add_test(tc, tcp_peer_killed_while_idle);
     tcase_add_test(tc, tcp_bad_handshake);
+    tcase_add_test(tc, tcp_strangers_during_setup);
     tcase_add_test(tc, tcp_close_streams_out_of_order);
     tcase_add_test(tc, tcp_late_puts);
     tcase_add_test(tc, tcp_late_put_times_out);
