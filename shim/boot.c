@@ -3,9 +3,17 @@
  * The executor's bootstrap over the real communicator: allgather is the real
  * ncclAllGather of a small device buffer on a private stream, followed by a
  * synchronisation of that stream. Used only at communicator setup, never
- * during capture. Without CUDA every bootstrap is unsupported and the shim
- * forwards everything.
+ * during capture.
+ *
+ * Host memory instead of device memory where the real library is the test
+ * suite's fake NCCL, which exports mscxFakeNcclHostMemory() and moves host
+ * bytes between its ranks (with or without a GPU, with or without CUDA in
+ * the build). A real NCCL never exports it; without it and without a device
+ * every bootstrap is unsupported and the shim forwards everything.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,14 +23,19 @@
 
 #ifdef MSCX_SHIM_CUDA
 #include <cuda_runtime_api.h>
+#endif
 
 struct shim_boot {
     struct mscx_bootstrap bs; /* first: the executor holds a pointer to this */
+    struct shim_boot *next_deferred; /* on the list of shim_boot_destroy_deferred */
     ncclComm_t comm;
     int prof;
     int device;
+    int host;                 /* buffers are host memory (the fake NCCL) */
+#ifdef MSCX_SHIM_CUDA
     cudaStream_t stream;
-    void *dhead;              /* [nranks + 1] headers, allocated at create */
+#endif
+    void *dhead;              /* [nranks + 1] slots of SHIM_BOOT_FIXED_BYTES, allocated at create */
     uint64_t rounds;          /* header rounds run */
 };
 
@@ -31,21 +44,123 @@ struct boot_head {
     uint64_t ok;
     uint64_t bytes;
 };
+_Static_assert(sizeof(struct boot_head) <= SHIM_BOOT_FIXED_BYTES, "head slot");
 
-/* One ncclAllGather of @p bytes from device @p dmine into device @p dall, then to host @p all. */
+/* 1 when the real library is the fake NCCL that moves host memory. */
+static int fake_host_memory(void)
+{
+    int (*fn)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mscxFakeNcclHostMemory");
+    return fn && fn();
+}
+
+/* ---- buffers: device memory, or host memory under the fake NCCL ---- */
+
+static int buf_alloc(const struct shim_boot *b, void **p, size_t n)
+{
+    if (b->host)
+        return (*p = malloc(n)) != NULL;
+#ifdef MSCX_SHIM_CUDA
+    if (cudaMalloc(p, n) == cudaSuccess)
+        return 1;
+    cudaGetLastError();
+#endif
+    *p = NULL;
+    return 0;
+}
+
+static void buf_free(const struct shim_boot *b, void *p)
+{
+    if (!p)
+        return;
+    if (b->host) {
+        free(p);
+        return;
+    }
+#ifdef MSCX_SHIM_CUDA
+    cudaFree(p);
+#endif
+}
+
+/* Host bytes into a buffer (ordered before the next gather on the boot stream). */
+static int buf_put(const struct shim_boot *b, void *dst, const void *src, size_t n)
+{
+    if (b->host) {
+        memcpy(dst, src, n);
+        return 1;
+    }
+#ifdef MSCX_SHIM_CUDA
+    return cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, b->stream) == cudaSuccess;
+#else
+    return 0;
+#endif
+}
+
+/* A buffer's bytes into host memory, after everything enqueued before. */
+static int buf_get(const struct shim_boot *b, void *dst, const void *src, size_t n)
+{
+    if (b->host) {
+        memcpy(dst, src, n);
+        return 1;
+    }
+#ifdef MSCX_SHIM_CUDA
+    return cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, b->stream) == cudaSuccess &&
+           cudaStreamSynchronize(b->stream) == cudaSuccess;
+#else
+    return 0;
+#endif
+}
+
+static void *boot_stream(const struct shim_boot *b)
+{
+#ifdef MSCX_SHIM_CUDA
+    return b->host ? NULL : (void *)b->stream;
+#else
+    (void)b;
+    return NULL;
+#endif
+}
+
+/* Make the boot's device current; *prev_p receives the one to restore. @return 1 on success. */
+static int dev_enter(const struct shim_boot *b, int *prev_p)
+{
+    *prev_p = -1;
+    if (b->host)
+        return 1;
+#ifdef MSCX_SHIM_CUDA
+    return cudaGetDevice(prev_p) == cudaSuccess && cudaSetDevice(b->device) == cudaSuccess;
+#else
+    return 0;
+#endif
+}
+
+static void dev_leave(const struct shim_boot *b, int prev)
+{
+    (void)b;
+#ifdef MSCX_SHIM_CUDA
+    if (prev >= 0)
+        cudaSetDevice(prev);
+#else
+    (void)prev;
+#endif
+}
+
+/* ---- exchanges ---- */
+
+/* One ncclAllGather of @p bytes from buffer @p dmine into buffer @p dall, then to host @p all. */
 static mscx_status_t gather(struct shim_boot *b, void *dmine, void *dall, void *all, size_t bytes)
 {
     shim_fn_ncclAllGather_t ag = SHIM_REAL(b->prof, ncclAllGather);
     if (!ag)
         return MSCX_ERR_SYSTEM;
-    ncclResult_t r = ag(dmine, dall, bytes, ncclUint8, b->comm, b->stream);
+    ncclResult_t r = ag(dmine, dall, bytes, ncclUint8, b->comm, (cudaStream_t)boot_stream(b));
     if (r != ncclSuccess) {
         MSCX_WARN("mscx: bootstrap ncclAllGather of %zu bytes failed: %d", bytes, (int)r);
         return MSCX_ERR_SYSTEM;
     }
-    if (cudaMemcpyAsync(all, dall, bytes * b->bs.nranks, cudaMemcpyDeviceToHost, b->stream) != cudaSuccess ||
-        cudaStreamSynchronize(b->stream) != cudaSuccess) {
+    if (!buf_get(b, all, dall, bytes * b->bs.nranks)) {
+#ifdef MSCX_SHIM_CUDA
         MSCX_WARN("mscx: bootstrap exchange: CUDA error %s", cudaGetErrorString(cudaGetLastError()));
+#endif
         return MSCX_ERR_CUDA;
     }
     return MSCX_OK;
@@ -65,7 +180,7 @@ static mscx_status_t head_round(struct shim_boot *b, int ok, size_t bytes)
     b->rounds++;
     if (!all)
         return st; /* a few bytes of host memory: documented as the one unannounced failure */
-    if (cudaMemcpyAsync(dmine, &mine, sizeof(mine), cudaMemcpyHostToDevice, b->stream) != cudaSuccess) {
+    if (!buf_put(b, dmine, &mine, sizeof(mine))) {
         st = MSCX_ERR_CUDA;
         goto out;
     }
@@ -81,6 +196,51 @@ out:
     return st;
 }
 
+/*
+ * Whether an exchange's buffer is stream-ordered on the boot stream
+ * (cudaMallocAsync/cudaFreeAsync, where the device has memory pools):
+ * cudaFree would wait for all the device's work, the caller's included.
+ */
+#ifdef MSCX_SHIM_CUDA
+static int xbuf_pooled(const struct shim_boot *b)
+{
+    int pools = 0;
+    if (b->host || !b->stream)
+        return 0;
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, b->device) == cudaSuccess)
+        return pools != 0;
+    (void)cudaGetLastError();
+    return 0;
+}
+#endif
+
+/* One exchange's buffer: stream-ordered where xbuf_pooled, else buf_alloc. */
+static int xbuf_alloc(const struct shim_boot *b, void **p, size_t n)
+{
+#ifdef MSCX_SHIM_CUDA
+    if (xbuf_pooled(b)) {
+        if (cudaMallocAsync(p, n, b->stream) == cudaSuccess)
+            return 1;
+        (void)cudaGetLastError();
+        *p = NULL;
+        return 0;
+    }
+#endif
+    return buf_alloc(b, p, n);
+}
+
+static void xbuf_free(const struct shim_boot *b, void *p)
+{
+#ifdef MSCX_SHIM_CUDA
+    if (p && xbuf_pooled(b)) {
+        if (cudaFreeAsync(p, b->stream) != cudaSuccess)
+            (void)cudaGetLastError();
+        return;
+    }
+#endif
+    buf_free(b, p);
+}
+
 static mscx_status_t boot_allgather(void *ctx, const void *mine, void *all, size_t bytes)
 {
     struct shim_boot *b = ctx;
@@ -89,17 +249,15 @@ static mscx_status_t boot_allgather(void *ctx, const void *mine, void *all, size
     int prev = -1;
     mscx_status_t st;
 
-    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(b->device) != cudaSuccess)
+    if (!dev_enter(b, &prev))
         return MSCX_ERR_CUDA; /* cannot happen after create; nothing to take part with */
     /* Allocate before the header round, so that a failure is announced, not a hang. */
-    int ok = bytes == 0 || cudaMalloc(&dbuf, total + bytes) == cudaSuccess;
-    if (!ok)
-        dbuf = NULL;
+    int ok = bytes == 0 || xbuf_alloc(b, &dbuf, total + bytes);
     st = head_round(b, ok, bytes);
     if (st != MSCX_OK || bytes == 0)
         goto out;
     char *dmine = (char *)dbuf + total;
-    if (cudaMemcpyAsync(dmine, mine, bytes, cudaMemcpyHostToDevice, b->stream) != cudaSuccess) {
+    if (!buf_put(b, dmine, mine, bytes)) {
         st = MSCX_ERR_CUDA;
         goto out;
     }
@@ -107,9 +265,22 @@ static mscx_status_t boot_allgather(void *ctx, const void *mine, void *all, size
 out:
     if (st == MSCX_ERR_REMOTE)
         MSCX_INFO(MSCX_SUB_SHIM, "mscx: a rank could not take part in a bootstrap exchange of %zu bytes", bytes);
-    if (dbuf)
-        cudaFree(dbuf);
-    cudaSetDevice(prev);
+    xbuf_free(b, dbuf);
+    dev_leave(b, prev);
+    return st;
+}
+
+mscx_status_t shim_boot_fixed(struct mscx_bootstrap *bs, const void *mine, void *all)
+{
+    struct shim_boot *b = bs->ctx;
+    int prev = -1;
+    if (!dev_enter(b, &prev))
+        return MSCX_ERR_CUDA;
+    char *dmine = (char *)b->dhead + (size_t)b->bs.nranks * SHIM_BOOT_FIXED_BYTES;
+    mscx_status_t st = MSCX_ERR_CUDA;
+    if (buf_put(b, dmine, mine, SHIM_BOOT_FIXED_BYTES))
+        st = gather(b, dmine, b->dhead, all, SHIM_BOOT_FIXED_BYTES);
+    dev_leave(b, prev);
     return st;
 }
 
@@ -117,10 +288,10 @@ mscx_status_t shim_boot_agree(struct mscx_bootstrap *bs, int ok)
 {
     struct shim_boot *b = bs->ctx;
     int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(b->device) != cudaSuccess)
+    if (!dev_enter(b, &prev))
         return MSCX_ERR_CUDA;
     mscx_status_t st = head_round(b, ok, 0);
-    cudaSetDevice(prev);
+    dev_leave(b, prev);
     return st;
 }
 
@@ -130,14 +301,48 @@ uint64_t shim_boot_rounds(const struct mscx_bootstrap *bs)
     return b->rounds;
 }
 
+/* 1 when this process has a CUDA device; 0 otherwise (also without CUDA). */
+static int have_device(void)
+{
+#ifdef MSCX_SHIM_CUDA
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0)
+        return 1;
+    cudaGetLastError(); /* clear the sticky "no device" */
+#endif
+    return 0;
+}
+
+/* The device, buffer and stream of @p b. @return MSCX_OK or MSCX_ERR_CUDA (logged). */
+static mscx_status_t boot_resources(struct shim_boot *b)
+{
+    int prev = -1;
+    size_t bytes = ((size_t)b->bs.nranks + 1) * SHIM_BOOT_FIXED_BYTES;
+    if (!dev_enter(b, &prev) || !buf_alloc(b, &b->dhead, bytes)) {
+#ifdef MSCX_SHIM_CUDA
+        MSCX_WARN("mscx: bootstrap on device %d: %s", b->device, cudaGetErrorString(cudaGetLastError()));
+#endif
+        dev_leave(b, prev);
+        return MSCX_ERR_CUDA;
+    }
+#ifdef MSCX_SHIM_CUDA
+    if (!b->host && cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking) != cudaSuccess) {
+        /* the legacy stream still serves: failing here would leave the other ranks waiting */
+        cudaGetLastError();
+        b->stream = 0;
+    }
+#endif
+    dev_leave(b, prev);
+    return MSCX_OK;
+}
+
 mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
                                struct mscx_bootstrap **bs_p)
 {
-    int count = 0, prev = -1;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        cudaGetLastError(); /* clear the sticky "no device" */
+    /* the fake NCCL moves host bytes only, on a machine with a GPU too */
+    int host = fake_host_memory();
+    if (!host && !have_device())
         return MSCX_ERR_UNSUPPORTED;
-    }
     struct shim_boot *b = calloc(1, sizeof(*b));
     if (!b)
         return MSCX_ERR_NO_MEMORY;
@@ -148,65 +353,58 @@ mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_
     b->comm = comm;
     b->prof = prof;
     b->device = cuda_device;
-    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(cuda_device) != cudaSuccess ||
-        cudaMalloc(&b->dhead, ((size_t)nranks + 1) * sizeof(struct boot_head)) != cudaSuccess) {
-        MSCX_WARN("mscx: bootstrap on device %d: %s", cuda_device, cudaGetErrorString(cudaGetLastError()));
-        if (prev >= 0)
-            cudaSetDevice(prev);
+    b->host = host;
+    if (boot_resources(b) != MSCX_OK) {
         free(b);
         return MSCX_ERR_CUDA;
     }
-    if (cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking) != cudaSuccess) {
-        /* the legacy stream still serves: failing here would leave the other ranks waiting */
-        cudaGetLastError();
-        b->stream = 0;
-    }
-    cudaSetDevice(prev);
     *bs_p = &b->bs;
     return MSCX_OK;
+}
+
+/* Bootstraps of stopped communicators, freed by the next shim_boot_destroy(). */
+static pthread_mutex_t g_deferred_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shim_boot *g_deferred;
+
+static void boot_free(struct shim_boot *b);
+
+void shim_boot_destroy_deferred(struct mscx_bootstrap *bs)
+{
+    if (!bs)
+        return;
+    struct shim_boot *b = bs->ctx;
+    if (b->host) {
+        boot_free(b); /* host memory: nothing waits on a device */
+        return;
+    }
+    pthread_mutex_lock(&g_deferred_lock);
+    b->next_deferred = g_deferred;
+    g_deferred = b;
+    pthread_mutex_unlock(&g_deferred_lock);
 }
 
 void shim_boot_destroy(struct mscx_bootstrap *bs)
 {
     if (!bs)
         return;
-    struct shim_boot *b = bs->ctx;
-    if (b->stream)
+    boot_free(bs->ctx);
+    pthread_mutex_lock(&g_deferred_lock);
+    struct shim_boot *d = g_deferred;
+    g_deferred = NULL;
+    pthread_mutex_unlock(&g_deferred_lock);
+    while (d) {
+        struct shim_boot *next = d->next_deferred;
+        boot_free(d);
+        d = next;
+    }
+}
+
+static void boot_free(struct shim_boot *b)
+{
+#ifdef MSCX_SHIM_CUDA
+    if (!b->host && b->stream)
         cudaStreamDestroy(b->stream);
-    cudaFree(b->dhead);
+#endif
+    buf_free(b, b->dhead);
     free(b);
 }
-
-#else /* no CUDA */
-
-mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
-                               struct mscx_bootstrap **bs_p)
-{
-    (void)comm;
-    (void)prof;
-    (void)rank;
-    (void)nranks;
-    (void)cuda_device;
-    *bs_p = NULL;
-    return MSCX_ERR_UNSUPPORTED;
-}
-
-void shim_boot_destroy(struct mscx_bootstrap *bs)
-{
-    (void)bs;
-}
-
-mscx_status_t shim_boot_agree(struct mscx_bootstrap *bs, int ok)
-{
-    (void)bs;
-    (void)ok;
-    return MSCX_ERR_UNSUPPORTED;
-}
-
-uint64_t shim_boot_rounds(const struct mscx_bootstrap *bs)
-{
-    (void)bs;
-    return 0;
-}
-
-#endif

@@ -29,6 +29,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "mscx/fork.h"
 #include "mscx/log.h"
 #include "shim_int.h"
 
@@ -56,6 +57,11 @@ static _Atomic unsigned ncallers;
 static struct nccl_copy copies[COPY_MAX];
 static unsigned ncopies;
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void caller_fork_init(void)
+{
+    mscx_fork_protect(&table_lock, MSCX_FORK_SHIM_CALLER);
+}
 
 static __thread uintptr_t bounce_fn[BOUNCE_MAX];
 static __thread unsigned bounce_depth;

@@ -20,8 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
+#include "mscx/env.h"
 #include "mscx/exec.h"
+#include "mscx/fork.h"
 #include "mscx/log.h"
 #include "shim_int.h"
 
@@ -48,10 +51,18 @@ struct shim_comm {
     int device;
     struct mscx_bootstrap *bs;
     const char **route_name; /* [nroute] plan paths */
+    int stopped; /* stopped by an abort, revoke or shrink: the release must not wait on the device */
+    uint8_t secret[SHIM_SECRET_BYTES]; /* rank 0's random draw, shared by the fixed exchange */
     _Atomic uint64_t counts[NSTAT_COLL][SHIM_NBUCKETS][SHIM_WHY_COUNT]; /* as struct shim_stats */
+    _Atomic int err; /* mscx_status_t of the first failed kernel: the communicator's sticky error, 0: none */
 };
 
 static pthread_mutex_t free_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void free_fork_init(void)
+{
+    mscx_fork_protect(&free_lock, MSCX_FORK_SHIM_FREE);
+}
 static struct shim_comm *free_list;
 
 /* A reference to @p c when it still belongs to @p key. @return 1 when taken. */
@@ -99,9 +110,14 @@ static struct shim_comm *comm_alloc(void)
 
 static void comm_release(struct shim_comm *c)
 {
-    if (c->exec)
-        mscx_exec_destroy(c->exec);
-    shim_boot_destroy(c->bs);
+    if (c->stopped) {
+        mscx_exec_destroy_deferred(c->exec);
+        shim_boot_destroy_deferred(c->bs);
+    } else {
+        if (c->exec)
+            mscx_exec_destroy(c->exec);
+        shim_boot_destroy(c->bs);
+    }
     free(c->route);
     free(c->exec_id);
     free(c->route_name);
@@ -198,10 +214,202 @@ static void stats_print(const struct shim_comm *c, const struct shim_stats *s, c
 
 /* ---- setup ---- */
 
-struct boot_record {
-    char host[SHIM_HOSTID_LEN];
-    uint64_t plan_hash;
+/*
+ * The fixed first exchange of every blocking communicator of more than one
+ * rank (see agree()). Its layout never changes size (SHIM_BOOT_FIXED_BYTES);
+ * a new field takes reserved bytes and a new magic.
+ */
+#define AGREE_MAGIC 0x3130474158435345ull /* "ESCXAG01" */
+
+enum agree_field {
+    AGREE_VERSION,  /* the library version */
+    AGREE_DISABLE,  /* MSCX_DISABLE */
+    AGREE_PLANS,    /* the plan set: names and contents of every plan loaded; 0 under MSCX_DISABLE */
+    AGREE_PACKET,   /* MSCX_PACKET */
+    AGREE_SCRATCH,  /* MSCX_SCRATCH_MAX */
+    AGREE_FORCED,   /* MSCX_FORCE_FALLBACK */
+    AGREE_TRANSPORT, /* MSCX_TRANSPORT */
+    AGREE_VNODES,   /* MSCX_VIRTUAL_NODES */
+    AGREE_NFIELD
 };
+
+static const char *const agree_names[AGREE_NFIELD] = {
+    "the library version", "MSCX_DISABLE", "the plan set (MSCX_PLAN_DIR and its plans)", "MSCX_PACKET",
+    "MSCX_SCRATCH_MAX", "MSCX_FORCE_FALLBACK", "MSCX_TRANSPORT", "MSCX_VIRTUAL_NODES",
+};
+
+struct agree_record {
+    uint64_t magic;
+    uint64_t field[AGREE_NFIELD]; /* hashes, enum agree_field */
+    uint32_t vote;                /* 1: this rank can route; 0: it falls back */
+    uint32_t reserved;
+    uint8_t secret[SHIM_SECRET_BYTES]; /* rank 0's is everyone's */
+    char host[SHIM_HOSTID_LEN];
+    uint8_t pad[SHIM_BOOT_FIXED_BYTES - 16 - 8 * AGREE_NFIELD - SHIM_SECRET_BYTES - SHIM_HOSTID_LEN];
+};
+_Static_assert(sizeof(struct agree_record) == SHIM_BOOT_FIXED_BYTES, "one size in every version");
+
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t hash_str(const char *s)
+{
+    return hash_bytes(0xcbf29ce484222325ull, s ? s : "", s ? strlen(s) + 1 : 1);
+}
+
+static uint64_t hash_u64(uint64_t v)
+{
+    return hash_bytes(0xcbf29ce484222325ull, &v, sizeof(v));
+}
+
+/*
+ * 1 when this rank must vote "fall back" whatever the others do: the one
+ * place a degraded state of this process (MSCX_DISABLE, a bad setting)
+ * enters the agreement.
+ */
+static int rank_degraded(const struct mscx_config *cfg)
+{
+    return cfg->disable != 0 || mscx_config_degraded();
+}
+
+static void agree_fill(struct agree_record *r, const struct mscx_config *cfg, uint32_t rank, uint32_t nranks,
+                       uint64_t plan_hash)
+{
+    memset(r, 0, sizeof(*r));
+    r->magic = AGREE_MAGIC;
+    r->field[AGREE_VERSION] = hash_str(MSCX_VERSION);
+    r->field[AGREE_PLANS] = plan_hash;
+    r->field[AGREE_DISABLE] = hash_u64((uint64_t)cfg->disable);
+    r->field[AGREE_PACKET] = hash_u64((uint64_t)(int64_t)cfg->packet);
+    r->field[AGREE_SCRATCH] = hash_u64(cfg->scratch_max);
+    r->field[AGREE_FORCED] = hash_str(cfg->force_fallback);
+    r->field[AGREE_TRANSPORT] = hash_str(cfg->transport);
+    r->field[AGREE_VNODES] = hash_u64(cfg->virtual_nodes);
+    r->vote = !rank_degraded(cfg);
+    shim_topo_host_id(rank, nranks, cfg->virtual_nodes, r->host);
+}
+
+/*
+ * The first field in which some rank differs from rank 0, AGREE_NFIELD for
+ * the vote, -1 when all agree. The vote comes before the plan set and the
+ * settings: a rank that votes "fall back" read no plans, and its reason is
+ * the vote, not the plan set it never loaded.
+ */
+static int agree_differs(const struct agree_record *all, uint32_t n)
+{
+    for (uint32_t r = 0; r < n; r++)
+        if (all[r].magic != all[0].magic)
+            return AGREE_VERSION;
+    for (int f = 0; f < AGREE_NFIELD; f++) {
+        for (uint32_t r = 0; f == AGREE_PLANS && r < n; r++)
+            if (!all[r].vote)
+                return AGREE_NFIELD;
+        for (uint32_t r = 1; r < n; r++)
+            if (all[r].field[f] != all[0].field[f])
+                return f;
+    }
+    return -1;
+}
+
+/* The one warning of a disagreement: which setting, which ranks. */
+static void agree_warn(ncclComm_t comm, const struct agree_record *all, uint32_t n, int f)
+{
+    char ranks[256];
+    size_t at = 0;
+    unsigned listed = 0;
+    for (uint32_t r = 0; r < n && at < sizeof(ranks); r++) {
+        int odd = f == AGREE_NFIELD ? !all[r].vote
+                  : f == AGREE_VERSION ? all[r].magic != all[0].magic || all[r].field[f] != all[0].field[f]
+                                       : all[r].field[f] != all[0].field[f];
+        if (!odd)
+            continue;
+        if (listed++ == 16) {
+            at += (size_t)snprintf(ranks + at, sizeof(ranks) - at, " ...");
+            break;
+        }
+        at += (size_t)snprintf(ranks + at, sizeof(ranks) - at, "%s%u", listed > 1 ? "," : "", r);
+    }
+    char key[64];
+    snprintf(key, sizeof(key), "agree:%d", f);
+    if (f == AGREE_NFIELD)
+        shim_warn_once(key, "mscx: comm %p of %u ranks: rank(s) %s vote to fall back (MSCX_DISABLE or a bad "
+                       "setting there); every rank falls back to NCCL on this communicator", (void *)comm, n,
+                       ranks);
+    else
+        shim_warn_once(key, "mscx: comm %p of %u ranks: rank(s) %s differ from rank 0 in %s; every rank "
+                       "falls back to NCCL on this communicator", (void *)comm, n, ranks, agree_names[f]);
+}
+
+/*
+ * The fixed first exchange: every rank of a blocking communicator joins it,
+ * whatever its settings, plans or MSCX_DISABLE, so that no rank waits in an
+ * exchange another skipped. It carries a hash of each routing-relevant
+ * setting, the plan set, the library version, a vote and the host identity;
+ * rank 0 adds the connection secret. @p bs is the communicator's bootstrap
+ * (NULL with one rank). @return 1 when every rank may go on to route (then
+ * *rpn_p and @p secret are set), 0 when all fall back (the same on every rank).
+ */
+static int agree(ncclComm_t comm, struct mscx_bootstrap *bs, const struct mscx_config *cfg, uint32_t rank,
+                 uint32_t nranks, uint64_t plan_hash, uint32_t *rpn_p, uint8_t secret[SHIM_SECRET_BYTES])
+{
+    struct agree_record mine, *all = calloc(nranks, sizeof(*all));
+    char *ids = calloc(nranks, SHIM_HOSTID_LEN);
+    int ok = 0;
+    agree_fill(&mine, cfg, rank, nranks, plan_hash);
+    if (rank == 0 && getrandom(mine.secret, sizeof(mine.secret), 0) != (ssize_t)sizeof(mine.secret)) {
+        MSCX_WARN("mscx: getrandom for the connection secret failed: %m; this communicator falls back");
+        mine.vote = 0;
+    }
+    if (!all || !ids) {
+        /* cannot take part: a few hundred bytes of host memory (the one unannounced failure) */
+        MSCX_WARN("mscx: out of memory for the agreement of comm %p", (void *)comm);
+        goto out;
+    }
+    if (nranks == 1) {
+        all[0] = mine;
+    } else {
+        mscx_status_t st = shim_boot_fixed(bs, &mine, all);
+        if (st != MSCX_OK) {
+            MSCX_WARN("mscx: the agreement exchange failed on comm %p: %s; calls go to NCCL", (void *)comm,
+                      mscx_status_str(st));
+            goto out;
+        }
+    }
+    int f = agree_differs(all, nranks);
+    if (f >= 0) {
+        int some_vote = 0;
+        for (uint32_t r = 0; r < nranks; r++)
+            some_vote |= all[r].vote != 0;
+        /*
+         * No news: all voting "fall back" with equal settings, or this rank's
+         * own vote, whose cause (MSCX_DISABLE, a bad setting) it has told.
+         */
+        if (f != AGREE_NFIELD || (some_vote && all[rank].vote))
+            agree_warn(comm, all, nranks, f);
+        goto out;
+    }
+    for (uint32_t r = 0; r < nranks; r++)
+        memcpy(ids + (size_t)r * SHIM_HOSTID_LEN, all[r].host, SHIM_HOSTID_LEN);
+    *rpn_p = shim_topo_ranks_per_node(ids, nranks);
+    memcpy(secret, all[0].secret, SHIM_SECRET_BYTES);
+    MSCX_INFO(MSCX_SUB_SHIM, "comm %p: its %u ranks agree on their settings, plan set and version", (void *)comm,
+              nranks);
+    ok = 1;
+out:
+    explicit_bzero(&mine, sizeof(mine));
+    if (all)
+        explicit_bzero(all, (size_t)nranks * sizeof(*all));
+    free(all);
+    free(ids);
+    return ok;
+}
 
 /* Strict mode: fail the init after destroying the real comm, as NCCL would have failed it. */
 static ncclResult_t strict_fail(int prof, struct shim_comm *c, const char *why)
@@ -232,45 +440,19 @@ static int query(int prof, ncclComm_t comm, struct shim_comm *c)
 
 /*
  * The executor part of setup: everything here is collective over the comm,
- * entered by every rank because its inputs (plan set non-empty for this rank
- * count) are the same everywhere.
+ * entered by every rank because its inputs (the agreed settings and plan
+ * set, the rank count, the ranks per node) are the same everywhere.
  */
-static ncclResult_t setup_exec(int prof, struct shim_comm *c, const struct mscx_config *cfg,
-                               const struct shim_plan_entry *plans, size_t nplans, uint64_t hash)
+static ncclResult_t setup_exec(struct shim_comm *c, const struct mscx_config *cfg,
+                               const struct shim_plan_entry *plans, size_t nplans)
 {
-    mscx_status_t st = shim_boot_create(c->comm, prof, c->rank, c->nranks, c->device, &c->bs);
-    if (st != MSCX_OK) {
-        MSCX_INFO(MSCX_SUB_SHIM, "no bootstrap (%s): comm %p stays on NCCL", mscx_status_str(st), (void *)c->comm);
-        return ncclSuccess;
-    }
-    struct boot_record mine, *all = calloc(c->nranks, sizeof(*all));
-    char *ids = calloc(c->nranks, SHIM_HOSTID_LEN);
-    if (!all || !ids)
-        goto out;
-    memset(&mine, 0, sizeof(mine));
-    shim_topo_host_id(c->rank, c->nranks, cfg->virtual_nodes, mine.host);
-    mine.plan_hash = hash;
-    st = c->bs->allgather(c->bs->ctx, &mine, all, sizeof(mine));
-    if (st != MSCX_OK) {
-        MSCX_WARN("mscx: bootstrap exchange failed on comm %p: %s; calls go to NCCL", (void *)c->comm,
-                  mscx_status_str(st));
-        goto out;
-    }
-    for (uint32_t r = 0; r < c->nranks; r++) {
-        memcpy(ids + (size_t)r * SHIM_HOSTID_LEN, all[r].host, SHIM_HOSTID_LEN);
-        if (all[r].plan_hash != hash) {
-            shim_warn_once("plan-hash", "mscx: ranks disagree on the plan set (rank %u hash %016llx, rank %u "
-                           "%016llx); every rank falls back to NCCL", c->rank, (unsigned long long)hash, r,
-                           (unsigned long long)all[r].plan_hash);
-            goto out;
-        }
-    }
-    c->rpn = shim_topo_ranks_per_node(ids, c->nranks);
+    mscx_status_t st;
     /*
      * From here on every step that can fail on one rank alone is followed by
      * an agreement round (shim_boot_agree), so all ranks take the same
      * decision and none waits in an exchange that a failed rank skipped.
      */
+    c->bs->secret = c->secret;
     st = mscx_exec_create(c->bs, c->device, &c->exec);
     if (st != MSCX_OK)
         c->exec = NULL;
@@ -324,23 +506,45 @@ static ncclResult_t setup_exec(int prof, struct shim_comm *c, const struct mscx_
         snprintf(key, sizeof(key), "%s:%u", e->path, c->nranks);
         shim_warn_once(key, "mscx: plan %s does not fit comm of %u ranks: %s; its calls go to NCCL", e->path,
                        c->nranks, why);
-        if (cfg->strict) {
-            free(all);
-            free(ids);
+        if (cfg->strict)
             return shim_err_set(ncclInvalidUsage, "plan %s: %s", e->path, why);
-        }
     }
 out:
-    free(all);
-    free(ids);
     return ncclSuccess;
+}
+
+/*
+ * MSCX_DISABLE=1 or a bad setting: no state and no routing, but a blocking communicator of
+ * several ranks still joins the fixed exchange, voting "fall back", so that
+ * ranks where the shim is enabled do not wait for this one.
+ */
+static void disabled_setup(int prof, ncclComm_t comm, const struct mscx_config *cfg)
+{
+    struct shim_comm probe;
+    struct mscx_bootstrap *bs = NULL;
+    uint32_t rpn;
+    uint8_t secret[SHIM_SECRET_BYTES];
+
+    memset(&probe, 0, sizeof(probe));
+    if (query(prof, comm, &probe) != 0 || probe.nranks < 2 ||
+        shim_boot_create(comm, prof, probe.rank, probe.nranks, probe.device, &bs) != MSCX_OK)
+        return;
+    agree(comm, bs, cfg, probe.rank, probe.nranks, 0, &rpn, secret); /* no plans read under MSCX_DISABLE */
+    explicit_bzero(secret, sizeof(secret));
+    shim_boot_destroy(bs);
 }
 
 static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int exchange)
 {
-    const struct mscx_config *cfg = shim_config();
-    if (!cfg || cfg->disable || !comm)
+    const struct mscx_config *cfg = shim_config(), *lenient = shim_config_lenient();
+    if (!lenient || !comm)
         return ncclSuccess;
+    if (!cfg || cfg->disable) {
+        /* disabled or degraded (a bad setting): no state, but the agreement is joined with a "fall back" vote */
+        if (exchange)
+            disabled_setup(prof, comm, lenient);
+        return ncclSuccess;
+    }
     struct shim_comm *c = comm_alloc();
     if (!c)
         return ncclSuccess; /* no state: calls go to NCCL */
@@ -363,21 +567,40 @@ static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int e
     size_t nplans, nfailed;
     uint64_t hash;
     shim_plans_get(&plans, &nplans, &nfailed, &hash);
+    size_t ncand = 0;
+    int queried = query(prof, comm, c) == 0;
+    for (size_t i = 0; queried && i < nplans; i++)
+        ncand += plans[i].route.nranks == c->nranks;
+    /*
+     * Blocking and queried: the fixed exchange, on every rank alike (a rank
+     * without a bootstrap is one without a device, the same everywhere). A
+     * rank alone has nobody to disagree with, and needs a bootstrap only for
+     * the executor.
+     */
+    int agreed = 0;
+    if (exchange && queried && (c->nranks > 1 || ncand)) {
+        mscx_status_t st = shim_boot_create(c->comm, prof, c->rank, c->nranks, c->device, &c->bs);
+        if (st != MSCX_OK)
+            MSCX_INFO(MSCX_SUB_SHIM, "no bootstrap (%s): comm %p stays on NCCL", mscx_status_str(st),
+                      (void *)comm);
+        else
+            agreed = agree(comm, c->bs, cfg, c->rank, c->nranks, hash, &c->rpn, c->secret);
+    }
     if (cfg->strict && nfailed)
         return strict_fail(prof, c, "a plan failed to load (see the warning naming it)");
-    size_t ncand = 0;
-    if (nplans && query(prof, comm, c) == 0)
-        for (size_t i = 0; i < nplans; i++)
-            ncand += plans[i].route.nranks == c->nranks;
-    if (ncand && exchange) {
-        ncclResult_t r = setup_exec(prof, c, cfg, plans, nplans, hash);
+    if (agreed && ncand) {
+        ncclResult_t r = setup_exec(c, cfg, plans, nplans);
         if (r != ncclSuccess) {
             char why[1100];
             snprintf(why, sizeof(why), "%s", shim_err_text());
             return strict_fail(prof, c, why);
         }
-    } else if (ncand) {
+    } else if (ncand && !exchange) {
         MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s: no exchange there, its calls go to NCCL", (void *)comm, how);
+    }
+    if (!c->exec && c->bs) {
+        shim_boot_destroy(c->bs); /* nothing left to exchange */
+        c->bs = NULL;
     }
     for (int k = 0; k < MSCX_COLL_COUNT; k++)
         shim_route_window_init(&c->win[k], c->route, c->nroute, (enum mscx_coll)k, c->nranks, c->rpn);
@@ -531,13 +754,49 @@ __attribute__((noinline)) static int launch(struct shim_comm *c, const struct sh
     return 1;
 }
 
+/*
+ * The sticky error of @p c: once one of its kernels failed (a timeout, an
+ * abort, a peer's error), the communicator is broken for good, as an NCCL
+ * communicator is after an asynchronous error. One relaxed load once set;
+ * before that, one read of the executor's error word (host memory).
+ * @return MSCX_OK or the first error
+ */
+static mscx_status_t comm_error(struct shim_comm *c)
+{
+    int e = atomic_load_explicit(&c->err, memory_order_relaxed);
+    if (e != 0 || !c->exec)
+        return (mscx_status_t)e;
+    mscx_status_t st = mscx_exec_async_error(c->exec);
+    if (st == MSCX_OK)
+        return MSCX_OK;
+    int expected = 0;
+    if (atomic_compare_exchange_strong_explicit(&c->err, &expected, (int)st, memory_order_relaxed,
+                                                memory_order_relaxed))
+        MSCX_WARN("mscx: a kernel of comm %p rank %u/%u failed: %s; every later call on it returns an error "
+                  "(abort the communicator and create a new one)", (void *)c->comm, c->rank, c->nranks,
+                  mscx_status_str(st));
+    return (mscx_status_t)atomic_load_explicit(&c->err, memory_order_relaxed);
+}
+
+/* The answer to a call on a communicator whose kernel failed, with NCCL's code for the error. */
+static ncclResult_t comm_error_result(const struct shim_comm *c, const struct shim_coll_call *call,
+                                      mscx_status_t st)
+{
+    return shim_err_set(shim_status_to_nccl(st), "mscx: %s on comm %p: an earlier mscx kernel of this "
+                        "communicator failed (%s); the communicator must be aborted", call->fn,
+                        (void *)c->comm, mscx_status_str(st));
+}
+
 int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
 {
     struct shim_comm *c = shim_comm_get(call->comm);
     if (!c)
         return 0; /* not a communicator we set up: NCCL's alone */
     int answered = 1;
-    if ((*res_p = check_args(call)) == ncclSuccess) {
+    mscx_status_t failed = comm_error(c);
+    if (failed != MSCX_OK) {
+        *res_p = comm_error_result(c, call, failed);
+    } else if ((*res_p = check_args(call)) == ncclSuccess) {
         uint64_t msg = (uint64_t)call->count * shim_dtype_bytes(call->dtype);
         if (call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER)
             msg *= c->nranks ? c->nranks : 1;
@@ -556,8 +815,42 @@ int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
 
 /* ---- teardown, async errors ---- */
 
+/*
+ * An abort, revoke or shrink with NCCL_SHRINK_ABORT comes in two halves
+ * around the real call. Before it: unlink (later calls go to NCCL) and set
+ * the abort word our kernels poll, so that the real call, which may wait
+ * for every kernel on the device, never waits for ours. After it: the
+ * summary, and the release, deferred (comm_release): a CUDA free there
+ * would wait for kernels that only the application's next abort ends.
+ */
+struct shim_comm *shim_comm_stop(ncclComm_t comm)
+{
+    struct shim_comm *c = table_remove(comm);
+    if (!c)
+        return NULL;
+    c->stopped = 1;
+    if (c->exec)
+        mscx_exec_abort(c->exec);
+    return c;
+}
+
+void shim_comm_stop_finish(struct shim_comm *c, const char *how)
+{
+    if (!c)
+        return;
+    struct shim_stats snap;
+    stats_snapshot(c, &snap);
+    stats_print(c, &snap, how);
+    shim_summary_finish(&snap, c->comm, c->rank, c->nranks, "abort");
+    shim_comm_put(c);
+}
+
 void shim_comm_teardown(ncclComm_t comm, int abort)
 {
+    if (abort) {
+        shim_comm_stop_finish(shim_comm_stop(comm), "abort");
+        return;
+    }
     struct shim_comm *c = table_remove(comm);
     if (!c)
         return;
@@ -606,7 +899,7 @@ ncclResult_t shim_comm_async_error(ncclComm_t comm)
     struct shim_comm *c = shim_comm_get(comm);
     if (!c)
         return ncclSuccess;
-    mscx_status_t st = c->exec ? mscx_exec_async_error(c->exec) : MSCX_OK;
+    mscx_status_t st = comm_error(c);
     shim_comm_put(c);
     return shim_status_to_nccl(st);
 }

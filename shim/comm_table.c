@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "mscx/fork.h"
 #include "shim_int.h"
 
 #define TABLE_BITS 12
@@ -24,6 +25,11 @@ struct table_slot {
 };
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void table_fork_init(void)
+{
+    mscx_fork_protect(&table_lock, MSCX_FORK_SHIM_TABLE);
+}
 static struct table_slot table[SHIM_TABLE_SIZE];
 static atomic_uint reach;
 

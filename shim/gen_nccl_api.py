@@ -26,7 +26,8 @@ import sys
 # Functions with logic of their own; everything else forwards unchanged.
 INTERCEPTED = [
     'ncclCommInitRank', 'ncclCommInitRankConfig', 'ncclCommInitRankScalable', 'ncclCommInitAll',
-    'ncclCommSplit', 'ncclCommShrink', 'ncclCommFinalize', 'ncclCommDestroy', 'ncclCommAbort',
+    'ncclCommSplit', 'ncclCommShrink', 'ncclCommRevoke', 'ncclCommFinalize', 'ncclCommDestroy',
+    'ncclCommAbort',
     'ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadcast', 'ncclBcast',
     'ncclGroupStart', 'ncclGroupEnd', 'ncclCommGetAsyncError', 'ncclGetLastError',
     'ncclGetErrorString', 'ncclGetVersion',
@@ -36,7 +37,8 @@ INTERCEPTED = [
 FAKE_HOOKS = [
     'ncclGetVersion', 'ncclCommInitRank', 'ncclCommInitRankConfig', 'ncclCommInitRankScalable',
     'ncclCommInitAll', 'ncclCommSplit', 'ncclCommShrink', 'ncclCommCount', 'ncclCommUserRank',
-    'ncclCommCuDevice', 'ncclGetUniqueId', 'ncclMemAlloc', 'ncclCommGetAsyncError',
+    'ncclCommCuDevice', 'ncclGetUniqueId', 'ncclMemAlloc', 'ncclCommGetAsyncError', 'ncclAllGather',
+    'ncclCommAbort', 'ncclCommRevoke', 'ncclAllReduce',
 ]
 
 OPAQUE_PTR_TYPES = {'ncclComm_t', 'cudaStream_t', 'ncclWindow_t'}
@@ -285,7 +287,8 @@ def main():
         raise SystemExit(f'gen_nccl_api: preprocessing {a.header} failed: {" ".join(cmd)}')
     funcs = parse_header(pre)
     names = {f.name for f in funcs}
-    missing = [n for n in INTERCEPTED if n not in names and n not in ('ncclCommShrink', 'ncclCommInitRankScalable')]
+    optional = ('ncclCommShrink', 'ncclCommRevoke', 'ncclCommInitRankScalable')  # newer than some headers
+    missing = [n for n in INTERCEPTED if n not in names and n not in optional]
     if missing:
         raise SystemExit(f'gen_nccl_api: {a.header} lacks {", ".join(missing)}')
     if len(funcs) < 20:

@@ -124,7 +124,8 @@ ncclResult_t shim_ncclGroupEnd(int prof)
 static ncclResult_t after_init(int prof, ncclResult_t res, ncclComm_t comm, const char *how,
                                const ncclConfig_t *config)
 {
-    if (res != ncclSuccess || !comm || !routing_on())
+    /* under MSCX_DISABLE or a bad setting too: comm_setup still joins the agreement */
+    if (res != ncclSuccess || !comm || !shim_config_lenient())
         return res;
     if (config && config->magic == 0xcafebeef && config->size >= offsetof(ncclConfig_t, blocking) + sizeof(int) &&
         config->blocking == 0) {
@@ -192,7 +193,10 @@ ncclResult_t shim_ncclCommShrink(int prof, ncclComm_t comm, int *excludeRanksLis
                                  ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
 {
     REAL_OR_FAIL(fn, prof, ncclCommShrink);
+    /* NCCL_SHRINK_ABORT ends the parent's operations: ours stop first, and the parent routes no more */
+    struct shim_comm *c = shrinkFlags & NCCL_SHRINK_ABORT ? shim_comm_stop(comm) : NULL;
     ncclResult_t res = fn(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+    shim_comm_stop_finish(c, "shrink");
     return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommShrink", config);
 }
 #endif
@@ -211,12 +215,31 @@ ncclResult_t shim_ncclCommDestroy(int prof, ncclComm_t comm)
     return fn(comm);
 }
 
+/*
+ * Abort, revoke and shrink with NCCL_SHRINK_ABORT: our kernels are told to
+ * stop first, the real call runs, and our memory is released after it
+ * without any CUDA call that waits on the device (shim_comm_stop).
+ */
 ncclResult_t shim_ncclCommAbort(int prof, ncclComm_t comm)
 {
     REAL_OR_FAIL(fn, prof, ncclCommAbort);
-    shim_comm_teardown(comm, 1);
-    return fn(comm);
+    struct shim_comm *c = shim_comm_stop(comm);
+    ncclResult_t res = fn(comm);
+    shim_comm_stop_finish(c, "abort");
+    return res;
 }
+
+#ifdef SHIM_HAVE_ncclCommRevoke
+/* A revoked communicator routes nothing: its later calls get the real NCCL's answer. */
+ncclResult_t shim_ncclCommRevoke(int prof, ncclComm_t comm, int revokeFlags)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommRevoke);
+    struct shim_comm *c = shim_comm_stop(comm);
+    ncclResult_t res = fn(comm, revokeFlags);
+    shim_comm_stop_finish(c, "revoke");
+    return res;
+}
+#endif
 
 ncclResult_t shim_ncclCommGetAsyncError(int prof, ncclComm_t comm, ncclResult_t *asyncError)
 {
@@ -264,7 +287,7 @@ const char *shim_ncclGetErrorString(int prof, ncclResult_t result)
     shim_fn_ncclGetErrorString_t fn = SHIM_REAL(prof, ncclGetErrorString);
     if (!fn)
         return own_error_string(result);
-    shim_err_clear();
+    /* Keeps the thread's last error: callers read this and ncclGetLastError() in one expression. */
     return fn(result);
 }
 

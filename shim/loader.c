@@ -3,7 +3,8 @@
  * Finding the real NCCL, lazily on the first call, and the thread's last
  * error. Order: MSCX_NCCL_LIB, a copy already loaded in the process, then
  * dlopen("libnccl.so.2"). A library whose ncclGetVersion is ours is refused,
- * so the shim never forwards to itself. Nothing here ever exits.
+ * so the shim never forwards to itself. Nothing here ever exits. A bad
+ * MSCX_* setting keeps the process on NCCL alone (config_check()).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -35,7 +36,9 @@ static void *real_fns[SHIM_FN_COUNT];
 static void *real_handle;
 static char real_path[PATH_MAX];
 static int real_version;
-static const struct mscx_config *load_cfg;
+static const struct mscx_config *load_cfg;     /* NULL while degraded */
+static const struct mscx_config *lenient_cfg; /* even when degraded: bad values at their defaults */
+static int load_strict; /* MSCX_STRICT=1 in a degraded configuration: communicator init fails */
 static ncclResult_t load_result = ncclSuccess;
 static char load_reason[768];
 
@@ -72,20 +75,6 @@ const char *shim_err_text(void)
 ncclResult_t shim_err_result(void)
 {
     return err_set ? err_res : ncclSystemError;
-}
-
-/* The warning of a bad environment value, captured to name the variable. */
-static char env_warning[512];
-
-static void capture_warn(enum mscx_log_level level, unsigned subsys, const char *file, int line, const char *msg,
-                         void *ctx)
-{
-    (void)subsys;
-    (void)file;
-    (void)line;
-    (void)ctx;
-    if (level == MSCX_LOG_WARN && !env_warning[0])
-        snprintf(env_warning, sizeof(env_warning), "%s", msg);
 }
 
 /* Our own load address, to recognise ourselves behind any file name. */
@@ -156,21 +145,45 @@ static void query_version(void)
         real_version = 0;
 }
 
+/*
+ * The one rule for a bad setting: a bad MSCX_* value (warned once by the env
+ * module, naming it) or a bad MSCX_FORCE_FALLBACK degrades the process:
+ * shim_config() is then NULL, so nothing is routed and every call goes to
+ * NCCL; under MSCX_STRICT=1 communicator init fails instead (shim_real_fn()).
+ * Otherwise the configuration is published.
+ */
+static void config_check(const struct mscx_config *cfg)
+{
+    unsigned forced;
+    lenient_cfg = cfg;
+    if (shim_parse_forced(cfg->force_fallback, &forced) != 0) {
+        char why[512];
+        snprintf(why, sizeof(why),
+                 "bad environment value: MSCX_FORCE_FALLBACK '%.200s': expected a comma list of allreduce, "
+                 "allgather, reducescatter, broadcast or all; mscx routes nothing in this process, every "
+                 "call goes to NCCL (with MSCX_STRICT=1 communicator init fails instead)",
+                 cfg->force_fallback);
+        mscx_config_mark_degraded(why);
+    }
+    if (mscx_config_degraded()) {
+        load_strict = cfg->strict;
+        return;
+    }
+    load_cfg = cfg;
+}
+
 static void load_real(void)
 {
     const struct mscx_config *cfg = NULL;
     char why[600] = "";
 
-    /* Capture the env module's warning so every call can say which variable is bad. */
-    mscx_log_set_handler(capture_warn, NULL);
-    mscx_status_t st = mscx_config_get(&cfg);
-    mscx_log_set_handler(NULL, NULL);
-    if (st != MSCX_OK) {
-        load_fail(ncclInvalidUsage, "mscx: %s; no call is forwarded until it is fixed",
-                  env_warning[0] ? env_warning : "bad MSCX_* environment value");
+    /* A bad value is at its default here; config_check() keeps such a process on NCCL alone. */
+    mscx_status_t st = mscx_config_get_lenient(&cfg);
+    if (st != MSCX_OK && st != MSCX_ERR_INVALID_ARG) {
+        load_fail(ncclSystemError, "mscx: cannot parse the MSCX_* environment: %s", mscx_status_str(st));
         return;
     }
-    load_cfg = cfg;
+    config_check(cfg);
 
     if (cfg->nccl_lib[0]) {
         void *h = dlopen(cfg->nccl_lib, LOADER_DLOPEN_FLAGS);
@@ -209,9 +222,33 @@ resolved:
     MSCX_INFO(MSCX_SUB_SHIM, "real NCCL %s", real_path);
 }
 
+/* The functions that create a communicator. */
+static int is_init_fn(enum shim_fn id)
+{
+    switch (shim_fn_base[id]) {
+    case SHIM_FN_ncclCommInitRank:
+    case SHIM_FN_ncclCommInitRankConfig:
+    case SHIM_FN_ncclCommInitAll:
+    case SHIM_FN_ncclCommSplit:
+#ifdef SHIM_HAVE_ncclCommInitRankScalable
+    case SHIM_FN_ncclCommInitRankScalable:
+#endif
+#ifdef SHIM_HAVE_ncclCommShrink
+    case SHIM_FN_ncclCommShrink:
+#endif
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 void *shim_real_fn(enum shim_fn id)
 {
     pthread_once(&load_once, load_real);
+    if (load_strict && is_init_fn(id)) {
+        shim_err_set(ncclInvalidUsage, "mscx: MSCX_STRICT: %s", mscx_config_degraded_reason());
+        return NULL;
+    }
     if (!real_handle) {
         shim_err_set(load_result, "%s", load_reason);
         return NULL;
@@ -223,10 +260,17 @@ void *shim_real_fn(enum shim_fn id)
     return real_fns[id];
 }
 
+/* NULL while the configuration is degraded (config_check()): nothing routes, every call is forwarded. */
 const struct mscx_config *shim_config(void)
 {
     pthread_once(&load_once, load_real);
     return load_cfg;
+}
+
+const struct mscx_config *shim_config_lenient(void)
+{
+    pthread_once(&load_once, load_real);
+    return lenient_cfg;
 }
 
 const char *shim_real_path(void)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mscx/fork.h"
 #include "mscx/log.h"
 #include "shim_int.h"
 
@@ -28,6 +29,11 @@ static uint64_t plans_hash;
 static char plans_dir[512];
 
 static pthread_mutex_t warn_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void warn_fork_init(void)
+{
+    mscx_fork_protect(&warn_lock, MSCX_FORK_SHIM_WARN);
+}
 static char *warned[512];
 static size_t nwarned;
 

@@ -26,8 +26,14 @@
  * is unavailable; the thread's last error then says why.
  */
 void *shim_real_fn(enum shim_fn id);
-/** The configuration, or NULL when the environment is invalid (last error set). */
+/** The configuration, or NULL when it is degraded (a bad MSCX_* value): nothing routes, all is forwarded. */
 const struct mscx_config *shim_config(void);
+/**
+ * The configuration even when it is degraded (bad values at their defaults;
+ * NULL only without memory): for a setup exchange in which a degraded rank
+ * (mscx_config_degraded()) votes "fall back". Never for routing.
+ */
+const struct mscx_config *shim_config_lenient(void);
 /** Path and version of the real NCCL ("" and 0 before a successful load). */
 const char *shim_real_path(void);
 int shim_real_version(void);
@@ -160,6 +166,8 @@ void shim_summary_finish(const struct shim_stats *s, const void *comm, uint32_t 
 /* ---- topo.c ---- */
 
 #define SHIM_HOSTID_LEN 96
+/** Bytes of a communicator's connection secret, drawn at random by rank 0 and shared at setup. */
+#define SHIM_SECRET_BYTES 32
 /**
  * Ranks per node from every rank's host identity (nranks entries of
  * SHIM_HOSTID_LEN bytes). Nodes must hold equal, contiguous rank blocks.
@@ -227,6 +235,19 @@ void shim_group_drop(void);
 void shim_group_enter(void);
 /** @return the depth after leaving one level. */
 int shim_group_leave(void);
+/**
+ * Before a real ncclCommAbort, ncclCommRevoke or ncclCommShrink with
+ * NCCL_SHRINK_ABORT: unlink our state of @p comm (its later calls go to
+ * NCCL untouched) and tell its kernels to stop. Waits on nothing.
+ * @return the state for shim_comm_stop_finish(), NULL when there is none
+ */
+struct shim_comm *shim_comm_stop(ncclComm_t comm);
+/**
+ * After the real call returned: print the summary (@p how: "abort",
+ * "revoke", "shrink") and release the state without waiting on the device
+ * (mscx_exec_destroy_deferred). NULL accepted.
+ */
+void shim_comm_stop_finish(struct shim_comm *c, const char *how);
 /** Drop our state of @p comm (stopping our kernels first when @p abort) and print its summary. */
 void shim_comm_teardown(ncclComm_t comm, int abort);
 /** The JSON objects of every live communicator, comma separated (malloc'd; NULL when none). */
@@ -265,6 +286,11 @@ mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_
                                struct mscx_bootstrap **bs_p);
 void shim_boot_destroy(struct mscx_bootstrap *bs);
 /**
+ * shim_boot_destroy() for a stopped communicator: nothing that can wait on
+ * the device. Its device buffer is freed by the next shim_boot_destroy().
+ */
+void shim_boot_destroy_deferred(struct mscx_bootstrap *bs);
+/**
  * Every exchange of this bootstrap starts with a header round in which each
  * rank says whether it can take part; when one cannot, every rank's exchange
  * fails with MSCX_ERR_REMOTE instead of waiting. This runs a header round on
@@ -274,5 +300,16 @@ void shim_boot_destroy(struct mscx_bootstrap *bs);
 mscx_status_t shim_boot_agree(struct mscx_bootstrap *bs, int ok);
 /** Header rounds run so far (to see whether a call made its exchange). */
 uint64_t shim_boot_rounds(const struct mscx_bootstrap *bs);
+/**
+ * Bytes of the fixed first exchange of every communicator (the agreement
+ * record). The same in every version of the library, so that ranks running
+ * different versions still meet in one ncclAllGather of equal size.
+ */
+#define SHIM_BOOT_FIXED_BYTES 256
+/**
+ * The fixed exchange: one ncclAllGather of SHIM_BOOT_FIXED_BYTES from
+ * @p mine into @p all ([nranks] records), with no header round.
+ */
+mscx_status_t shim_boot_fixed(struct mscx_bootstrap *bs, const void *mine, void *all);
 
 #endif /* MSCX_SHIM_INT_H */

@@ -13,7 +13,10 @@
  * The file name gets ".<rank>" appended (the rank in the largest communicator
  * this process has seen), unless it contains "%p", which becomes the pid.
  * Writing is a small fopen/fprintf/rename; nothing runs at load time and the
- * exit hook is registered by the first communicator setup.
+ * exit hook is registered by the first communicator setup. The pid of the
+ * process that loaded the shim is recorded at load: a child forked from it
+ * (a DataLoader worker) inherits its communicators and exit hook, but writes
+ * no summary at all; a program exec'd under the preload is a new owner.
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -24,15 +27,30 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mscx/fork.h"
 #include "mscx/log.h"
 #include "shim_int.h"
 
 static pthread_mutex_t sum_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static char *done_json;         /* objects of finished communicators, comma separated */
 static size_t done_len, done_cap;
 static uint32_t file_rank, file_nranks;
 static char file_written[PATH_MAX];
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static pid_t owner_pid; /* the process that loaded the shim: the only one that writes */
+
+/* Non-zero in the process that loaded the shim, zero in a child forked from it. */
+static int is_owner(void)
+{
+    return owner_pid == getpid();
+}
+
+__attribute__((constructor)) static void summary_fork_init(void)
+{
+    owner_pid = getpid();
+    mscx_fork_protect(&sum_lock, MSCX_FORK_SHIM_SUMMARY);
+}
 
 struct sbuf {
     char *p;
@@ -167,8 +185,11 @@ static void write_file(const char *extra)
     snprintf(file_written, sizeof(file_written), "%s", path);
 }
 
+
 static void at_exit(void)
 {
+    if (!is_owner())
+        return;
     char *live = shim_comm_live_json();
     pthread_mutex_lock(&sum_lock);
     if (done_len || (live && live[0]))
@@ -188,6 +209,8 @@ void shim_summary_note_comm(uint32_t rank, uint32_t nranks)
     if (!cfg || !cfg->summary_file[0])
         return;
     pthread_once(&exit_once, register_exit);
+    if (!is_owner())
+        return;
     pthread_mutex_lock(&sum_lock);
     if (nranks > file_nranks) {
         file_nranks = nranks;
@@ -205,7 +228,7 @@ void shim_summary_finish(const struct shim_stats *s, const void *comm, uint32_t 
                          const char *at)
 {
     const struct mscx_config *cfg = shim_config();
-    if (!cfg || !cfg->summary_file[0])
+    if (!cfg || !cfg->summary_file[0] || !is_owner())
         return;
     char *obj = comm_json(s, comm, rank, nranks, at);
     if (!obj)

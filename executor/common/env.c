@@ -17,6 +17,7 @@
 
 #include "mscx/env.h"
 #include "mscx/dev_types.h"
+#include "mscx/fork.h"
 #include "mscx/log.h"
 
 enum env_type { ENV_BOOL, ENV_U64, ENV_STR, ENV_LEVEL, ENV_SUBSYS, ENV_PACKET };
@@ -48,7 +49,10 @@ static const struct env_var env_table[] = {
     {"MSCX_SUMMARY_FILE", ENV_STR, "",
      "shim: write the routing summary as JSON here at destroy/exit (.<rank> appended unless the path has %p)",
      CFG(summary_file)},
-    {"MSCX_TIMEOUT_MS", ENV_U64, "60000", "GPU wait limit in ms before a collective fails (0: never)",
+    {"MSCX_TIMEOUT_MS", ENV_U64, "0",
+     "0: a collective waits for its peers as long as NCCL does (until an abort or the application's "
+     "watchdog); N > 0 (opt-in): a wait of more than N ms in a kernel, the proxy or a setup exchange fails "
+     "the collective with an error that stays on the communicator",
      CFG(timeout_ms)},
     {"MSCX_SIM_TIMEOUT_MS", ENV_U64, "20000", "host reference executor wait limit in ms", CFG(sim_timeout_ms)},
     {"MSCX_PACKET", ENV_PACKET, "auto", "packet format: auto, ll16 or ll8", CFG(packet)},
@@ -88,10 +92,18 @@ struct env_state {
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void env_fork_init(void)
+{
+    mscx_fork_protect(&env_lock, MSCX_FORK_ENV);
+}
 static struct env_state *env_current;
 static char *env_override_val[ENV_COUNT];
 static int env_override_set[ENV_COUNT];
 static atomic_int env_warned;
+/* set by mscx_config_mark_degraded(); cleared when the environment is parsed again */
+static atomic_int env_marked;
+static char env_marked_why[512];
 
 static int parse_bool(const char *s, int *out)
 {
@@ -239,8 +251,10 @@ static struct env_state *env_build(void)
         st->values[i] = strdup(val);
         if (env_apply(st, i, val) != 0 && st->status == MSCX_OK) {
             st->status = MSCX_ERR_INVALID_ARG;
-            snprintf(st->bad, sizeof(st->bad), "bad environment value: %s '%.200s': expected %s", e->name, val,
-                     expect_text(e->type));
+            snprintf(st->bad, sizeof(st->bad),
+                     "bad environment value: %s '%.200s': expected %s; mscx routes nothing in this process, "
+                     "every call goes to NCCL (with MSCX_STRICT=1 communicator init fails instead)",
+                     e->name, val, expect_text(e->type));
             env_apply(st, i, e->dflt);
         }
     }
@@ -277,20 +291,65 @@ static void env_report(struct env_state *st)
             MSCX_INFO(MSCX_SUB_ENV, "%s set by environment to %s", env_table[i].name, st->values[i]);
 }
 
-mscx_status_t mscx_config_get(const struct mscx_config **cfg_p)
+/* The state in effect, reported once. NULL on no memory. */
+static struct env_state *env_state_get(void)
 {
     pthread_once(&env_once, env_init_once);
     pthread_mutex_lock(&env_lock);
     struct env_state *st = env_current;
     pthread_mutex_unlock(&env_lock);
+    if (st && !atomic_load(&env_warned))
+        env_report(st);
+    return st;
+}
+
+mscx_status_t mscx_config_get(const struct mscx_config **cfg_p)
+{
+    struct env_state *st = env_state_get();
     if (!st)
         return MSCX_ERR_NO_MEMORY;
-    if (!atomic_load(&env_warned))
-        env_report(st);
     if (st->status != MSCX_OK)
         return st->status;
     *cfg_p = &st->cfg;
     return MSCX_OK;
+}
+
+mscx_status_t mscx_config_get_lenient(const struct mscx_config **cfg_p)
+{
+    struct env_state *st = env_state_get();
+    if (!st)
+        return MSCX_ERR_NO_MEMORY;
+    *cfg_p = &st->cfg;
+    return st->status;
+}
+
+int mscx_config_degraded(void)
+{
+    struct env_state *st = env_state_get();
+    return !st || st->status != MSCX_OK || atomic_load_explicit(&env_marked, memory_order_acquire);
+}
+
+const char *mscx_config_degraded_reason(void)
+{
+    struct env_state *st = env_state_get();
+    if (!st)
+        return "no memory to parse the MSCX_* environment";
+    if (st->status != MSCX_OK)
+        return st->bad;
+    return atomic_load_explicit(&env_marked, memory_order_acquire) ? env_marked_why : "";
+}
+
+void mscx_config_mark_degraded(const char *why)
+{
+    pthread_mutex_lock(&env_lock);
+    int first = !atomic_load_explicit(&env_marked, memory_order_relaxed);
+    if (first) {
+        snprintf(env_marked_why, sizeof(env_marked_why), "%s", why);
+        atomic_store_explicit(&env_marked, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&env_lock);
+    if (first)
+        MSCX_WARN("%s", why);
 }
 
 /*
@@ -311,6 +370,7 @@ static mscx_status_t env_rebuild(void)
     else
         env_free(env_current);
     env_current = st;
+    atomic_store(&env_marked, 0);
     pthread_mutex_unlock(&env_lock);
     atomic_store(&env_warned, 0);
     return st->status;

@@ -16,11 +16,17 @@
 #include <unistd.h>
 
 #include "mscx/env.h"
+#include "mscx/fork.h"
 #include "mscx/log.h"
 
 static mscx_log_handler_fn log_handler;
 static void *log_handler_ctx;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void log_fork_init(void)
+{
+    mscx_fork_protect(&log_lock, MSCX_FORK_LOG);
+}
 static int log_fd = -1;
 static char log_fd_path[512];
 static __thread int log_nowarn_depth;
@@ -50,7 +56,8 @@ int mscx_log_enabled(enum mscx_log_level level, unsigned subsys)
     int max_level = MSCX_LOG_WARN;
     unsigned mask = MSCX_SUB_ALL;
 
-    if (mscx_config_get(&cfg) == MSCX_OK) {
+    mscx_status_t st = mscx_config_get_lenient(&cfg);
+    if (st == MSCX_OK || st == MSCX_ERR_INVALID_ARG) {
         max_level = cfg->debug_level;
         mask = cfg->debug_subsys;
     }
@@ -76,14 +83,36 @@ static const char *level_name(enum mscx_log_level level)
     }
 }
 
+/*
+ * MSCX_DEBUG_FILE cannot be opened: one WARN on stderr, written directly (the
+ * log lock is held), and the log goes to stderr until the setting changes.
+ */
+static void log_open_failed(const char *path, int err)
+{
+    char host[64], out[1200];
+    if (gethostname(host, sizeof(host)) != 0)
+        strcpy(host, "?");
+    host[sizeof(host) - 1] = '\0';
+    int n = snprintf(out, sizeof(out),
+                     "%s:%d:%ld [mscx] WARN cannot open MSCX_DEBUG_FILE %s (%s): the log goes to stderr\n",
+                     host, (int)getpid(), (long)syscall(SYS_gettid), path, strerror(err));
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(out))
+        n = (int)sizeof(out) - 1;
+    ssize_t w = write(STDERR_FILENO, out, (size_t)n);
+    (void)w;
+}
+
 static int log_open_fd(void)
 {
     const struct mscx_config *cfg;
 
-    if (mscx_config_get(&cfg) != MSCX_OK || cfg->debug_file[0] == '\0')
+    mscx_status_t st = mscx_config_get_lenient(&cfg);
+    if ((st != MSCX_OK && st != MSCX_ERR_INVALID_ARG) || cfg->debug_file[0] == '\0')
         return STDERR_FILENO;
-    if (log_fd >= 0 && strcmp(log_fd_path, cfg->debug_file) == 0)
-        return log_fd;
+    if (strcmp(log_fd_path, cfg->debug_file) == 0)
+        return log_fd >= 0 ? log_fd : STDERR_FILENO; /* opened, or failed and warned once */
     if (log_fd >= 0)
         close(log_fd);
     /* %h and %p expand to host name and pid, as NCCL_DEBUG_FILE does */
@@ -107,6 +136,8 @@ static int log_open_fd(void)
     path[o] = '\0';
     log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     snprintf(log_fd_path, sizeof(log_fd_path), "%s", cfg->debug_file);
+    if (log_fd < 0)
+        log_open_failed(path, errno);
     return log_fd >= 0 ? log_fd : STDERR_FILENO;
 }
 

@@ -54,6 +54,11 @@ void mscx_exec_destroy(struct mscx_exec *ex)
     (void)ex;
 }
 
+void mscx_exec_destroy_deferred(struct mscx_exec *ex)
+{
+    (void)ex;
+}
+
 mscx_status_t mscx_exec_create_local_group(uint32_t nranks, int cuda_device, struct mscx_exec **execs)
 {
     (void)nranks;

@@ -25,6 +25,12 @@
  *            registered buffers and replayed, and two refusals that must be
  *            the same on every rank: managed memory, and a new buffer under
  *            capture
+ *   straggler  the ipc setup with the default MSCX_TIMEOUT_MS (0: no limit):
+ *            rank 1 launches 20 s after rank 0; rank 0's kernel waits for it
+ *            and both results are right
+ *   error    the ipc setup with MSCX_TIMEOUT_MS=100 and a peer that never
+ *            launches: rank 0's collective ends with MSCX_ERR_TIMEOUT, and
+ *            the error stays (the shim's communicator then fails every call)
  * A plan path after the mode replaces the mode's plan; the process count is
  * the plan's rank count (twonode: MSCX_VIRTUAL_NODES when set, else the
  * plan's ranks / its ranks per node).
@@ -334,7 +340,7 @@ static int rank_setup(struct rank_ctx *c, struct proc_mesh *m, const char *path,
         RFAIL(m, "plan %s has %u ranks, %u processes", path, mscx_plan_nranks(c->plan), m->nranks);
         return 1;
     }
-    struct mscx_bootstrap bs = {m->rank, m->nranks, m, proc_mesh_allgather};
+    struct mscx_bootstrap bs = {m->rank, m->nranks, m, proc_mesh_allgather, NULL};
     mscx_status_t st = mscx_exec_create(&bs, 0, &c->ex);
     if (st == MSCX_OK)
         st = mscx_exec_add_plan(c->ex, c->plan, 65536, &c->pid);
@@ -473,6 +479,128 @@ static int rank_kill(struct proc_mesh *m, const char *path)
     }
     RFAIL(m, "100 launches completed without an error although rank 2 is dead");
     return 1;
+}
+
+/* ---- straggler and error: the wait limit ---- */
+
+#define STRAGGLER_S 20
+#define SMALL_BYTES 4096
+
+/* Rank r's input is r + 1 everywhere; an AllReduce sum gives n (n + 1) / 2. */
+static int small_launch(struct rank_ctx *c, mscx_status_t *st_p, double *ms_p)
+{
+    uint64_t in_b, out_b;
+    uint32_t n = mscx_plan_nranks(c->plan);
+    mscx_coll_sizes(mscx_plan_collective(c->plan), n, SMALL_BYTES, &in_b, &out_b);
+    layout(c->plan, c->m->rank, in_b, out_b, c->dbuf, &c->din, &c->dout);
+    float *h = (float *)c->host;
+    for (uint64_t i = 0; i < in_b / 4; i++)
+        h[i] = (float)(c->m->rank + 1);
+    if (cudaMemcpy(c->din, h, in_b, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess)
+        return 1;
+    double t0 = now_ms();
+    mscx_status_t st = mscx_exec_launch(c->ex, c->pid, c->din, c->dout, SMALL_BYTES, MSCX_DT_FP32,
+                                        MSCX_REDOP_SUM, MSCX_PKT_LL16, c->st);
+    cudaError_t ce = cudaStreamSynchronize(c->st);
+    *ms_p = now_ms() - t0;
+    if (ce != cudaSuccess)
+        return 1;
+    *st_p = st == MSCX_OK ? mscx_exec_async_error(c->ex) : st;
+    return 0;
+}
+
+static int small_check(struct rank_ctx *c)
+{
+    uint32_t n = mscx_plan_nranks(c->plan);
+    float want = (float)(n * (n + 1) / 2);
+    float *h = (float *)c->host;
+    if (cudaMemcpy(h, c->dout, SMALL_BYTES, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return 1;
+    for (uint64_t i = 0; i < SMALL_BYTES / 4; i++)
+        if (h[i] != want) {
+            RFAIL(c->m, "element %llu is %g, expected %g", (unsigned long long)i, (double)h[i], (double)want);
+            return 1;
+        }
+    return 0;
+}
+
+static int rank_straggler(struct proc_mesh *m, const char *path)
+{
+    struct rank_ctx c;
+    const struct mscx_config *cfg;
+    if (rank_setup(&c, m, path, NULL, 0)) /* NULL: MSCX_TIMEOUT_MS at its default */
+        return 1;
+    if (mscx_config_get(&cfg) != MSCX_OK || cfg->timeout_ms != 0) {
+        RFAIL(m, "the default MSCX_TIMEOUT_MS is not 0");
+        return 1;
+    }
+    alarm(STRAGGLER_S * 3 + 60);
+    if (proc_mesh_barrier(m) != 0) {
+        RFAIL(m, "barrier");
+        return 1;
+    }
+    if (m->rank == 1)
+        sleep(STRAGGLER_S);
+    mscx_status_t st = MSCX_OK;
+    double ms = 0;
+    if (small_launch(&c, &st, &ms) != 0 || st != MSCX_OK) {
+        RFAIL(m, "the collective with a straggler failed: %s after %.0f ms", mscx_status_str(st), ms);
+        return 1;
+    }
+    printf("rank %u: the collective took %.0f ms (rank 1 came %d s late)\n", m->rank, ms, STRAGGLER_S);
+    if (m->rank == 0 && ms < (STRAGGLER_S - 1) * 1000.0) {
+        RFAIL(m, "rank 0 finished in %.0f ms although rank 1 launched %d s late: the test proves nothing", ms,
+              STRAGGLER_S);
+        return 1;
+    }
+    int bad = small_check(&c);
+    if (proc_mesh_barrier(m) != 0)
+        bad = 1;
+    rank_teardown(&c);
+    return bad;
+}
+
+static int rank_error(struct proc_mesh *m, const char *path)
+{
+    struct rank_ctx c;
+    if (rank_setup(&c, m, path, NULL, 0)) /* setup without a limit: the ranks are time-sliced on one GPU */
+        return 1;
+    if (mscx_config_override("MSCX_TIMEOUT_MS", "100") != MSCX_OK) { /* read by the first launch */
+        RFAIL(m, "config override");
+        return 1;
+    }
+    alarm(120);
+    if (proc_mesh_barrier(m) != 0) {
+        RFAIL(m, "barrier");
+        return 1;
+    }
+    int bad = 0;
+    if (m->rank == 0) {
+        mscx_status_t st = MSCX_OK;
+        double ms = 0;
+        if (small_launch(&c, &st, &ms) != 0) {
+            RFAIL(m, "the launch or its stream failed");
+            bad = 1;
+        } else if (st != MSCX_ERR_TIMEOUT) {
+            RFAIL(m, "a peer that never came: %s after %.0f ms, expected MSCX_ERR_TIMEOUT",
+                  mscx_status_str(st), ms);
+            bad = 1;
+        } else if (ms > 10000) {
+            RFAIL(m, "the timeout took %.0f ms with MSCX_TIMEOUT_MS=100", ms);
+            bad = 1;
+        }
+        if (mscx_exec_async_error(c.ex) == MSCX_OK) {
+            RFAIL(m, "the error did not stay");
+            bad = 1;
+        }
+        printf("rank 0: a peer that never came: %s after %.0f ms; the error stays\n", mscx_status_str(st),
+               ms);
+    }
+    if (proc_mesh_barrier(m) != 0) /* rank 1 never launched: it waits here for rank 0's verdict */
+        bad = 1;
+    rank_teardown(&c);
+    return bad;
 }
 
 /* ---- peerbufs: user buffers of peers in other processes ---- */
@@ -824,6 +952,8 @@ static int run_procs(const char *mode, const char *path, uint32_t n, int vnodes)
         setvbuf(stdout, NULL, _IOLBF, 0);
         int rc = kill_mode                      ? rank_kill(&m, path)
                  : strcmp(mode, "peerbufs") == 0    ? rank_peerbufs(&m, path)
+                 : strcmp(mode, "straggler") == 0   ? rank_straggler(&m, path)
+                 : strcmp(mode, "error") == 0       ? rank_error(&m, path)
                                                 : rank_run(&m, path, vnodes > 1 ? vnodes : 0);
         fflush(NULL);
         _exit(rc);
@@ -884,12 +1014,13 @@ int main(int argc, char **argv)
     const char *path = NULL;
     uint32_t n, rpn;
     int vnodes = 0;
-    if (strcmp(g_mode, "ipc") == 0) {
+    if (strcmp(g_mode, "ipc") == 0 || strcmp(g_mode, "straggler") == 0 || strcmp(g_mode, "error") == 0) {
         path = MSCX_SOURCE_ROOT "/plans/allreduce_n2_rpn2_oneshot_1K_16K.json";
     } else if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "cudaport") == 0 || strcmp(g_mode, "kill") == 0) {
         path = MSCX_SOURCE_ROOT "/plans/allreduce_n4_rpn2_hier2_1K_64K.json";
     } else if (strcmp(g_mode, "peerbufs") != 0) {
-        fprintf(stderr, "unknown mode %s (ipc, twonode, cudaport, kill, peerbufs)\n", g_mode);
+        fprintf(stderr, "unknown mode %s (ipc, twonode, cudaport, kill, peerbufs, straggler, error)\n",
+                g_mode);
         return 2;
     }
     if (argc > 2)

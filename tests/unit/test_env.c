@@ -1,8 +1,13 @@
 /* SPDX-License-Identifier: MIT */
+#include <pthread.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "mscx/dev_types.h"
 #include "mscx/env.h"
+#include "mscx/fork.h"
 #include "mscx/log.h"
 #include "test_common.h"
 
@@ -13,7 +18,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(mscx_config_get(&cfg), MSCX_OK);
     ck_assert_int_eq(cfg->disable, 0);
     ck_assert_int_eq(cfg->strict, 0);
-    ck_assert_uint_eq(cfg->timeout_ms, 60000);
+    ck_assert_uint_eq(cfg->timeout_ms, 0);
     ck_assert_int_eq(cfg->packet, -1);
     ck_assert_str_eq(cfg->transport, "auto");
 }
@@ -56,8 +61,83 @@ START_TEST(test_bad_value_names_variable)
     ck_assert_msg(strstr(mscx_test_last_warn(), bad_values[_i].name) != NULL, "warning '%s' does not name %s",
                   mscx_test_last_warn(), bad_values[_i].name);
     ck_assert_int_eq(mscx_test_warn_count(), 1);
+    /* the lenient view: degraded, every value usable (the bad one at its default) */
+    ck_assert(mscx_config_degraded());
+    ck_assert(strstr(mscx_config_degraded_reason(), bad_values[_i].name) != NULL);
+    ck_assert_int_eq(mscx_config_get_lenient(&cfg), MSCX_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert_uint_eq(cfg->timeout_ms, 0);
+    ck_assert_int_eq(cfg->debug_level, MSCX_LOG_WARN);
+    ck_assert_int_eq(mscx_test_warn_count(), 1);
     mscx_config_reset();
     ck_assert_int_eq(mscx_config_get(&cfg), MSCX_OK);
+    ck_assert(!mscx_config_degraded());
+    ck_assert_str_eq(mscx_config_degraded_reason(), "");
+}
+END_TEST
+
+START_TEST(test_mark_degraded)
+{
+    mscx_config_reset();
+    ck_assert(!mscx_config_degraded());
+    mscx_test_allow_warn("bad thing");
+    mscx_config_mark_degraded("bad thing one");
+    mscx_config_mark_degraded("bad thing two");
+    ck_assert(mscx_config_degraded());
+    ck_assert_str_eq(mscx_config_degraded_reason(), "bad thing one");
+    ck_assert_int_eq(mscx_test_warn_count(), 1);
+    const struct mscx_config *cfg;
+    ck_assert_int_eq(mscx_config_get(&cfg), MSCX_OK); /* the values themselves are good */
+    mscx_config_reset();
+    ck_assert(!mscx_config_degraded());
+}
+END_TEST
+
+/* ---- fork.h: a mutex another thread holds at fork() is free in the child ---- */
+
+static pthread_mutex_t fork_m1 = PTHREAD_MUTEX_INITIALIZER, fork_m2 = PTHREAD_MUTEX_INITIALIZER;
+static volatile int fork_holding;
+
+static void *hold_a_while(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&fork_m2);
+    pthread_mutex_lock(&fork_m1);
+    fork_holding = 1;
+    struct timespec t = {0, 200 * 1000 * 1000};
+    nanosleep(&t, NULL);
+    pthread_mutex_unlock(&fork_m1);
+    pthread_mutex_unlock(&fork_m2);
+    return NULL;
+}
+
+START_TEST(test_fork_releases_locks)
+{
+    int before = mscx_fork_protected_count();
+    ck_assert_int_eq(mscx_fork_protect(&fork_m1, MSCX_FORK_LOG), 0);
+    ck_assert_int_eq(mscx_fork_protect(&fork_m2, MSCX_FORK_SHIM_CALLER), 0); /* held outside m1: first */
+    ck_assert_int_eq(mscx_fork_protect(&fork_m1, MSCX_FORK_LOG), 0);        /* again: no second entry */
+    ck_assert_int_eq(mscx_fork_protected_count(), before + 2);
+    pthread_t t;
+    fork_holding = 0;
+    pthread_create(&t, NULL, hold_a_while, NULL);
+    while (!fork_holding) {
+        struct timespec t1 = {0, 1000 * 1000};
+        nanosleep(&t1, NULL);
+    }
+    pid_t pid = fork(); /* waits for the thread to let go of both */
+    if (pid == 0) {
+        int free1 = pthread_mutex_trylock(&fork_m1) == 0, free2 = pthread_mutex_trylock(&fork_m2) == 0;
+        _exit(free1 && free2 ? 0 : 1);
+    }
+    ck_assert_int_ge(pid, 0);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    pthread_join(t, NULL);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child found a registered mutex held");
+    /* the parent's locks work as before */
+    ck_assert_int_eq(pthread_mutex_trylock(&fork_m1), 0);
+    pthread_mutex_unlock(&fork_m1);
 }
 END_TEST
 
@@ -104,6 +184,8 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_override_values);
     tcase_add_loop_test(tc, test_bad_value_names_variable, 0, (int)(sizeof(bad_values) / sizeof(bad_values[0])));
     tcase_add_test(tc, test_unknown_override_name);
+    tcase_add_test(tc, test_mark_degraded);
+    tcase_add_test(tc, test_fork_releases_locks);
     tcase_add_test(tc, test_log_level_filter);
     suite_add_tcase(s, tc);
     return s;

@@ -4,6 +4,7 @@
  * mscx_exec_create_local_group, the error block the kernels and the proxy
  * write, and the debug hooks of launch_abi.h.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +54,41 @@ static mscx_status_t device_check(int dev, int *pdl_ok_p)
     return MSCX_OK;
 }
 
+mscx_status_t mscx_gpu_dev_enter(int dev, int *prev_p)
+{
+    *prev_p = -1;
+    if (cudaGetDevice(prev_p) != cudaSuccess)
+        *prev_p = -1;
+    return CU(cudaSetDevice(dev));
+}
+
+void mscx_gpu_dev_leave(int prev)
+{
+    int now = -1;
+    if (prev < 0 || (cudaGetDevice(&now) == cudaSuccess && now == prev))
+        return;
+    if (cudaSetDevice(prev) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+/*
+ * The executor's own setup stream: non-blocking, so that its copies neither
+ * wait for the legacy default stream nor make the caller's streams wait.
+ */
+static mscx_status_t exec_open(struct mscx_exec *ex)
+{
+    MSCX_CHECK(device_check(ex->device, &ex->pdl_ok));
+    MSCX_CHECK(CU(cudaStreamCreateWithFlags(&ex->ustream, cudaStreamNonBlocking)));
+    MSCX_CHECK(CU(cudaHostAlloc((void **)&ex->host, sizeof(*ex->host), cudaHostAllocMapped)));
+    memset(ex->host, 0, sizeof(*ex->host));
+    return CU(cudaHostGetDevicePointer((void **)&ex->host_dev, ex->host, 0));
+}
+
 mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device, struct mscx_exec **exec_p)
 {
     mscx_status_t st;
     struct mscx_exec *ex;
+    int prev;
     if (!bs || !exec_p || bs->rank >= bs->nranks)
         return MSCX_ERR_INVALID_ARG;
     ex = calloc(1, sizeof(*ex));
@@ -64,21 +96,21 @@ mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device,
         return MSCX_ERR_NO_MEMORY;
     ex->bs = *bs;
     ex->device = cuda_device;
-    GPU_CHECK_GOTO(cudaSetDevice(cuda_device), st, fail);
-    if ((st = device_check(cuda_device, &ex->pdl_ok)) != MSCX_OK)
-        goto fail;
-    GPU_CHECK_GOTO(cudaHostAlloc((void **)&ex->host, sizeof(*ex->host), cudaHostAllocMapped), st, fail);
-    memset(ex->host, 0, sizeof(*ex->host));
-    GPU_CHECK_GOTO(cudaHostGetDevicePointer((void **)&ex->host_dev, ex->host, 0), st, fail);
-    ex->traced = mscx_gpu_trace_attach();
-    *exec_p = ex;
-    return MSCX_OK;
-fail:
+    st = mscx_gpu_dev_enter(cuda_device, &prev);
+    if (st == MSCX_OK)
+        st = exec_open(ex);
+    if (st == MSCX_OK) {
+        ex->traced = mscx_gpu_trace_attach();
+        *exec_p = ex;
+        mscx_gpu_dev_leave(prev);
+        return MSCX_OK;
+    }
     if (ex->ustream)
         cudaStreamDestroy(ex->ustream);
     if (ex->host)
         cudaFreeHost(ex->host);
     free(ex);
+    mscx_gpu_dev_leave(prev);
     return st;
 }
 
@@ -139,11 +171,12 @@ static void plan_release(struct mscx_exec *ex, uint32_t id)
         cudaFreeHost(gp->kp_pin);
 }
 
-void mscx_exec_destroy(struct mscx_exec *ex)
+/* Free everything of @p ex (its kernels ended, or told to stop and its memory no longer read). */
+static void exec_free(struct mscx_exec *ex)
 {
-    if (!ex)
-        return;
-    cudaSetDevice(ex->device);
+    int prev;
+    if (mscx_gpu_dev_enter(ex->device, &prev) != MSCX_OK)
+        (void)cudaGetLastError();
     /* no proxy request and no received TCP write touches memory past this point */
     for (uint32_t i = 0; i < ex->nplans; i++)
         mscx_gpu_port_stop(ex->plans[i].port);
@@ -161,6 +194,51 @@ void mscx_exec_destroy(struct mscx_exec *ex)
     if (ex->host)
         cudaFreeHost(ex->host);
     free(ex);
+    mscx_gpu_dev_leave(prev);
+}
+
+/*
+ * Executors released by mscx_exec_destroy_deferred(): stopped, their memory
+ * kept until a destroy, which frees device memory anyway, frees it too.
+ */
+static pthread_mutex_t g_deferred_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mscx_exec *g_deferred;
+
+void mscx_exec_destroy(struct mscx_exec *ex)
+{
+    if (!ex)
+        return;
+    exec_free(ex);
+    pthread_mutex_lock(&g_deferred_lock);
+    struct mscx_exec *d = g_deferred;
+    g_deferred = NULL;
+    pthread_mutex_unlock(&g_deferred_lock);
+    while (d) {
+        struct mscx_exec *next = d->next_deferred;
+        exec_free(d);
+        d = next;
+    }
+}
+
+/*
+ * Only host-side stops here, none waiting on the device: the abort word, the
+ * proxy (no request served after this), the network's endpoint (no received
+ * write lands after this). The kernels told to stop may still read the
+ * context, scratch and error block, so nothing of the device's is freed.
+ */
+void mscx_exec_destroy_deferred(struct mscx_exec *ex)
+{
+    if (!ex)
+        return;
+    mscx_exec_abort(ex);
+    for (uint32_t i = 0; i < ex->nplans; i++)
+        mscx_gpu_port_stop(ex->plans[i].port);
+    mscx_gpu_net_close(ex->net);
+    pthread_mutex_lock(&g_deferred_lock);
+    ex->next_deferred = g_deferred;
+    g_deferred = ex;
+    pthread_mutex_unlock(&g_deferred_lock);
+    MSCX_INFO(MSCX_SUB_EXEC, "rank %u: executor stopped; its memory is freed at the next destroy", ex->bs.rank);
 }
 
 static mscx_status_t local_allgather(void *ctx, const void *mine, void *all, size_t bytes)
@@ -187,7 +265,7 @@ mscx_status_t mscx_exec_create_local_group(uint32_t nranks, int cuda_device, str
     }
     g->nranks = nranks;
     for (uint32_t r = 0; r < nranks; r++) {
-        struct mscx_bootstrap bs = {r, nranks, g, local_allgather};
+        struct mscx_bootstrap bs = {r, nranks, g, local_allgather, NULL}; /* in process: no connection to secure */
         if ((st = mscx_exec_create(&bs, cuda_device, &g->execs[r])) != MSCX_OK)
             break;
         g->execs[r]->group = g;
@@ -218,10 +296,12 @@ int mscx_gpu_debug_set_flag(struct mscx_exec *ex, uint32_t plan_id, uint32_t fla
         return -1;
     for (uint32_t b = 0; b < gp->ntb; b++)
         f[b] = flag;
-    cudaError_t rc =
-        cudaMemcpy(gp->d_ctx + gp->off_bflag, f, gp->ntb * sizeof(uint32_t), cudaMemcpyHostToDevice);
+    cudaError_t rc = cudaMemcpyAsync(gp->d_ctx + gp->off_bflag, f, gp->ntb * sizeof(uint32_t),
+                                     cudaMemcpyHostToDevice, ex->ustream);
+    if (rc == cudaSuccess)
+        rc = cudaStreamSynchronize(ex->ustream);
     free(f);
-    return rc == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
+    return rc == cudaSuccess ? 0 : -1;
 }
 
 int mscx_gpu_debug_fill_scratch(struct mscx_exec *ex, uint32_t plan_id, uint32_t word)
@@ -235,9 +315,12 @@ int mscx_gpu_debug_fill_scratch(struct mscx_exec *ex, uint32_t plan_id, uint32_t
         return -1;
     for (uint64_t i = 0; i < n; i++)
         h[i] = word;
-    cudaError_t rc = n ? cudaMemcpy(gp->scratch, h, n * 4u, cudaMemcpyHostToDevice) : cudaSuccess;
+    cudaError_t rc =
+        n ? cudaMemcpyAsync(gp->scratch, h, n * 4u, cudaMemcpyHostToDevice, ex->ustream) : cudaSuccess;
+    if (rc == cudaSuccess)
+        rc = cudaStreamSynchronize(ex->ustream);
     free(h);
-    return rc == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
+    return rc == cudaSuccess ? 0 : -1;
 }
 
 void mscx_gpu_debug_error(struct mscx_exec *ex, struct mscx_gpu_err *err_p)

@@ -286,6 +286,78 @@ static mscx_status_t keep_for_compiler(struct gpu_plan *gp, const struct mscx_gp
     return MSCX_OK;
 }
 
+/* Whether some two ranks of the plan share a process but not a device (every rank decides the same). */
+static int several_devices_per_process(const struct gpu_plan *gp)
+{
+    for (uint32_t r = 0; r < gp->plan->nranks; r++)
+        for (uint32_t q = r + 1; q < gp->plan->nranks; q++) {
+            const struct gpu_rec *a = &gp->recs[r], *b = &gp->recs[q];
+            if (a->pid == b->pid && a->host == b->host && a->device != b->device)
+                return 1;
+        }
+    return 0;
+}
+
+/*
+ * Let the current device (this rank's) reach @p peer_dev directly, as the
+ * kernels do through the raw pointers of ranks in this process.
+ * @return MSCX_OK, or MSCX_ERR_UNSUPPORTED with a warning saying why not
+ */
+static mscx_status_t enable_peer(const struct gpu_plan *gp, uint32_t rank, int dev, int peer_dev)
+{
+    int can = 0;
+    cudaError_t ce = cudaDeviceCanAccessPeer(&can, dev, peer_dev);
+    if (ce == cudaSuccess && !can) {
+        MSCX_WARN("plan %s: rank %u: GPU %d cannot access GPU %d of a rank in this process (no peer access); "
+                  "refusing", gp->plan->name, rank, dev, peer_dev);
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    if (ce == cudaSuccess)
+        ce = cudaDeviceEnablePeerAccess(peer_dev, 0);
+    if (ce == cudaErrorPeerAccessAlreadyEnabled)
+        ce = cudaSuccess;
+    (void)cudaGetLastError(); /* neither outcome is sticky: the caller's next call must not see it */
+    if (ce != cudaSuccess) {
+        MSCX_WARN("plan %s: rank %u: enabling peer access from GPU %d to GPU %d: %s; refusing",
+                  gp->plan->name, rank, dev, peer_dev, cudaGetErrorString(ce));
+        return MSCX_ERR_UNSUPPORTED;
+    }
+    return MSCX_OK;
+}
+
+/*
+ * Ranks of one process on several GPUs reach each other's memory through
+ * plain pointers: peer access from this rank's GPU to each such rank's GPU,
+ * enabled here. Collective when some process holds several GPUs (the same
+ * on every rank, from the records): every rank says whether it could, and
+ * all refuse the plan together if one could not.
+ */
+static mscx_status_t peer_access_agree(struct mscx_exec *ex, const struct gpu_plan *gp)
+{
+    uint32_t n = gp->plan->nranks, rank = ex->bs.rank;
+    if (ex->group || !several_devices_per_process(gp))
+        return MSCX_OK;
+    int32_t mine = MSCX_OK, *all = calloc(n, sizeof(*all));
+    if (!all)
+        return MSCX_ERR_NO_MEMORY; /* a few bytes: as every other host allocation of the exchange */
+    const struct gpu_rec *me = &gp->recs[rank];
+    for (uint32_t q = 0; q < n && mine == MSCX_OK; q++) {
+        const struct gpu_rec *o = &gp->recs[q];
+        if (o->pid == me->pid && o->host == me->host && o->device != me->device)
+            mine = enable_peer(gp, rank, ex->device, o->device);
+    }
+    mscx_status_t st = ex->bs.allgather(ex->bs.ctx, &mine, all, sizeof(mine));
+    for (uint32_t q = 0; q < n && st == MSCX_OK; q++)
+        if (all[q] != MSCX_OK) {
+            if (q != rank)
+                MSCX_WARN("plan %s: rank %u: rank %u cannot reach the GPU of a rank in its process; every "
+                          "rank refuses the plan", gp->plan->name, rank, q);
+            st = MSCX_ERR_UNSUPPORTED;
+        }
+    free(all);
+    return st;
+}
+
 mscx_status_t mscx_gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp)
 {
     const struct mscx_plan *plan = gp->plan;
@@ -301,7 +373,8 @@ mscx_status_t mscx_gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp)
     peers_from_recs(gp, f.peers);
     /* every rank checks the whole plan, so that all refuse together (one process: one node) */
     if (!ex->group && ((st = mscx_gpu_topology(plan, f.peers, f.node)) != MSCX_OK ||
-                       (st = mscx_peer_bufs_check(plan, f.peers, f.node)) != MSCX_OK))
+                       (st = mscx_peer_bufs_check(plan, f.peers, f.node)) != MSCX_OK ||
+                       (st = peer_access_agree(ex, gp)) != MSCX_OK))
         goto out;
     for (uint32_t i = 0; i < gpu->nrbuf; i++)
         f.uslot[i] = UINT32_MAX;
@@ -318,7 +391,10 @@ mscx_status_t mscx_gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp)
     image_chans(ex, gp, &f);
     if (!ex->group && (st = setup_ports(ex, gp, &f)) != MSCX_OK)
         goto out;
-    GPU_CHECK_GOTO(cudaMemcpy(gp->d_ctx, img, gp->ctx_bytes, cudaMemcpyHostToDevice), st, out);
+    /* on the executor's own stream, waiting for nothing else: the image is in pageable memory */
+    GPU_CHECK_GOTO(cudaMemcpyAsync(gp->d_ctx, img, gp->ctx_bytes, cudaMemcpyHostToDevice, ex->ustream), st,
+                   out);
+    GPU_CHECK_GOTO(cudaStreamSynchronize(ex->ustream), st, out);
     if ((st = keep_for_compiler(gp, gpu, img)) != MSCX_OK)
         goto out;
     gp->publish = (int)c->publish;

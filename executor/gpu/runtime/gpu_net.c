@@ -14,13 +14,20 @@
 
 #define CONNECT_GRACE_MS 30000u
 
+void mscx_gpu_net_close(struct gpu_net *n)
+{
+    if (!n || !n->ep)
+        return;
+    n->tp->ep_destroy(n->ep); /* closes connections, stops the receiver, frees regions */
+    n->ep = NULL;
+}
+
 void mscx_gpu_net_destroy(struct gpu_net *n)
 {
     if (!n)
         return;
     cudaSetDevice(n->device);
-    if (n->ep)
-        n->tp->ep_destroy(n->ep); /* closes connections, stops the receiver, frees regions */
+    mscx_gpu_net_close(n);
     free(n->conn);
     if (n->stream)
         cudaStreamSynchronize(n->stream);
@@ -229,6 +236,8 @@ mscx_status_t mscx_gpu_net_connect(struct gpu_net *n, const struct gpu_port_setu
                                    .add_to_target = rx_add,
                                    .hook_ctx = n,
                                    .late_timeout_ms = s->timeout_ms};
+        if (s->bs->secret)
+            memcpy(p.secret, s->bs->secret, sizeof(p.secret));
         MSCX_CHECK(net_choose(n, s, &p));
         MSCX_CHECK(CU(cudaHostAlloc(&n->bounce, BOUNCE_BYTES, cudaHostAllocDefault)));
         struct mscx_tp_rdesc unused;

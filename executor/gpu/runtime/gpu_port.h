@@ -82,6 +82,12 @@ void mscx_gpu_port_stop(struct gpu_port *p);
 void mscx_gpu_port_free(struct gpu_port *p);
 /** Close the TCP endpoint (no more received writes), free streams and staging. NULL accepted. */
 void mscx_gpu_net_destroy(struct gpu_net *n);
+/**
+ * Close the endpoint only (connections closed, no more received writes),
+ * with no CUDA call: what an abort may do at once. mscx_gpu_net_destroy()
+ * frees the rest later. NULL accepted.
+ */
+void mscx_gpu_net_close(struct gpu_net *n);
 /** Log the proxy queue's state once (WARN), for a launch that failed. NULL accepted. */
 void mscx_gpu_port_report(struct gpu_port *p, uint32_t rank, const char *plan_name);
 

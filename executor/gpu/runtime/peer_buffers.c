@@ -594,22 +594,28 @@ static mscx_status_t import_open_locked(struct peer_bufs *u, uint32_t owner, con
 }
 
 /*
- * Close this context's least recently used unpinned mapping @p lru, to
- * make room. A kernel of an earlier launch may still use it: wait for this
- * device's work first (rare: only past IMPORT_CAP distinct buffers).
- * Called with g_imp_lock held.
+ * Before closing this context's least recently used unpinned mapping to
+ * make room: a kernel of an earlier launch may still use it, on any stream
+ * the caller launched on, so wait for this device's work (rare: only past
+ * IMPORT_CAP distinct buffers). Called without g_imp_lock: no other
+ * context's import waits behind this.
  */
-static mscx_status_t import_evict_locked(struct peer_bufs *u, struct ctx_imp *lru)
+static mscx_status_t import_evict_wait(const struct peer_bufs *u)
 {
-    cudaError_t ce = cudaDeviceSynchronize();
+    cudaError_t ce = cudaDeviceSynchronize(); /* the eviction wait (tests/lint/check-device-sync.sh) */
     if (ce != cudaSuccess) {
-        MSCX_WARN("plan %s: rank %u: cudaDeviceSynchronize before closing a mapping: %s", u->plan->name,
+        MSCX_WARN("plan %s: rank %u: waiting for the device before closing a mapping: %s", u->plan->name,
                   u->rank, cudaGetErrorString(ce));
         return MSCX_ERR_CUDA;
     }
+    return MSCX_OK;
+}
+
+/* Close mapping @p lru of this context (after import_evict_wait). Called with g_imp_lock held. */
+static void import_evict_locked(struct peer_bufs *u, struct ctx_imp *lru)
+{
     import_release_locked(lru->e);
     *lru = u->imp[--u->nimp];
-    return MSCX_OK;
 }
 
 static mscx_status_t import_buf(struct peer_bufs *u, uint32_t owner, const struct ubuf_pub *b, int capturing,
@@ -630,14 +636,17 @@ static mscx_status_t import_buf(struct peer_bufs *u, uint32_t owner, const struc
             u->plan->name, u->rank, IMPORT_CAP, owner, which);
         return MSCX_ERR_UNSUPPORTED;
     }
+    mscx_status_t st = u->nimp == IMPORT_CAP ? import_evict_wait(u) : MSCX_OK;
+    if (st != MSCX_OK)
+        return st;
     pthread_mutex_lock(&g_imp_lock);
-    mscx_status_t st = import_open_locked(u, owner, b, capturing, which, &e);
+    st = import_open_locked(u, owner, b, capturing, which, &e);
     if (st == MSCX_OK) {
         e->refs++;
         if (capturing)
             e->pinned = 1;
-        if (u->nimp == IMPORT_CAP && (st = import_evict_locked(u, lru)) != MSCX_OK)
-            e->refs--;
+        if (u->nimp == IMPORT_CAP)
+            import_evict_locked(u, lru);
     }
     if (st == MSCX_OK) {
         u->imp[u->nimp++] = (struct ctx_imp){e, u->seq};

@@ -343,6 +343,21 @@ static mscx_status_t build_links(struct port_build *b)
     return st;
 }
 
+/*
+ * Copy @p bytes from host @p src to device @p dst on a private non-blocking
+ * stream, then wait for that stream only (no other work on the device).
+ */
+static mscx_status_t copy_private(void *dst, const void *src, size_t bytes)
+{
+    cudaStream_t s;
+    MSCX_CHECK(CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)));
+    mscx_status_t st = CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    if (st == MSCX_OK)
+        st = CU(cudaStreamSynchronize(s));
+    cudaStreamDestroy(s);
+    return st;
+}
+
 /* The FIFO in mapped host memory, and the port's device state: struct, proxied[nchan], dirty[ntb]. */
 static mscx_status_t build_dev_state(struct port_build *b)
 {
@@ -368,7 +383,7 @@ static mscx_status_t build_dev_state(struct port_build *b)
     dp->proxied = (const uint8_t *)(dbase + o_prox);
     dp->dirty = (uint32_t *)(dbase + o_dirty);
     memcpy(img + o_prox, b->proxied, nchan);
-    st = CU(cudaMemcpy(p->dev, img, dev_bytes, cudaMemcpyHostToDevice));
+    st = copy_private(p->dev, img, dev_bytes);
 out:
     free(img);
     return st;

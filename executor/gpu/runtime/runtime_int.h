@@ -129,7 +129,8 @@ struct mscx_exec {
     struct local_group *group;
     int traced; /* MSCX_TRACE was set at create: plans record per-op times */
     struct gpu_net *net;            /* proxy streams and TCP endpoint (NULL until a plan needs them) */
-    cudaStream_t ustream;           /* compiled program uploads (NULL until the first) */
+    cudaStream_t ustream;           /* setup copies and program uploads: non-blocking, the executor's own */
+    struct mscx_exec *next_deferred; /* on the list of mscx_exec_destroy_deferred (context.c) */
     uint32_t nplans;
     struct gpu_plan plans[MSCX_GPU_MAX_PLANS];
 };
@@ -137,6 +138,10 @@ struct mscx_exec {
 /** MSCX_OK when @p rc is cudaSuccess; else logs @p what with CUDA's message and returns MSCX_ERR_CUDA. */
 mscx_status_t mscx_gpu_check(cudaError_t rc, const char *what);
 
+/** Make @p dev current; *prev_p gets the caller's current device (-1 if unknown) for mscx_gpu_dev_leave. */
+mscx_status_t mscx_gpu_dev_enter(int dev, int *prev_p);
+/** Make the caller's device @p prev current again (nothing for -1). */
+void mscx_gpu_dev_leave(int prev);
 /* mscx_gpu_check of a CUDA call, named by its text */
 #define CU(call) mscx_gpu_check((call), #call)
 

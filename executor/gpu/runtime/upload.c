@@ -202,19 +202,19 @@ static mscx_status_t plan_alloc(const struct mscx_exec *ex, struct gpu_plan *gp,
     uint32_t rank = ex->bs.rank;
     mscx_gpu_ctx_layout(gp, &plan->gpus[rank]);
     MSCX_CHECK(CU(cudaMalloc((void **)&gp->d_ctx, gp->ctx_bytes)));
-    MSCX_CHECK(CU(cudaMemset(gp->d_ctx, 0, gp->ctx_bytes)));
+    MSCX_CHECK(CU(cudaMemsetAsync(gp->d_ctx, 0, gp->ctx_bytes, ex->ustream)));
     /* fixed halves for double-buffered plans (see mscx_plan_scratch_size) */
     mscx_plan_scratch_size(plan, rank, max_msg_bytes, &gp->scratch_bytes, &gp->scratch_half);
     if (gp->scratch_bytes) {
         MSCX_CHECK(CU(cudaMalloc((void **)&gp->scratch, gp->scratch_bytes)));
-        MSCX_CHECK(CU(cudaMemset(gp->scratch, 0, gp->scratch_bytes)));
+        MSCX_CHECK(CU(cudaMemsetAsync(gp->scratch, 0, gp->scratch_bytes, ex->ustream)));
     }
     if (ex->traced && gp->ntb) {
         size_t tb = (size_t)gp->ntb * MSCX_TRACE_CAP * sizeof(struct mscx_trace_rec);
         MSCX_CHECK(CU(cudaMalloc((void **)&gp->d_trace, tb)));
         MSCX_CHECK(CU(cudaMalloc((void **)&gp->d_trace_n, gp->ntb * sizeof(uint32_t))));
-        MSCX_CHECK(CU(cudaMemset(gp->d_trace, 0, tb)));
-        MSCX_CHECK(CU(cudaMemset(gp->d_trace_n, 0, gp->ntb * sizeof(uint32_t))));
+        MSCX_CHECK(CU(cudaMemsetAsync(gp->d_trace, 0, tb, ex->ustream)));
+        MSCX_CHECK(CU(cudaMemsetAsync(gp->d_trace_n, 0, gp->ntb * sizeof(uint32_t), ex->ustream)));
     }
     uint64_t in, out;
     mscx_coll_sizes(plan->coll, plan->nranks, max_msg_bytes, &in, &out);
@@ -231,7 +231,7 @@ static mscx_status_t plan_alloc(const struct mscx_exec *ex, struct gpu_plan *gp,
     }
     gp->c_kent = -1;
     gp->c_kent_split = -2;
-    return CU(cudaDeviceSynchronize());
+    return CU(cudaStreamSynchronize(ex->ustream)); /* the zeroing is done; nothing else is waited for */
 }
 
 /* Free what plan_alloc allocated of @p gp, for an add_plan that fails, and clear the slot. */
@@ -296,13 +296,11 @@ static mscx_status_t group_add(struct mscx_exec *ex, uint32_t id)
     return MSCX_OK;
 }
 
-mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *plan, uint64_t max_msg_bytes,
+static mscx_status_t add_plan_on(struct mscx_exec *ex, const struct mscx_plan *plan, uint64_t max_msg_bytes,
                                  uint32_t *plan_id_p)
 {
     mscx_status_t st;
     char err[256];
-    if (!ex || !plan || !plan_id_p || plan->nranks != ex->bs.nranks)
-        return MSCX_ERR_INVALID_ARG;
     if (ex->nplans >= MSCX_GPU_MAX_PLANS)
         return MSCX_ERR_NO_MEMORY;
     if ((st = mscx_plan_executable(plan, err, sizeof(err))) != MSCX_OK) {
@@ -313,7 +311,6 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     struct gpu_plan *gp = &ex->plans[id];
     struct gpu_rec mine;
     plan_init(gp, plan, rank);
-    GPU_CHECK_GOTO(cudaSetDevice(ex->device), st, fail);
     if ((st = setup_geoms(gp, rank)) != MSCX_OK || (st = plan_shape(ex, gp)) != MSCX_OK ||
         (st = plan_alloc(ex, gp, max_msg_bytes)) != MSCX_OK || (st = plan_record(ex, gp, &mine)) != MSCX_OK)
         goto fail;
@@ -335,5 +332,18 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
     return mscx_gpu_plan_finalize(ex, gp);
 fail:
     plan_alloc_undo(gp);
+    return st;
+}
+
+mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *plan, uint64_t max_msg_bytes,
+                                 uint32_t *plan_id_p)
+{
+    int prev;
+    if (!ex || !plan || !plan_id_p || plan->nranks != ex->bs.nranks)
+        return MSCX_ERR_INVALID_ARG;
+    mscx_status_t st = mscx_gpu_dev_enter(ex->device, &prev);
+    if (st == MSCX_OK)
+        st = add_plan_on(ex, plan, max_msg_bytes, plan_id_p);
+    mscx_gpu_dev_leave(prev);
     return st;
 }

@@ -29,7 +29,7 @@ struct mscx_config {
     const char *nccl_lib;     /* MSCX_NCCL_LIB */
     const char *summary_file; /* MSCX_SUMMARY_FILE: shim routing summary (JSON), "" for none */
     /* executor */
-    uint64_t timeout_ms;      /* MSCX_TIMEOUT_MS: GPU spin limit before an error */
+    uint64_t timeout_ms;      /* MSCX_TIMEOUT_MS: kernel, proxy, exchange wait limit; 0 (default): none */
     uint64_t sim_timeout_ms;  /* MSCX_SIM_TIMEOUT_MS: host executor wait limit */
     int packet;               /* MSCX_PACKET: enum mscx_pkt_format, or -1 for auto */
     int exec_compile;         /* MSCX_EXEC_COMPILE: compile launches for the kernel (default 1) */
@@ -51,6 +51,33 @@ struct mscx_config {
  *         (logged once, naming the variable); cfg_p is then untouched.
  */
 mscx_status_t mscx_config_get(const struct mscx_config **cfg_p);
+
+/**
+ * As mscx_config_get(), but *cfg_p is always set on MSCX_OK and on
+ * MSCX_ERR_INVALID_ARG: a bad value is then at its default. For the logger and
+ * the shim, which keep working (on NCCL alone) under a bad setting.
+ * @return MSCX_OK, MSCX_ERR_INVALID_ARG (a bad value, warned once) or MSCX_ERR_NO_MEMORY (cfg_p untouched)
+ */
+mscx_status_t mscx_config_get_lenient(const struct mscx_config **cfg_p);
+
+/**
+ * Non-zero when the configuration is degraded: some MSCX_* variable holds a
+ * bad value (one WARN names the variable and the value) or a component
+ * called mscx_config_mark_degraded() about a value only it can parse
+ * (MSCX_FORCE_FALLBACK). A degraded process routes nothing: every call goes
+ * to NCCL, and in a communicator's setup exchange this rank must vote "fall
+ * back" so that every rank of the communicator falls back with it instead of
+ * waiting for a rank that never joins. Under MSCX_STRICT=1 the shim fails
+ * communicator init instead (ncclInvalidUsage, the reason in ncclGetLastError).
+ * Cheap after the first call; thread-safe.
+ */
+int mscx_config_degraded(void);
+
+/** Why the configuration is degraded (the WARN's text); "" when it is not. */
+const char *mscx_config_degraded_reason(void);
+
+/** Mark the configuration degraded with @p why; the first mark is kept and warned once. */
+void mscx_config_mark_degraded(const char *why);
 
 /**
  * Tests only: set a variable's value as if it came from the environment

@@ -34,6 +34,12 @@ struct mscx_bootstrap {
     void *ctx;
     /** all[r * bytes ...] receives rank r's @p mine; collective over all ranks. */
     mscx_status_t (*allgather)(void *ctx, const void *mine, void *all, size_t bytes);
+    /**
+     * NULL, or 32 random bytes the same on every rank, shared privately (the
+     * shim's first exchange): every TCP connection's handshake must carry
+     * them. NULL: zeros. Must stay valid until the executor is destroyed.
+     */
+    const uint8_t *secret;
 };
 
 /**
@@ -76,8 +82,24 @@ mscx_status_t mscx_exec_async_error(struct mscx_exec *ex);
 /** Make spinning kernels of this rank give up (they record MSCX_ERR_REMOTE). */
 void mscx_exec_abort(struct mscx_exec *ex);
 
-/** Free everything; the caller must have synchronised its streams. NULL is accepted. */
+/**
+ * Free everything; the caller must have synchronised its streams. Also frees
+ * the executors that mscx_exec_destroy_deferred() kept. NULL is accepted.
+ */
 void mscx_exec_destroy(struct mscx_exec *ex);
+
+/**
+ * The release of an aborted executor, which never waits on the device: its
+ * kernels are told to stop (mscx_exec_abort()), its proxy and network stop
+ * at once, and its device and pinned memory, which those kernels may still
+ * touch, is kept on a process-wide list. A CUDA free waits for every kernel
+ * on the device, a foreign one too (an NCCL kernel that only the real
+ * ncclCommAbort ends); the list is therefore freed only by the next
+ * mscx_exec_destroy(), which frees device memory anyway, and is otherwise
+ * left to the driver at process exit. Takes no CUDA call that can block.
+ * NULL is accepted.
+ */
+void mscx_exec_destroy_deferred(struct mscx_exec *ex);
 
 /**
  * Tests and benchmarks: @p nranks ranks in this process on one device with

@@ -80,6 +80,27 @@ void drv_before(struct drv *d)
         fclose(f);
 }
 
+/*
+ * 1 when @p rest holds only the shim's queries of a communicator it sets up
+ * (its rank count, rank and device: every new blocking communicator's, for
+ * the agreement of its ranks), one record a line.
+ */
+static int only_setup_queries(const char *rest)
+{
+    static const char *const names[] = {"ncclCommCount ", "ncclCommUserRank ", "ncclCommCuDevice ",
+                                        "pncclCommCount ", "pncclCommUserRank ", "pncclCommCuDevice "};
+    while (*rest) {
+        int known = 0;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            known |= !strncmp(rest, names[i], strlen(names[i]));
+        const char *nl = strchr(rest, '\n');
+        if (!known || !nl)
+            return 0;
+        rest = nl + 1;
+    }
+    return 1;
+}
+
 static void check_log(const char *name, const char *want)
 {
     char *got = read_log();
@@ -88,7 +109,7 @@ static void check_log(const char *name, const char *want)
             FAIL("%s: the fake was reached although the real NCCL is unavailable: %s", name, got);
     } else {
         size_t n = strlen(want);
-        if (strncmp(got, want, n) != 0 || got[n] != '\n' || got[n + 1] != '\0')
+        if (strncmp(got, want, n) != 0 || got[n] != '\n' || !only_setup_queries(got + n + 1))
             FAIL("%s: the fake logged\n  '%s'\nexpected exactly\n  '%s'", name, got, want);
     }
     free(got);

@@ -31,4 +31,18 @@ void fake_hook_ncclCommUserRank(const ncclComm_t comm, int *rank);
 void fake_hook_ncclCommCuDevice(const ncclComm_t comm, int *device);
 void fake_hook_ncclMemAlloc(void **ptr, size_t size);
 void fake_hook_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+void fake_hook_ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+                             ncclComm_t comm, cudaStream_t stream);
+/* 1 when FAKE_NCCL_WORLD names a directory: ncclAllGather then moves host bytes between processes. */
+int mscxFakeNcclHostMemory(void);
+
+/* fake_dev.c: the device model of the abort tests (FAKE_NCCL_DEV=1) */
+void fake_hook_ncclCommAbort(ncclComm_t comm);
+void fake_hook_ncclCommRevoke(ncclComm_t comm, int revokeFlags);
+void fake_hook_ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                             ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+/** ncclCommShrink's part: with NCCL_SHRINK_ABORT, the fake's abort of @p comm. */
+void fake_dev_shrink(ncclComm_t comm, int shrinkFlags);
+/** The result a hook chose for the current call (ncclSuccess: none), once. */
+ncclResult_t fake_dev_result(void);
 #endif

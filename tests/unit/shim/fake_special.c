@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* The fake libnccl's log, result and output-writing hooks (see fake_nccl.h). */
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_nccl.h"
@@ -32,6 +35,9 @@ void fake_record(const char *rec)
 
 ncclResult_t fake_result(void)
 {
+    ncclResult_t hooked = fake_dev_result();
+    if (hooked != ncclSuccess)
+        return hooked;
     return (ncclResult_t)env_int("FAKE_NCCL_RESULT", ncclSuccess);
 }
 
@@ -108,11 +114,10 @@ void fake_hook_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *ne
 void fake_hook_ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
                               ncclConfig_t *config, int shrinkFlags)
 {
-    (void)comm;
     (void)excludeRanksList;
     (void)excludeRanksCount;
     (void)config;
-    (void)shrinkFlags;
+    fake_dev_shrink(comm, shrinkFlags);
     if (newcomm)
         *newcomm = fake_comm();
 }
@@ -128,7 +133,7 @@ void fake_hook_ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
     (void)comm;
     if (rank)
-        *rank = 0;
+        *rank = env_int("FAKE_NCCL_RANK", 0);
 }
 
 void fake_hook_ncclCommCuDevice(const ncclComm_t comm, int *device)
@@ -167,4 +172,94 @@ void fake_hook_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
     (void)comm;
     if (asyncError)
         *asyncError = ncclSuccess;
+}
+
+/*
+ * Several processes as the ranks of one communicator: with FAKE_NCCL_WORLD
+ * set to a directory shared by FAKE_NCCL_NRANKS processes (each with its
+ * FAKE_NCCL_RANK), ncclAllGather moves host bytes through files there (the
+ * directory is created when absent and must start empty). The
+ * n-th call of each process meets the n-th call of every other. A rank that
+ * waits FAKE_NCCL_WAIT_MS (default 20000) for the others ends its process
+ * with status 99 and a message: in a real job that call would hang.
+ */
+FAKE_EXPORT int mscxFakeNcclHostMemory(void)
+{
+    const char *w = getenv("FAKE_NCCL_WORLD");
+    return w && *w;
+}
+
+static size_t fake_dtype_bytes(ncclDataType_t dt)
+{
+    switch (dt) {
+    case ncclInt8:
+    case ncclUint8:
+        return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+        return 2;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+        return 8;
+    default:
+        return 4;
+    }
+}
+
+static int wait_file(const char *path, void *dst, size_t bytes, int wait_ms)
+{
+    for (int waited = 0; waited <= wait_ms; waited++) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            size_t n = fread(dst, 1, bytes, f);
+            fclose(f);
+            if (n == bytes)
+                return 0;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+void fake_hook_ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+                             ncclComm_t comm, cudaStream_t stream)
+{
+    (void)comm;
+    (void)stream;
+    static unsigned seq;
+    if (!mscxFakeNcclHostMemory() || !sendbuff || !recvbuff)
+        return;
+    const char *world = getenv("FAKE_NCCL_WORLD");
+    int n = env_int("FAKE_NCCL_NRANKS", 1), me = env_int("FAKE_NCCL_RANK", 0);
+    size_t bytes = sendcount * fake_dtype_bytes(datatype);
+    unsigned call = seq++;
+    char path[4096], tmp[4200];
+    mkdir(world, 0755); /* created on first use; it must not hold a previous run's files */
+    snprintf(path, sizeof(path), "%s/ag.%u.%d", world, call, me);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(sendbuff, 1, bytes, f) != bytes || fclose(f) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "fake nccl: cannot write %s\n", tmp);
+        _exit(98);
+    }
+    unsigned char *mine = malloc(bytes ? bytes : 1);
+    if (!mine)
+        _exit(98);
+    memcpy(mine, sendbuff, bytes); /* in place: sendbuff may lie inside recvbuff */
+    for (int r = 0; r < n; r++) {
+        snprintf(path, sizeof(path), "%s/ag.%u.%d", world, call, r);
+        if (r == me) {
+            memcpy((char *)recvbuff + (size_t)r * bytes, mine, bytes);
+            continue;
+        }
+        char *dst = (char *)recvbuff + (size_t)r * bytes;
+        if (wait_file(path, dst, bytes, env_int("FAKE_NCCL_WAIT_MS", 20000))) {
+            fprintf(stderr, "fake nccl: rank %d waited for rank %d in allgather %u of %zu bytes: a hang\n",
+                    me, r, call, bytes);
+            _exit(99);
+        }
+    }
+    free(mine);
 }

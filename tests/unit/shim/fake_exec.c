@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A stand-in for the GPU executor (mscx/exec.h), linked into a test build
+ * of the shim, so that a communicator gets an executor without a GPU. Its
+ * kernels run on the fake libnccl's device model (fake_dev.c): a launch
+ * starts one that runs until the abort word is set, and mscx_exec_destroy
+ * frees as CUDA does, waiting for the device to be idle. Every call is
+ * appended to FAKE_NCCL_LOG ("mscx_exec_<verb>"), in order with the fake
+ * libnccl's own records.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mscx/exec.h"
+
+struct mscx_exec {
+    uint32_t nplans;
+    int inflight; /* kernels launched and not stopped */
+    int aborted;
+    struct mscx_exec *next_deferred;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct mscx_exec *deferred;
+
+static void record(const char *what)
+{
+    const char *path = getenv("FAKE_NCCL_LOG"); /* the fake's own setting */
+    int fd = path && *path ? open(path, O_WRONLY | O_CREAT | O_APPEND, 0644) : -1;
+    if (fd < 0)
+        return;
+    char line[128];
+    size_t n = strlen(what);
+    if (n > sizeof(line) - 2)
+        n = sizeof(line) - 2;
+    memcpy(line, what, n);
+    line[n++] = '\n';
+    ssize_t w = write(fd, line, n);
+    (void)w;
+    close(fd);
+}
+
+static void dev_busy(int delta)
+{
+    void (*fn)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "mscxFakeDevBusy");
+    if (fn)
+        fn(delta);
+}
+
+/* A CUDA free: waits until no kernel runs on the device. */
+static void dev_free(void)
+{
+    int (*fn)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mscxFakeDevWaitIdle");
+    if (fn)
+        fn();
+}
+
+mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device, struct mscx_exec **exec_p)
+{
+    (void)cuda_device;
+    if (!bs || !exec_p)
+        return MSCX_ERR_INVALID_ARG;
+    struct mscx_exec *ex = calloc(1, sizeof(*ex));
+    if (!ex)
+        return MSCX_ERR_NO_MEMORY;
+    record("mscx_exec_create");
+    *exec_p = ex;
+    return MSCX_OK;
+}
+
+mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *plan, uint64_t max_msg_bytes,
+                                 uint32_t *plan_id_p)
+{
+    (void)plan;
+    (void)max_msg_bytes;
+    if (!ex || !plan_id_p)
+        return MSCX_ERR_INVALID_ARG;
+    *plan_id_p = ex->nplans++;
+    return MSCX_OK;
+}
+
+mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf, void *recvbuf,
+                               uint64_t msg_bytes, enum mscx_dtype dtype, enum mscx_redop op,
+                               enum mscx_pkt_format pkt, void *stream)
+{
+    (void)sendbuf;
+    (void)recvbuf;
+    (void)msg_bytes;
+    (void)dtype;
+    (void)op;
+    (void)pkt;
+    (void)stream;
+    if (!ex || plan_id >= ex->nplans)
+        return MSCX_ERR_INVALID_ARG;
+    record("mscx_exec_launch");
+    pthread_mutex_lock(&mu);
+    int run = !ex->aborted; /* after the abort word a kernel exits at once */
+    ex->inflight += run;
+    pthread_mutex_unlock(&mu);
+    if (run)
+        dev_busy(1);
+    return MSCX_OK;
+}
+
+mscx_status_t mscx_exec_async_error(struct mscx_exec *ex)
+{
+    if (!ex)
+        return MSCX_ERR_INVALID_ARG;
+    /* a kernel error a test program injects (test_shim_errors.c) */
+    int (*injected)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mscxFakeExecError");
+    if (injected && injected() != 0)
+        return (mscx_status_t)injected();
+    return ex->aborted ? MSCX_ERR_REMOTE : MSCX_OK;
+}
+
+void mscx_exec_abort(struct mscx_exec *ex)
+{
+    if (!ex)
+        return;
+    record("mscx_exec_abort");
+    pthread_mutex_lock(&mu);
+    int stopped = ex->inflight;
+    ex->inflight = 0;
+    ex->aborted = 1;
+    pthread_mutex_unlock(&mu);
+    if (stopped)
+        dev_busy(-stopped);
+}
+
+static void exec_free(struct mscx_exec *ex)
+{
+    dev_free();
+    pthread_mutex_lock(&mu);
+    int left = ex->inflight;
+    pthread_mutex_unlock(&mu);
+    if (left)
+        dev_busy(-left);
+    free(ex);
+}
+
+void mscx_exec_destroy(struct mscx_exec *ex)
+{
+    if (!ex)
+        return;
+    record("mscx_exec_destroy");
+    exec_free(ex);
+    pthread_mutex_lock(&mu);
+    struct mscx_exec *d = deferred;
+    deferred = NULL;
+    pthread_mutex_unlock(&mu);
+    while (d) {
+        struct mscx_exec *next = d->next_deferred;
+        record("mscx_exec_destroy: a deferred executor");
+        exec_free(d);
+        d = next;
+    }
+}
+
+void mscx_exec_destroy_deferred(struct mscx_exec *ex)
+{
+    if (!ex)
+        return;
+    record("mscx_exec_destroy_deferred");
+    mscx_exec_abort(ex);
+    pthread_mutex_lock(&mu);
+    ex->next_deferred = deferred;
+    deferred = ex;
+    pthread_mutex_unlock(&mu);
+}
+
+mscx_status_t mscx_exec_create_local_group(uint32_t nranks, int cuda_device, struct mscx_exec **execs)
+{
+    (void)nranks;
+    (void)cuda_device;
+    (void)execs;
+    return MSCX_ERR_UNSUPPORTED;
+}
