@@ -16,6 +16,9 @@
  *   kill     the twonode setup; rank 2 SIGKILLs itself right after launching
  *            a collective: every survivor must end with MSCX_ERR_TIMEOUT or
  *            MSCX_ERR_REMOTE within MSCX_TIMEOUT_MS (+ slack), nothing hangs
+ *   watchdog the same with no timeout (the default wait): a thread of each
+ *            survivor aborts it 1 s after the death, as PyTorch's watchdog
+ *            does; every survivor's launch ends within 1 s of its abort
  *   peerbufs MSCCL++ DSL op plans whose ops read or write a peer's input or
  *            output buffer (put, get, read-reduce, port-channel put ...), one
  *            rank per process: user buffers registered across processes
@@ -42,6 +45,7 @@
  * every rank past it. Exits 77 without a GPU (probed in a child: CUDA must
  * not be initialised before fork).
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +64,7 @@
 
 #define ITERS 2
 #define KILL_TIMEOUT_MS 3000
+#define WATCHDOG_MS 1000 /* the watchdog mode's abort, after the peer died */
 #define LAT_ITERS 20
 
 static const char *g_mode;
@@ -416,13 +421,35 @@ static int rank_run(struct proc_mesh *m, const char *path, int vnodes)
     return bad;
 }
 
-static int rank_kill(struct proc_mesh *m, const char *path)
+struct watchdog {
+    struct mscx_exec *ex;
+    double fired_at; /* now_ms() when it aborted */
+};
+
+/* What PyTorch's watchdog does when a collective is stuck: abort after a while, from another thread. */
+static void *watchdog_main(void *arg)
+{
+    struct watchdog *w = arg;
+    usleep(WATCHDOG_MS * 1000);
+    w->fired_at = now_ms();
+    mscx_exec_abort(w->ex);
+    return NULL;
+}
+
+/*
+ * Rank 2 dies mid-collective. With @p watchdog 0 the survivors' opt-in
+ * timeout (KILL_TIMEOUT_MS) ends their wait; with 1 the wait is NCCL's
+ * (MSCX_TIMEOUT_MS 0, no limit) and a watchdog thread aborts each survivor.
+ */
+static int rank_kill(struct proc_mesh *m, const char *path, int watchdog)
 {
     struct rank_ctx c;
     char to[32];
-    snprintf(to, sizeof(to), "%d", KILL_TIMEOUT_MS);
+    snprintf(to, sizeof(to), "%d", watchdog ? 0 : KILL_TIMEOUT_MS);
     if (rank_setup(&c, m, path, to, 2))
         return 1;
+    struct watchdog w = {NULL, 0};
+    pthread_t wt;
     for (int it = 0; it < 3; it++) { /* everybody healthy first */
         if (proc_mesh_barrier(m) != 0 ||
             mscx_exec_launch(c.ex, c.pid, c.dbuf, c.dbuf, 65536, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16,
@@ -444,6 +471,11 @@ static int rank_kill(struct proc_mesh *m, const char *path)
         raise(SIGKILL);
     }
     alarm(KILL_TIMEOUT_MS / 1000 * 4 + 60); /* a hang below ends this process with SIGALRM */
+    w.ex = c.ex;
+    if (watchdog && pthread_create(&wt, NULL, watchdog_main, &w) != 0) {
+        RFAIL(m, "cannot start the watchdog thread");
+        return 1;
+    }
     for (int it = 0; it < 100; it++) {
         double t0 = now_ms();
         mscx_status_t st = mscx_exec_launch(c.ex, c.pid, c.dbuf, c.dbuf, 65536, MSCX_DT_FP32, MSCX_REDOP_SUM,
@@ -468,7 +500,15 @@ static int rank_kill(struct proc_mesh *m, const char *path)
             RFAIL(m, "expected MSCX_ERR_TIMEOUT or MSCX_ERR_REMOTE, got %s", mscx_status_str(st));
             return 1;
         }
-        if (ms > KILL_TIMEOUT_MS + 10000) {
+        if (watchdog) {
+            pthread_join(wt, NULL);
+            double after = now_ms() - w.fired_at;
+            printf("rank %u: the launch ended %.0f ms after the watchdog's abort\n", m->rank, after);
+            if (after > 1000) {
+                RFAIL(m, "the launch ended %.0f ms after the abort, more than 1 s", after);
+                return 1;
+            }
+        } else if (ms > KILL_TIMEOUT_MS + 10000) {
             RFAIL(m, "the error took %.0f ms, more than MSCX_TIMEOUT_MS %d + 10 s", ms, KILL_TIMEOUT_MS);
             return 1;
         }
@@ -477,6 +517,8 @@ static int rank_kill(struct proc_mesh *m, const char *path)
         printf("rank %u: destroy with a dead peer took %.0f ms\n", m->rank, now_ms() - t1);
         return 0;
     }
+    if (watchdog)
+        pthread_join(wt, NULL);
     RFAIL(m, "100 launches completed without an error although rank 2 is dead");
     return 1;
 }
@@ -941,7 +983,7 @@ static int gpu_present(void)
 /* Fork one process per rank of @p path and run @p mode there. @return 0 passed, 1 failed. */
 static int run_procs(const char *mode, const char *path, uint32_t n, int vnodes)
 {
-    int kill_mode = strcmp(mode, "kill") == 0;
+    int watchdog = strcmp(mode, "watchdog") == 0, kill_mode = watchdog || strcmp(mode, "kill") == 0;
     printf("%s: %s, %u processes on %s%s\n", mode, path, n, g_spread ? "GPUs rank % count" : "GPU 0",
            vnodes > 1 ? ", MSCX_VIRTUAL_NODES split" : "");
     fflush(stdout);
@@ -950,7 +992,7 @@ static int run_procs(const char *mode, const char *path, uint32_t n, int vnodes)
     int r = proc_mesh_fork(&m, n, 120000, pids);
     if (r >= 0) {
         setvbuf(stdout, NULL, _IOLBF, 0);
-        int rc = kill_mode                      ? rank_kill(&m, path)
+        int rc = kill_mode                      ? rank_kill(&m, path, watchdog)
                  : strcmp(mode, "peerbufs") == 0    ? rank_peerbufs(&m, path)
                  : strcmp(mode, "straggler") == 0   ? rank_straggler(&m, path)
                  : strcmp(mode, "error") == 0       ? rank_error(&m, path)
@@ -1016,10 +1058,11 @@ int main(int argc, char **argv)
     int vnodes = 0;
     if (strcmp(g_mode, "ipc") == 0 || strcmp(g_mode, "straggler") == 0 || strcmp(g_mode, "error") == 0) {
         path = MSCX_SOURCE_ROOT "/plans/allreduce_n2_rpn2_oneshot_1K_16K.json";
-    } else if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "cudaport") == 0 || strcmp(g_mode, "kill") == 0) {
+    } else if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "cudaport") == 0 || strcmp(g_mode, "kill") == 0 ||
+               strcmp(g_mode, "watchdog") == 0) {
         path = MSCX_SOURCE_ROOT "/plans/allreduce_n4_rpn2_hier2_1K_64K.json";
     } else if (strcmp(g_mode, "peerbufs") != 0) {
-        fprintf(stderr, "unknown mode %s (ipc, twonode, cudaport, kill, peerbufs, straggler, error)\n",
+        fprintf(stderr, "unknown mode %s (ipc, twonode, cudaport, kill, watchdog, peerbufs, straggler, error)\n",
                 g_mode);
         return 2;
     }
@@ -1071,11 +1114,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "FAIL: %s: %s\n", path, why);
         return 1;
     }
-    if (strcmp(g_mode, "kill") == 0 && n < 3) {
-        fprintf(stderr, "FAIL: kill mode needs at least 3 ranks (rank 2 dies), %s has %u\n", path, n);
+    if ((strcmp(g_mode, "kill") == 0 || strcmp(g_mode, "watchdog") == 0) && n < 3) {
+        fprintf(stderr, "FAIL: %s mode needs at least 3 ranks (rank 2 dies), %s has %u\n", g_mode, path, n);
         return 1;
     }
-    if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "kill") == 0) {
+    if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "kill") == 0 || strcmp(g_mode, "watchdog") == 0) {
         /* virtual nodes: MSCX_VIRTUAL_NODES when set, else the plan's ranks / its ranks per node */
         const struct mscx_config *cfg;
         if (mscx_config_get(&cfg) == MSCX_OK && cfg->virtual_nodes > 0)
