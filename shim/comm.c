@@ -184,8 +184,6 @@ static void stats_print(const struct shim_comm *c, const struct shim_stats *s, c
     size_t at = 0;
     uint64_t routed = 0, fallback = 0;
 
-    if (!mscx_log_enabled(MSCX_LOG_INFO, MSCX_SUB_SHIM))
-        return;
     uint64_t reasons[SHIM_WHY_COUNT] = {0};
     for (int k = 0; k < NSTAT_COLL; k++) {
         for (int b = 0; b < SHIM_NBUCKETS; b++) {
@@ -208,8 +206,15 @@ static void stats_print(const struct shim_comm *c, const struct shim_stats *s, c
         if (reasons[w] && at < sizeof(line))
             at += (size_t)snprintf(line + at, sizeof(line) - at, " %s %llu", shim_reason_name((enum shim_reason)w),
                                    (unsigned long long)reasons[w]);
-    MSCX_INFO(MSCX_SUB_SHIM, "summary at %s: comm %p rank %u/%u: routed %llu fallback %llu:%s", how, (void *)c->comm,
-              c->rank, c->nranks, (unsigned long long)routed, (unsigned long long)fallback, line);
+    /* a communicator with usable plans whose calls still went to NCCL is news: WARN, once, at its end */
+    if (c->nroute > 0 && fallback > 0)
+        MSCX_WARN("mscx: comm %p rank %u/%u at %s: routed %llu, sent %llu calls with usable plans to NCCL:%s "
+                  "(mscx-info --explain on MSCX_SUMMARY_FILE says why)", (void *)c->comm, c->rank, c->nranks,
+                  how, (unsigned long long)routed, (unsigned long long)fallback, line);
+    else
+        MSCX_INFO(MSCX_SUB_SHIM, "summary at %s: comm %p rank %u/%u: routed %llu fallback %llu:%s", how,
+                  (void *)c->comm, c->rank, c->nranks, (unsigned long long)routed, (unsigned long long)fallback,
+                  line);
 }
 
 /* ---- setup ---- */

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <nccl.h>
 
 #define FAKE_IMPORT __attribute__((visibility("default")))
@@ -208,10 +209,44 @@ static void run_shrink(void)
     ncclCommDestroy(comm);
 }
 
+/* A communicator with usable plans that sends a call to NCCL says so at its end: one WARN with the count. */
+static void run_fallback_warn(void)
+{
+    static float small[256];
+    const char *path = getenv("MSCX_DEBUG_FILE");
+    size_t big_count = (size_t)2 << 20; /* 8 MB: above every one-rank plan's range */
+    float *big = calloc(big_count, sizeof(float));
+    ncclComm_t comm = big && path ? routed_comm(small) : NULL;
+    if (!comm) {
+        FAIL("no routed communicator, no 8 MB buffer or no MSCX_DEBUG_FILE");
+        free(big);
+        return;
+    }
+    if (ncclAllReduce(big, big, big_count, ncclFloat32, ncclSum, comm, NULL) != ncclSuccess)
+        FAIL("the 8 MB allreduce failed");
+    ncclCommDestroy(comm);
+    free(big);
+    FILE *f = fopen(path, "r");
+    char line[4096], me[32];
+    int warns = 0, found = 0;
+    snprintf(me, sizeof(me), ":%ld:", (long)getpid()); /* host:pid:tid: the file may hold earlier runs */
+    while (f && fgets(line, sizeof(line), f)) {
+        if (!strstr(line, me))
+            continue;
+        warns += strstr(line, "WARN") != NULL;
+        found += strstr(line, "WARN") && strstr(line, "routed 1, sent 1 calls with usable plans to NCCL") &&
+                 strstr(line, "size 1");
+    }
+    if (f)
+        fclose(f);
+    if (warns != 1 || found != 1)
+        FAIL("expected one WARN saying 1 call went to NCCL by size, got %d warnings, %d such", warns, found);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || !getenv("FAKE_NCCL_LOG")) {
-        fprintf(stderr, "usage: FAKE_NCCL_LOG=FILE %s abort-spin|abort-timed|revoke|shrink\n", argv[0]);
+        fprintf(stderr, "usage: FAKE_NCCL_LOG=FILE %s abort-spin|abort-timed|revoke|shrink|fallback-warn\n", argv[0]);
         return 2;
     }
     const char *world = getenv("FAKE_NCCL_WORLD");
@@ -231,6 +266,8 @@ int main(int argc, char **argv)
     }
     else if (!strcmp(argv[1], "shrink"))
         run_shrink();
+    else if (!strcmp(argv[1], "fallback-warn"))
+        run_fallback_warn();
     else {
         fprintf(stderr, "unknown mode %s\n", argv[1]);
         return 2;
