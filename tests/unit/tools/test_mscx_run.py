@@ -10,7 +10,9 @@ import sys
 import tempfile
 
 RUN, SHIM = sys.argv[1], sys.argv[2]
-BASE = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+# A clean environment but for what runs the programs: the path, and a sanitizer build's options
+BASE = {k: v for k, v in os.environ.items() if k in ("PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LD_LIBRARY_PATH")}
+BASE.setdefault("PATH", "/usr/bin:/bin")
 
 
 def run(args, extra=None):
