@@ -627,63 +627,21 @@ ncclResult_t shim_comm_setup_nonblocking(int prof, ncclComm_t comm, const char *
     return comm_setup(prof, comm, how, 0);
 }
 
-/* ---- groups ---- */
-
-static __thread int group_depth;
-static __thread ncclComm_t group_pending[64];
-static __thread int group_npending;
-static __thread int group_overflow;
-
-int shim_group_depth(void)
-{
-    return group_depth;
-}
-
-void shim_group_defer(ncclComm_t comm)
-{
-    if (group_npending < (int)(sizeof(group_pending) / sizeof(group_pending[0])))
-        group_pending[group_npending++] = comm;
-    else
-        group_overflow = 1;
-}
-
 /*
- * After the outermost ncclGroupEnd. One comm created in the group (one GPU
- * per thread, as nccl-tests with MPI) gets the full setup; several comms on
- * one thread cannot run their exchanges one after the other without
- * deadlocking, so they stay on NCCL (documented limitation).
+ * Several communicators created together on one thread (ncclCommInitAll,
+ * or several inits in one group): their exchanges cannot run one after the
+ * other on one thread without deadlocking, so they get state for
+ * statistics only and their calls go to NCCL. One alone gets the full setup.
  */
-ncclResult_t shim_group_flush(int prof)
+ncclResult_t shim_comm_setup_several(int prof, const ncclComm_t *comms, int n, const char *how)
 {
-    int n = group_npending, exchange = n == 1 && !group_overflow;
     ncclResult_t res = ncclSuccess;
-    group_npending = 0;
-    group_overflow = 0;
     for (int i = 0; i < n; i++) {
-        ncclResult_t r = comm_setup(prof, group_pending[i], "in a group", exchange);
+        ncclResult_t r = comm_setup(prof, comms[i], how, n == 1);
         if (r != ncclSuccess && res == ncclSuccess)
             res = r;
     }
     return res;
-}
-
-void shim_group_drop(void)
-{
-    group_npending = 0;
-    group_overflow = 0;
-}
-
-/* Group depth bookkeeping lives here with the pending list. */
-void shim_group_enter(void)
-{
-    group_depth++;
-}
-
-int shim_group_leave(void)
-{
-    if (group_depth > 0)
-        group_depth--;
-    return group_depth;
 }
 
 /* ---- routing a call ---- */

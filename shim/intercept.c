@@ -170,14 +170,7 @@ ncclResult_t shim_ncclCommInitAll(int prof, ncclComm_t *comm, int ndev, const in
     ncclResult_t res = fn(comm, ndev, devlist);
     if (res != ncclSuccess || !comm || !routing_on())
         return res;
-    /* One thread drives every device: only a single-device comm can run its exchange. */
-    for (int i = 0; i < ndev; i++) {
-        ncclResult_t r = ndev == 1 ? shim_comm_setup(prof, comm[i], "by ncclCommInitAll")
-                                   : shim_comm_setup_nonblocking(prof, comm[i], "by ncclCommInitAll");
-        if (r != ncclSuccess)
-            return r;
-    }
-    return res;
+    return shim_comm_setup_several(prof, comm, ndev, "by ncclCommInitAll");
 }
 
 ncclResult_t shim_ncclCommSplit(int prof, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,

@@ -226,6 +226,14 @@ void shim_comm_put(struct shim_comm *c);
 ncclResult_t shim_comm_setup(int prof, ncclComm_t comm, const char *how);
 /** As shim_comm_setup() without the collective exchange: state for statistics only, calls go to NCCL. */
 ncclResult_t shim_comm_setup_nonblocking(int prof, ncclComm_t comm, const char *how);
+/**
+ * Set up @p n communicators that this thread created together (ncclCommInitAll,
+ * several inits in one group). @return the first error, as shim_comm_setup()
+ */
+ncclResult_t shim_comm_setup_several(int prof, const ncclComm_t *comms, int n, const char *how);
+
+/* ---- group.c: ncclGroupStart/End on this thread ---- */
+
 /** Thread-local group depth (outermost ncclGroupStart). */
 int shim_group_depth(void);
 /** Comms initialised inside a group: set up after the outermost ncclGroupEnd. */
