@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,7 @@ struct shim_boot {
 #ifdef MSCX_SHIM_CUDA
     cudaStream_t stream;
 #endif
+    const int *stop;          /* non-zero: stop waiting for a non-blocking call (NULL: never) */
     void *dhead;              /* [nranks + 1] slots of SHIM_BOOT_FIXED_BYTES, allocated at create */
     uint64_t rounds;          /* header rounds run */
 };
@@ -50,6 +52,8 @@ _Static_assert(sizeof(struct boot_head) <= SHIM_BOOT_FIXED_BYTES, "head slot");
 static int fake_host_memory(void)
 {
     int (*fn)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mscxFakeNcclHostMemory");
+    if (!fn) /* the real library loaded by us, RTLD_LOCAL (the shim opened by path, as ctypes does) */
+        fn = (int (*)(void))shim_real_sym("mscxFakeNcclHostMemory");
     return fn && fn();
 }
 
@@ -146,13 +150,36 @@ static void dev_leave(const struct shim_boot *b, int prev)
 
 /* ---- exchanges ---- */
 
+/*
+ * A call on a non-blocking communicator may answer ncclInProgress: then
+ * ncclCommGetAsyncError is polled until it says anything else, as NCCL's
+ * own waits do, or until the communicator is stopped. @return the outcome
+ */
+static ncclResult_t wait_done(const struct shim_boot *b, ncclResult_t r)
+{
+    if (r != ncclInProgress)
+        return r;
+    shim_fn_ncclCommGetAsyncError_t gae = SHIM_REAL(b->prof, ncclCommGetAsyncError);
+    if (!gae)
+        return ncclSystemError;
+    while (r == ncclInProgress) {
+        if (b->stop && __atomic_load_n(b->stop, __ATOMIC_ACQUIRE))
+            return ncclInvalidUsage; /* aborted meanwhile */
+        ncclResult_t async = ncclInProgress, q = gae(b->comm, &async);
+        r = q != ncclSuccess ? q : async;
+        if (r == ncclInProgress)
+            sched_yield();
+    }
+    return r;
+}
+
 /* One ncclAllGather of @p bytes from buffer @p dmine into buffer @p dall, then to host @p all. */
 static mscx_status_t gather(struct shim_boot *b, void *dmine, void *dall, void *all, size_t bytes)
 {
     shim_fn_ncclAllGather_t ag = SHIM_REAL(b->prof, ncclAllGather);
     if (!ag)
         return MSCX_ERR_SYSTEM;
-    ncclResult_t r = ag(dmine, dall, bytes, ncclUint8, b->comm, (cudaStream_t)boot_stream(b));
+    ncclResult_t r = wait_done(b, ag(dmine, dall, bytes, ncclUint8, b->comm, (cudaStream_t)boot_stream(b)));
     if (r != ncclSuccess) {
         MSCX_WARN("mscx: bootstrap ncclAllGather of %zu bytes failed: %d", bytes, (int)r);
         return MSCX_ERR_SYSTEM;
@@ -360,6 +387,22 @@ mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_
     }
     *bs_p = &b->bs;
     return MSCX_OK;
+}
+
+void shim_boot_watch(struct mscx_bootstrap *bs, const int *stop)
+{
+    struct shim_boot *b = bs->ctx;
+    b->stop = stop;
+}
+
+void shim_boot_use_device(int device)
+{
+#ifdef MSCX_SHIM_CUDA
+    if (device >= 0 && !fake_host_memory() && cudaSetDevice(device) != cudaSuccess)
+        (void)cudaGetLastError(); /* the setup's own device calls say what is wrong */
+#else
+    (void)device;
+#endif
 }
 
 /* Bootstraps of stopped communicators, freed by the next shim_boot_destroy(). */

@@ -41,12 +41,15 @@ struct shim_comm {
     struct mscx_exec *exec;
     uint32_t nranks, rpn;
     unsigned forced;
+    _Atomic int deferred;          /* enum comm_deferred: setup still to run at the first collective */
     size_t nroute;
     struct shim_route_plan *route; /* [nroute], priority order */
     uint32_t *exec_id;             /* [nroute] */
     struct shim_route_window win[MSCX_COLL_COUNT]; /* of route, for this comm's layout */
     /* the rest */
     struct shim_comm *next_free;
+    int prof;              /* of the init, for a deferred setup's calls of the real NCCL */
+    const char *how;       /* how it was created, for a deferred setup's messages */
     uint32_t rank;
     int device;
     struct mscx_bootstrap *bs;
@@ -55,6 +58,18 @@ struct shim_comm {
     uint8_t secret[SHIM_SECRET_BYTES]; /* rank 0's random draw, shared by the fixed exchange */
     _Atomic uint64_t counts[NSTAT_COLL][SHIM_NBUCKETS][SHIM_WHY_COUNT]; /* as struct shim_stats */
     _Atomic int err; /* mscx_status_t of the first failed kernel: the communicator's sticky error, 0: none */
+};
+
+/*
+ * A non-blocking communicator is published at init as a placeholder, its
+ * setup deferred to its first collective outside a group
+ * (shim_comm_setup_deferred): its init may still be running.
+ */
+enum comm_deferred {
+    DEFER_NONE = 0,   /* set up (or never to be): route as the state says */
+    DEFER_SETUP,      /* the full setup runs at the first collective */
+    DEFER_DISABLED,   /* MSCX_DISABLE or a bad setting: there only the fixed exchange, voting "fall back" */
+    DEFER_RUNNING,    /* the setup is running on the thread of the first collective */
 };
 
 static pthread_mutex_t free_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -420,6 +435,11 @@ out:
 static ncclResult_t strict_fail(int prof, struct shim_comm *c, const char *why)
 {
     ncclComm_t comm = c->comm;
+    if (shim_table_find((uintptr_t)comm) != c) {
+        /* a deferred setup, not yet published: the communicator is the application's and stays on NCCL */
+        comm_release(c);
+        return shim_err_set(ncclInvalidUsage, "mscx: MSCX_STRICT: %s", why);
+    }
     struct shim_comm *t = table_remove(comm);
     shim_comm_put(t);
     shim_fn_ncclCommDestroy_t destroy = SHIM_REAL(prof, ncclCommDestroy);
@@ -539,35 +559,50 @@ static void disabled_setup(int prof, ncclComm_t comm, const struct mscx_config *
     shim_boot_destroy(bs);
 }
 
-static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int exchange)
+/* A cleared object for @p comm with its settings, not yet published. NULL without memory. */
+static struct shim_comm *comm_new(int prof, ncclComm_t comm, const char *how, const struct mscx_config *cfg)
 {
-    const struct mscx_config *cfg = shim_config(), *lenient = shim_config_lenient();
-    if (!lenient || !comm)
-        return ncclSuccess;
-    if (!cfg || cfg->disable) {
-        /* disabled or degraded (a bad setting): no state, but the agreement is joined with a "fall back" vote */
-        if (exchange)
-            disabled_setup(prof, comm, lenient);
-        return ncclSuccess;
-    }
     struct shim_comm *c = comm_alloc();
     if (!c)
-        return ncclSuccess; /* no state: calls go to NCCL */
+        return NULL; /* no state: calls go to NCCL */
     c->comm = comm;
-    if (shim_parse_forced(cfg->force_fallback, &c->forced) != 0) {
+    c->prof = prof;
+    c->how = how;
+    if (cfg && shim_parse_forced(cfg->force_fallback, &c->forced) != 0) {
         shim_warn_once("force-fallback", "mscx: bad MSCX_FORCE_FALLBACK '%s': expected a comma list of allreduce, "
-                       "allgather, reducescatter, broadcast or all; everything falls back", cfg->force_fallback);
+                       "allgather, reducescatter, alltoall, broadcast or all; everything falls back",
+                       cfg->force_fallback);
         c->forced = ~0u;
     }
+    return c;
+}
+
+/* Publish @p c with the table's reference. @return 0, or -1 when the table is full (@p c released). */
+static int comm_publish(struct shim_comm *c)
+{
     struct shim_comm *old;
     if (table_insert(c, &old) != 0) {
         shim_warn_once("comm-table", "mscx: more than %u communicators at once; the next ones stay on NCCL "
                        "without routing statistics", SHIM_TABLE_SIZE);
         comm_release(c);
-        return ncclSuccess;
+        return -1;
     }
-    shim_comm_put(old); /* state of a communicator NCCL freed without us seeing it */
+    shim_comm_put(old); /* state of a communicator NCCL freed without us seeing it, or a placeholder */
+    return 0;
+}
 
+/*
+ * The setup of @p c (from comm_new()): the plans, the fixed exchange when
+ * @p exchange, the executor, the routing windows. @p stop (NULL: none) ends
+ * a wait of the exchanges for a non-blocking NCCL call when it becomes
+ * non-zero. @return ncclSuccess, or an error (strict mode) after which
+ * @p c is released
+ */
+static ncclResult_t comm_build(struct shim_comm *c, const struct mscx_config *cfg, int exchange,
+                               const int *stop)
+{
+    int prof = c->prof;
+    ncclComm_t comm = c->comm;
     const struct shim_plan_entry *plans;
     size_t nplans, nfailed;
     uint64_t hash;
@@ -577,19 +612,21 @@ static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int e
     for (size_t i = 0; queried && i < nplans; i++)
         ncand += plans[i].route.nranks == c->nranks;
     /*
-     * Blocking and queried: the fixed exchange, on every rank alike (a rank
-     * without a bootstrap is one without a device, the same everywhere). A
-     * rank alone has nobody to disagree with, and needs a bootstrap only for
-     * the executor.
+     * Queried, with an exchange: the fixed exchange, on every rank alike (a
+     * rank without a bootstrap is one without a device, the same
+     * everywhere). A rank alone has nobody to disagree with, and needs a
+     * bootstrap only for the executor.
      */
     int agreed = 0;
     if (exchange && queried && (c->nranks > 1 || ncand)) {
         mscx_status_t st = shim_boot_create(c->comm, prof, c->rank, c->nranks, c->device, &c->bs);
-        if (st != MSCX_OK)
+        if (st != MSCX_OK) {
             MSCX_INFO(MSCX_SUB_SHIM, "no bootstrap (%s): comm %p stays on NCCL", mscx_status_str(st),
                       (void *)comm);
-        else
+        } else {
+            shim_boot_watch(c->bs, stop);
             agreed = agree(comm, c->bs, cfg, c->rank, c->nranks, hash, &c->rpn, c->secret);
+        }
     }
     if (cfg->strict && nfailed)
         return strict_fail(prof, c, "a plan failed to load (see the warning naming it)");
@@ -601,7 +638,8 @@ static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int e
             return strict_fail(prof, c, why);
         }
     } else if (ncand && !exchange) {
-        MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s: no exchange there, its calls go to NCCL", (void *)comm, how);
+        MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s: no exchange there, its calls go to NCCL", (void *)comm,
+                  c->how);
     }
     if (!c->exec && c->bs) {
         shim_boot_destroy(c->bs); /* nothing left to exchange */
@@ -611,10 +649,27 @@ static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int e
         shim_route_window_init(&c->win[k], c->route, c->nroute, (enum mscx_coll)k, c->nranks, c->rpn);
     shim_summary_note_comm(c->rank, c->nranks);
     MSCX_INFO(MSCX_SUB_SHIM, "mscx %s comm %p (%s) rank %u/%u ranks/node %u: real NCCL %s version %d; %zu plans "
-              "from %s, %zu usable here%s", MSCX_VERSION, (void *)comm, how, c->rank, c->nranks, c->rpn,
+              "from %s, %zu usable here%s", MSCX_VERSION, (void *)comm, c->how, c->rank, c->nranks, c->rpn,
               shim_real_path(), shim_real_version(), nplans, shim_plans_dir(), c->nroute,
               c->exec ? "" : " (no executor: NCCL only)");
     return ncclSuccess;
+}
+
+static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int exchange)
+{
+    const struct mscx_config *cfg = shim_config(), *lenient = shim_config_lenient();
+    if (!lenient || !comm)
+        return ncclSuccess;
+    if (!cfg || cfg->disable) {
+        /* disabled or degraded (a bad setting): no state; the agreement is joined with a "fall back" vote */
+        if (exchange)
+            disabled_setup(prof, comm, lenient);
+        return ncclSuccess;
+    }
+    struct shim_comm *c = comm_new(prof, comm, how, cfg);
+    if (!c || comm_publish(c) != 0)
+        return ncclSuccess;
+    return comm_build(c, cfg, exchange, NULL);
 }
 
 ncclResult_t shim_comm_setup(int prof, ncclComm_t comm, const char *how)
@@ -627,29 +682,240 @@ ncclResult_t shim_comm_setup_nonblocking(int prof, ncclComm_t comm, const char *
     return comm_setup(prof, comm, how, 0);
 }
 
+/* ---- non-blocking communicators: the setup at the first collective ---- */
+
+/* Set once a placeholder under MSCX_DISABLE or a bad setting exists: their collectives then look it up. */
+static atomic_int deferred_disabled;
+
+int shim_comm_deferred_disabled(void)
+{
+    return atomic_load_explicit(&deferred_disabled, memory_order_relaxed);
+}
+
+ncclResult_t shim_comm_defer_setup(int prof, ncclComm_t comm, const char *how)
+{
+    const struct mscx_config *cfg = shim_config();
+    if (!shim_config_lenient() || !comm)
+        return ncclSuccess;
+    int disabled = !cfg || cfg->disable;
+    struct shim_comm *c = comm_new(prof, comm, how, cfg);
+    if (!c)
+        return ncclSuccess;
+    atomic_store_explicit(&c->deferred, disabled ? DEFER_DISABLED : DEFER_SETUP, memory_order_relaxed);
+    if (disabled)
+        atomic_store_explicit(&deferred_disabled, 1, memory_order_relaxed);
+    if (comm_publish(c) == 0)
+        MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s is non-blocking: its setup runs at its first collective "
+                  "outside a group", (void *)comm, how);
+    return ncclSuccess;
+}
+
+/* @return 1 when the real init of @p p's communicator has completed; else says why not, at INFO. */
+static int init_completed(const struct shim_comm *p)
+{
+    shim_fn_ncclCommGetAsyncError_t gae = SHIM_REAL(p->prof, ncclCommGetAsyncError);
+    ncclResult_t async = ncclInProgress, r = gae ? gae(p->comm, &async) : ncclSystemError;
+    if (r == ncclSuccess && async == ncclSuccess)
+        return 1;
+    shim_err_clear();
+    MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s: its init had not completed at its first collective "
+              "(ncclCommGetAsyncError: %d, %d); it stays on NCCL", (void *)p->comm, p->how, (int)r,
+              (int)async);
+    return 0;
+}
+
+/* Unlink placeholder @p p, if still linked, and drop the call's reference. */
+static void placeholder_drop(struct shim_comm *p)
+{
+    struct shim_comm *t = table_remove(p->comm);
+    void *old = NULL;
+    if (t == p)
+        shim_comm_put(t);
+    else if (t)
+        shim_table_insert((uintptr_t)t->comm, t, &old); /* not ours to unlink */
+    shim_comm_put(p);
+}
+
+static void stats_copy(struct shim_comm *to, const struct shim_comm *from)
+{
+    for (int k = 0; k < NSTAT_COLL; k++)
+        for (int b = 0; b < SHIM_NBUCKETS; b++)
+            for (int w = 0; w < SHIM_WHY_COUNT; w++)
+                atomic_store_explicit(&to->counts[k][b][w],
+                                      atomic_load_explicit(&from->counts[k][b][w], memory_order_relaxed),
+                                      memory_order_relaxed);
+}
+
+static int comm_stopped(const struct shim_comm *c)
+{
+    return __atomic_load_n(&c->stopped, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * The full setup of placeholder @p p, on this thread, in place of it: the
+ * new state is published only once complete, so that a concurrent
+ * ncclCommGetAsyncError (a watchdog thread) never reads it half made.
+ * @return the new state referenced, or NULL (the call goes to NCCL)
+ */
+static struct shim_comm *deferred_build(struct shim_comm *p)
+{
+    const struct mscx_config *cfg = shim_config();
+    struct shim_comm *c = cfg ? comm_new(p->prof, p->comm, p->how, cfg) : NULL;
+    if (!c)
+        return NULL;
+    if (comm_build(c, cfg, 1, &p->stopped) != ncclSuccess) {
+        MSCX_WARN("%s; comm %p stays on NCCL", shim_err_text(), (void *)p->comm);
+        shim_err_clear();
+        return NULL;
+    }
+    if (c->bs)
+        shim_boot_watch(c->bs, &c->stopped); /* from now on its own: @p p is recycled */
+    stats_copy(c, p);
+    if (comm_stopped(p)) {
+        c->stopped = 1; /* aborted meanwhile: nothing of it may wait on the device */
+        comm_release(c);
+        return NULL;
+    }
+    if (comm_publish(c) != 0)
+        return NULL;
+    shim_err_clear(); /* what the setup met is logged; this call's answer is its own */
+    if (comm_stopped(p)) {
+        shim_comm_stop_finish(shim_comm_stop(p->comm), "abort"); /* aborted while being published */
+        return NULL;
+    }
+    return shim_comm_get(p->comm);
+}
+
+struct shim_comm *shim_comm_setup_deferred(struct shim_comm *p)
+{
+    int kind = atomic_load_explicit(&p->deferred, memory_order_relaxed);
+    if (kind == DEFER_RUNNING || shim_group_depth() > 0 ||
+        !atomic_compare_exchange_strong_explicit(&p->deferred, &kind, DEFER_RUNNING, memory_order_relaxed,
+                                                 memory_order_relaxed)) {
+        if (kind != DEFER_DISABLED)
+            return p; /* no executor yet: this call goes to NCCL, counted */
+        shim_comm_put(p);
+        return NULL;
+    }
+    if (!init_completed(p)) {
+        atomic_store_explicit(&p->deferred, DEFER_NONE, memory_order_relaxed);
+        if (kind != DEFER_DISABLED)
+            return p;
+        placeholder_drop(p);
+        return NULL;
+    }
+    if (kind == DEFER_DISABLED) {
+        const struct mscx_config *lenient = shim_config_lenient();
+        if (lenient)
+            disabled_setup(p->prof, p->comm, lenient);
+        atomic_store_explicit(&p->deferred, DEFER_NONE, memory_order_relaxed);
+        placeholder_drop(p);
+        return NULL;
+    }
+    struct shim_comm *c = deferred_build(p);
+    atomic_store_explicit(&p->deferred, DEFER_NONE, memory_order_relaxed);
+    if (!c)
+        return p; /* the placeholder serves for statistics */
+    shim_comm_put(p);
+    return c;
+}
+
+/* ---- several communicators created together on one thread ---- */
+
+/* Holds every setup thread until all exist: none may start an exchange a missing one would never join. */
+struct several_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go; /* 0: wait; 1: set up with the exchange; -1: without (a thread could not start) */
+};
+
+struct several_one {
+    struct several_gate *gate;
+    int prof;
+    ncclComm_t comm;
+    const char *how;
+    ncclResult_t res;
+    char err[1024];
+};
+
+static void *several_main(void *arg)
+{
+    struct several_one *o = arg;
+    struct several_gate *g = o->gate;
+    pthread_mutex_lock(&g->mu);
+    while (g->go == 0)
+        pthread_cond_wait(&g->cv, &g->mu);
+    int exchange = g->go > 0;
+    pthread_mutex_unlock(&g->mu);
+    shim_fn_ncclCommCuDevice_t cu_device = SHIM_REAL(o->prof, ncclCommCuDevice);
+    int dev = -1;
+    if (exchange && cu_device && cu_device(o->comm, &dev) == ncclSuccess)
+        shim_boot_use_device(dev); /* the current device of this thread: the executor's memory, peer access */
+    o->res = comm_setup(o->prof, o->comm, o->how, exchange);
+    if (o->res != ncclSuccess)
+        snprintf(o->err, sizeof(o->err), "%s", shim_err_text());
+    return NULL;
+}
+
+/* One thread per communicator, then all let go (or all without the exchange). @return the threads started */
+static int several_start(struct several_gate *g, struct several_one *one, pthread_t *tid, int n)
+{
+    int started = 0;
+    while (started < n && pthread_create(&tid[started], NULL, several_main, &one[started]) == 0)
+        started++;
+    pthread_mutex_lock(&g->mu);
+    g->go = started == n ? 1 : -1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (started < n)
+        MSCX_WARN("mscx: cannot start a setup thread for each of %d communicators created together; "
+                  "they stay on NCCL", n);
+    return started;
+}
+
 /*
  * Several communicators created together on one thread (ncclCommInitAll,
  * or several inits in one group): their exchanges cannot run one after the
- * other on one thread without deadlocking, so they get state for
- * statistics only and their calls go to NCCL. One alone gets the full setup.
+ * other on one thread, so each runs in a thread of its own, with the
+ * communicator's device current there (the caller's thread and its device
+ * are left as they are), and all are joined. Each ends as if set up alone;
+ * a failure in one makes it and its peers fall back (the agreement rounds).
  */
 ncclResult_t shim_comm_setup_several(int prof, const ncclComm_t *comms, int n, const char *how)
 {
+    if (n <= 1)
+        return n == 1 ? comm_setup(prof, comms[0], how, 1) : ncclSuccess;
+    struct several_gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    struct several_one *one = calloc((size_t)n, sizeof(*one));
+    pthread_t *tid = calloc((size_t)n, sizeof(*tid));
+    int started = 0;
+    for (int i = 0; one && tid && i < n; i++)
+        one[i] = (struct several_one){.gate = &g, .prof = prof, .comm = comms[i], .how = how};
+    if (one && tid)
+        started = several_start(&g, one, tid, n);
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
     ncclResult_t res = ncclSuccess;
     for (int i = 0; i < n; i++) {
-        ncclResult_t r = comm_setup(prof, comms[i], how, n == 1);
+        ncclResult_t r = i < started ? one[i].res : comm_setup(prof, comms[i], how, 0);
         if (r != ncclSuccess && res == ncclSuccess)
-            res = r;
+            res = i < started ? shim_err_set(r, "%s", one[i].err) : r;
     }
+    free(one);
+    free(tid);
     return res;
 }
 
 /* ---- routing a call ---- */
 
-/* NCCL's own answer to a bad datatype or op of a collective on one of our comms. */
-static ncclResult_t check_args(const struct shim_coll_call *call)
+/* NCCL's own answer to a bad datatype, op or broadcast root of a collective on one of our comms. */
+static ncclResult_t check_args(const struct shim_comm *c, const struct shim_coll_call *call)
 {
     int has_op = call->coll == MSCX_COLL_ALLREDUCE || call->coll == MSCX_COLL_REDUCESCATTER;
+    int bad_root = call->root < 0 || (uint32_t)call->root >= c->nranks;
+    if (call->coll == MSCX_COLL_BROADCAST && c->nranks && bad_root)
+        return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid root %d (root should be in the 0..%u range)",
+                            call->fn, call->root, c->nranks - 1);
     if ((int)call->dtype < 0 || (int)call->dtype >= (int)ncclNumTypes)
         return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid datatype %d", call->fn, (int)call->dtype);
     if (has_op && (int)call->op < 0)
@@ -669,7 +935,7 @@ static int decide(const struct shim_comm *c, const struct shim_coll_call *call, 
     struct shim_route_query q = {
         .coll = call->coll, .nranks = c->nranks, .ranks_per_node = c->rpn, .msg_bytes = msg,
         .dtype = call->dtype, .op = call->op, .root = call->root, .forced_mask = c->forced,
-        .in_group = shim_group_depth() > 0,
+        .group_fallback = shim_group_depth() > 0 && !shim_group_collecting, .comm = call->comm,
     };
     if ((unsigned)call->coll < MSCX_COLL_COUNT)
         return shim_route_pick_windowed(&q, c->route, c->nroute, &c->win[call->coll], why_p);
@@ -691,13 +957,17 @@ __attribute__((noinline)) static int launch(struct shim_comm *c, const struct sh
     }
     enum mscx_dtype dt;
     enum mscx_redop op = MSCX_REDOP_SUM;
+    struct mscx_scale scale = {MSCX_SCALE_NONE, 0, NULL}; /* ncclAvg, PreMulSum: a scaled sum */
     shim_dtype_map(call->dtype, &dt);
-    if (call->coll == MSCX_COLL_ALLREDUCE || call->coll == MSCX_COLL_REDUCESCATTER)
-        shim_redop_map(call->op, &op);
+    if ((call->coll == MSCX_COLL_ALLREDUCE || call->coll == MSCX_COLL_REDUCESCATTER) &&
+        shim_redop_resolve(call->comm, c->nranks, call->op, call->dtype, &op, &scale) != 0) {
+        stats_add(c, call->coll, msg, SHIM_WHY_OP); /* its PreMulSum op was destroyed since the decision */
+        return 0;
+    }
     const struct mscx_config *cfg = shim_config();
     enum mscx_pkt_format pkt = cfg && cfg->packet >= 0 ? (enum mscx_pkt_format)cfg->packet : MSCX_PKT_LL16;
-    mscx_status_t st = mscx_exec_launch(c->exec, c->exec_id[pick], call->sendbuf, call->recvbuf, msg, dt, op, pkt,
-                                        (void *)call->stream);
+    mscx_status_t st = mscx_exec_launch_scaled(c->exec, c->exec_id[pick], call->sendbuf, call->recvbuf, msg,
+                                               dt, op, &scale, pkt, (void *)call->stream);
     if (st == MSCX_OK) {
         stats_add(c, call->coll, msg, SHIM_WHY_ROUTED);
         *res_p = ncclSuccess;
@@ -750,24 +1020,50 @@ static ncclResult_t comm_error_result(const struct shim_comm *c, const struct sh
                         (void *)c->comm, mscx_status_str(st));
 }
 
+/*
+ * A call that routes, inside a group: kept until the outermost ncclGroupEnd,
+ * which launches it (group.c). When it cannot be kept, the group goes to NCCL.
+ * @return as shim_comm_try_route()
+ */
+static int keep(struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg, ncclResult_t *res_p)
+{
+    if (shim_group_keep(call, c->device) == 0) {
+        *res_p = ncclSuccess;
+        return 1;
+    }
+    shim_group_to_nccl();
+    stats_add(c, call->coll, msg, SHIM_WHY_GROUP);
+    return 0;
+}
+
 int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
 {
     struct shim_comm *c = shim_comm_get(call->comm);
-    if (!c)
+    if (c && atomic_load_explicit(&c->deferred, memory_order_relaxed))
+        c = shim_comm_setup_deferred(c);
+    if (!c) {
+        if (shim_group_collecting)
+            shim_group_to_nccl(); /* a call of the group that is not ours */
         return 0; /* not a communicator we set up: NCCL's alone */
+    }
     int answered = 1;
     mscx_status_t failed = comm_error(c);
     if (failed != MSCX_OK) {
         *res_p = comm_error_result(c, call, failed);
-    } else if ((*res_p = check_args(call)) == ncclSuccess) {
+    } else if ((*res_p = check_args(c, call)) == ncclSuccess) {
         uint64_t msg = (uint64_t)call->count * shim_dtype_bytes(call->dtype);
-        if (call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER)
+        if (call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER ||
+            call->coll == MSCX_COLL_ALLTOALL)
             msg *= c->nranks ? c->nranks : 1;
         enum shim_reason why;
         int pick = decide(c, call, msg, &why);
-        if (pick >= 0) {
+        if (pick >= 0 && shim_group_collecting) {
+            answered = keep(c, call, msg, res_p);
+        } else if (pick >= 0) {
             answered = launch(c, call, msg, pick, res_p);
         } else {
+            if (shim_group_collecting)
+                shim_group_to_nccl(); /* the kept calls go first */
             stats_add(c, call->coll, msg, why);
             answered = 0;
         }
@@ -788,6 +1084,7 @@ int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
  */
 struct shim_comm *shim_comm_stop(ncclComm_t comm)
 {
+    shim_redop_forget_comm(comm);
     struct shim_comm *c = table_remove(comm);
     if (!c)
         return NULL;
@@ -814,15 +1111,14 @@ void shim_comm_teardown(ncclComm_t comm, int abort)
         shim_comm_stop_finish(shim_comm_stop(comm), "abort");
         return;
     }
+    shim_redop_forget_comm(comm);
     struct shim_comm *c = table_remove(comm);
     if (!c)
         return;
-    if (abort && c->exec)
-        mscx_exec_abort(c->exec);
     struct shim_stats snap;
     stats_snapshot(c, &snap);
-    stats_print(c, &snap, abort ? "abort" : "destroy");
-    shim_summary_finish(&snap, c->comm, c->rank, c->nranks, abort ? "abort" : "destroy");
+    stats_print(c, &snap, "destroy");
+    shim_summary_finish(&snap, c->comm, c->rank, c->nranks, "destroy");
     shim_comm_put(c);
 }
 

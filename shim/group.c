@@ -1,17 +1,218 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ncclGroupStart/End on this thread: the depth, and the communicators
- * created inside a group, which are set up after the outermost
- * ncclGroupEnd (their real init completes there).
+ * ncclGroupStart/End on this thread: the depth; the communicators created
+ * inside a group, set up after the outermost ncclGroupEnd (their real init
+ * completes there); and the collectives kept for our executor.
+ *
+ * A collective that routes, issued inside a group, is kept in issue order
+ * and launched after the outermost real ncclGroupEnd returned success. NCCL
+ * makes every stream of a group wait for the whole group, per communicator:
+ * when one communicator's kept calls use several streams, the first stream
+ * waits for the others (an event recorded on each), every call launches on
+ * it, and the others wait for it. The moment anything in the group cannot be
+ * ours (a collective that does not route, any other call that takes a
+ * communicator), the kept calls are forwarded to NCCL in issue order and the
+ * rest of the group follows them there ("the group goes to NCCL").
  */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "mscx/log.h"
 #include "shim_int.h"
 
+#ifdef MSCX_SHIM_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #define GROUP_MAX_PENDING 64
+#define GROUP_MAX_DEVICES 8
 
 static __thread int group_depth;
 static __thread ncclComm_t group_pending[GROUP_MAX_PENDING];
 static __thread int group_npending;
 static __thread int group_overflow;
+
+__thread int shim_group_collecting;
+
+struct kept {
+    struct shim_coll_call call;
+    int device;
+    int lead;        /* index of the first kept call of the same communicator: its stream is the join's */
+    int new_stream;  /* the first kept call of its communicator on this stream */
+    int join_failed; /* on a lead: joining its communicator's streams failed, none of its calls run */
+};
+
+static __thread struct kept *kept;
+static __thread int nkept, cap_kept;
+static __thread ncclResult_t group_err; /* the first error of a kept call forwarded to NCCL in the group */
+
+/* ---- the stream operations of a join: the CUDA runtime, or the test suite's fake NCCL ---- */
+
+struct stream_ops {
+    int (*event_create)(int device, void **ev_p); /* an event without timing on @p device; 0 on success */
+    void (*event_destroy)(void *ev);
+    int (*record)(void *ev, void *stream);
+    int (*wait)(void *stream, void *ev);
+    int (*get_device)(void); /* the current device, -1 when unknown; NULL: no devices to switch */
+    void (*set_device)(int device);
+};
+
+#ifdef MSCX_SHIM_CUDA
+static int cuda_event_create(int device, void **ev_p)
+{
+    int prev = -1;
+    cudaEvent_t ev;
+    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    cudaSetDevice(prev);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    *ev_p = ev;
+    return 0;
+}
+
+static void cuda_event_destroy(void *ev)
+{
+    cudaEventDestroy((cudaEvent_t)ev);
+}
+
+static int cuda_record(void *ev, void *stream)
+{
+    return cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream) == cudaSuccess ? 0 : -1;
+}
+
+static int cuda_wait(void *stream, void *ev)
+{
+    return cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)ev, 0) == cudaSuccess ? 0 : -1;
+}
+
+static int cuda_get_device(void)
+{
+    int dev = -1;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return dev;
+}
+
+static void cuda_set_device(int device)
+{
+    if (device >= 0 && cudaSetDevice(device) != cudaSuccess)
+        cudaGetLastError();
+}
+
+static const struct stream_ops cuda_ops = {
+    .event_create = cuda_event_create, .event_destroy = cuda_event_destroy, .record = cuda_record,
+    .wait = cuda_wait, .get_device = cuda_get_device, .set_device = cuda_set_device,
+};
+#endif
+
+static struct stream_ops fake_ops;
+static const struct stream_ops *chosen_ops;
+static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
+
+/*
+ * The fake NCCL of the test suite exports its own event functions, which
+ * record what a join does (boot.c likewise moves host bytes under it).
+ * Without those and without CUDA in the build there is no join: a second
+ * stream then sends the group to NCCL.
+ */
+static void choose_ops(void)
+{
+    fake_ops.event_create = (int (*)(int, void **))shim_real_sym("mscxFakeCudaEventCreate");
+    fake_ops.event_destroy = (void (*)(void *))shim_real_sym("mscxFakeCudaEventDestroy");
+    fake_ops.record = (int (*)(void *, void *))shim_real_sym("mscxFakeCudaEventRecord");
+    fake_ops.wait = (int (*)(void *, void *))shim_real_sym("mscxFakeCudaStreamWaitEvent");
+    if (fake_ops.event_create && fake_ops.event_destroy && fake_ops.record && fake_ops.wait)
+        chosen_ops = &fake_ops;
+#ifdef MSCX_SHIM_CUDA
+    else
+        chosen_ops = &cuda_ops;
+#endif
+}
+
+static const struct stream_ops *stream_ops(void)
+{
+    pthread_once(&ops_once, choose_ops);
+    return chosen_ops;
+}
+
+/* ---- per-thread storage: the kept calls and one event per device, released at thread exit ---- */
+
+struct group_event {
+    int device;
+    void *ev;
+};
+static __thread struct group_event events[GROUP_MAX_DEVICES];
+static __thread int nevents;
+
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static int key_ok;
+static __thread int key_armed;
+
+static void thread_exit(void *unused)
+{
+    (void)unused;
+    const struct stream_ops *ops = stream_ops();
+    for (int i = 0; i < nevents && ops; i++)
+        ops->event_destroy(events[i].ev);
+    nevents = 0;
+    free(kept);
+    kept = NULL;
+    nkept = cap_kept = 0;
+}
+
+static void make_key(void)
+{
+    key_ok = pthread_key_create(&exit_key, thread_exit) == 0;
+}
+
+static void arm_exit(void)
+{
+    if (key_armed)
+        return;
+    pthread_once(&key_once, make_key);
+    if (key_ok && pthread_setspecific(exit_key, &key_armed) == 0)
+        key_armed = 1;
+}
+
+/* This thread's event on @p device, made on first use. @return NULL when there is none */
+static void *group_event(int device)
+{
+    for (int i = 0; i < nevents; i++)
+        if (events[i].device == device)
+            return events[i].ev;
+    const struct stream_ops *ops = stream_ops();
+    void *ev = NULL;
+    if (!ops || nevents == GROUP_MAX_DEVICES || ops->event_create(device, &ev) != 0)
+        return NULL;
+    arm_exit();
+    events[nevents].device = device;
+    events[nevents].ev = ev;
+    nevents++;
+    return ev;
+}
+
+static int grow_kept(void)
+{
+    int cap = cap_kept ? 2 * cap_kept : 16;
+    struct kept *k = realloc(kept, (size_t)cap * sizeof(*k));
+    if (!k)
+        return -1;
+    arm_exit();
+    kept = k;
+    cap_kept = cap;
+    return 0;
+}
+
+/* ---- the group ---- */
 
 int shim_group_depth(void)
 {
@@ -27,7 +228,7 @@ void shim_group_defer(ncclComm_t comm)
 }
 
 /* After the outermost ncclGroupEnd succeeded: set up the communicators created in the group. */
-ncclResult_t shim_group_flush(int prof)
+static ncclResult_t flush_pending(int prof)
 {
     int n = group_npending;
     int overflow = group_overflow;
@@ -46,20 +247,183 @@ ncclResult_t shim_group_flush(int prof)
     return shim_comm_setup_several(prof, group_pending, n, "in a group");
 }
 
-void shim_group_drop(void)
-{
-    group_npending = 0;
-    group_overflow = 0;
-}
-
 void shim_group_enter(void)
 {
-    group_depth++;
+    if (group_depth++ == 0) {
+        shim_group_collecting = 1;
+        nkept = 0;
+        group_err = ncclSuccess;
+    }
 }
 
-int shim_group_leave(void)
+/* 1 when shim_coll_forward() can send @p api to NCCL, as every kept call may have to be. */
+static int forwardable(enum shim_fn api)
 {
-    if (group_depth > 0)
-        group_depth--;
-    return group_depth;
+    switch (api) {
+    case SHIM_FN_ncclAllReduce:
+    case SHIM_FN_ncclAllGather:
+    case SHIM_FN_ncclReduceScatter:
+    case SHIM_FN_ncclBroadcast:
+    case SHIM_FN_ncclBcast:
+#ifdef SHIM_HAVE_ncclAlltoAll
+    case SHIM_FN_ncclAlltoAll:
+#endif
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int shim_group_keep(const struct shim_coll_call *call, int device)
+{
+    if (!forwardable(call->api) || (nkept == cap_kept && grow_kept() != 0))
+        return -1;
+    struct kept *k = &kept[nkept];
+    k->call = *call;
+    k->device = device;
+    k->lead = nkept;
+    k->new_stream = 1;
+    k->join_failed = 0;
+    for (int i = 0; i < nkept && k->new_stream; i++) {
+        if (kept[i].call.comm != call->comm)
+            continue;
+        if (k->lead == nkept)
+            k->lead = i;
+        k->new_stream = kept[i].call.stream != call->stream;
+    }
+    /* a second stream of one communicator: its join needs an event, made now or never */
+    if (k->lead != nkept && k->new_stream && !group_event(device))
+        return -1;
+    nkept++;
+    return 0;
+}
+
+void shim_group_to_nccl(void)
+{
+    int n = nkept;
+    shim_group_collecting = 0;
+    nkept = 0;
+    for (int i = 0; i < n; i++) {
+        ncclResult_t r;
+        /* counted there as sent to NCCL with the group */
+        if (!shim_comm_try_route(&kept[i].call, &r))
+            r = shim_coll_forward(&kept[i].call);
+        if (r != ncclSuccess && group_err == ncclSuccess)
+            group_err = r;
+    }
+}
+
+void shim_group_before_forward(void)
+{
+    if (shim_group_collecting)
+        shim_group_to_nccl();
+}
+
+/* Make @p device current, as NCCL does for each communicator of a group. */
+static void use_device(const struct stream_ops *ops, int device)
+{
+    if (ops && ops->set_device)
+        ops->set_device(device);
+}
+
+/* One kept call on @p stream, outside any group: our executor, or NCCL when it refused before enqueueing. */
+static ncclResult_t launch_one(const struct kept *k, cudaStream_t stream)
+{
+    struct shim_coll_call call = k->call;
+    call.stream = stream;
+    ncclResult_t r;
+    if (!shim_comm_try_route(&call, &r))
+        r = shim_coll_forward(&call);
+    return r;
+}
+
+/* Make the lead streams wait for the other streams of their communicators. */
+static void join_in(int n, const struct stream_ops *ops)
+{
+    for (int i = 0; i < n; i++) {
+        struct kept *k = &kept[i], *lead = &kept[k->lead];
+        if (k->lead == i || !k->new_stream || lead->join_failed)
+            continue;
+        void *ev = group_event(k->device);
+        use_device(ops, k->device);
+        if (!ev || ops->record(ev, (void *)k->call.stream) != 0 ||
+            ops->wait((void *)lead->call.stream, ev) != 0)
+            lead->join_failed = 1;
+    }
+}
+
+/* Make the other streams of each communicator wait for its lead stream. @return 0, or -1 when one failed */
+static int join_out(int n, const struct stream_ops *ops)
+{
+    int failed = 0;
+    for (int l = 0; l < n; l++) {
+        if (kept[l].lead != l || kept[l].join_failed)
+            continue;
+        int recorded = 0;
+        void *ev = NULL;
+        for (int i = l + 1; i < n; i++) {
+            if (kept[i].lead != l || !kept[i].new_stream)
+                continue;
+            if (!recorded) {
+                ev = group_event(kept[l].device);
+                use_device(ops, kept[l].device);
+                recorded = ev && ops->record(ev, (void *)kept[l].call.stream) == 0 ? 1 : -1;
+            }
+            if (recorded < 0 || ops->wait((void *)kept[i].call.stream, ev) != 0)
+                failed = 1;
+        }
+    }
+    return failed ? -1 : 0;
+}
+
+/* The kept calls, in issue order, each on its communicator's lead stream. @return the first error */
+static ncclResult_t launch_kept(void)
+{
+    int n = nkept;
+    nkept = 0;
+    if (n == 0)
+        return ncclSuccess;
+    const struct stream_ops *ops = stream_ops();
+    int prev = ops && ops->get_device ? ops->get_device() : -1;
+    ncclResult_t res = ncclSuccess;
+    if (ops)
+        join_in(n, ops);
+    for (int i = 0; i < n; i++) {
+        const struct kept *lead = &kept[kept[i].lead];
+        use_device(ops, kept[i].device);
+        ncclResult_t r = lead->join_failed ? ncclUnhandledCudaError : launch_one(&kept[i], lead->call.stream);
+        if (r != ncclSuccess && res == ncclSuccess)
+            res = r;
+    }
+    for (int l = 0; l < n; l++)
+        if (kept[l].lead == l && kept[l].join_failed)
+            res = shim_err_set(ncclUnhandledCudaError,
+                               "mscx: joining the streams of a group on comm %p failed (a CUDA event record "
+                               "or wait); none of its calls in that group ran", (void *)kept[l].call.comm);
+    if (ops && join_out(n, ops) != 0)
+        res = shim_err_set(ncclUnhandledCudaError, "mscx: making the streams of a group wait for its calls "
+                           "failed (a CUDA event record or wait)");
+    use_device(ops, prev);
+    return res;
+}
+
+ncclResult_t shim_group_end(int prof, ncclResult_t res)
+{
+    if (group_depth == 0 || --group_depth > 0)
+        return res;
+    shim_group_collecting = 0;
+    ncclResult_t err = group_err;
+    group_err = ncclSuccess;
+    if (res != ncclSuccess) {
+        /* NCCL ran none of the group: the kept calls are dropped with it */
+        nkept = 0;
+        group_npending = 0;
+        group_overflow = 0;
+        return res;
+    }
+    ncclResult_t setup = flush_pending(prof);
+    ncclResult_t launched = launch_kept();
+    if (err != ncclSuccess)
+        return err;
+    return setup != ncclSuccess ? setup : launched;
 }

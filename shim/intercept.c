@@ -4,8 +4,9 @@
  * arguments (and returns its result) unless our executor runs the call.
  * prof is 1 for the pnccl* entry points, which forward to the real pnccl*.
  *
- * Groups: calls inside ncclGroupStart/End always go to NCCL (our kernels are
- * not fused into NCCL's group launch); see shim/README.md.
+ * Groups: a collective that routes is kept until the outermost ncclGroupEnd
+ * and launched after it (group.c); a group that cannot be ours whole goes
+ * to NCCL; see shim/README.md.
  *
  * A collective on a communicator we did not set up (not in comm.c's table)
  * is forwarded untouched: never checked, counted or routed. Calls from inside
@@ -29,15 +30,50 @@ static int routing_on(void)
     return cfg && !cfg->disable;
 }
 
-static int try_route(const char *fn, enum mscx_coll coll, const void *send, void *recv, size_t count,
-                     ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
-                     ncclResult_t *res_p)
+static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void *send, void *recv,
+                     size_t count, ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
+                     cudaStream_t stream, ncclResult_t *res_p)
 {
     struct shim_coll_call call = {
-        .fn = fn, .coll = coll, .sendbuf = send, .recvbuf = recv, .count = count, .dtype = dt, .op = op,
-        .root = root, .comm = comm, .stream = stream,
+        .fn = shim_fn_names[api], .api = api, .prof = prof, .coll = coll, .sendbuf = send, .recvbuf = recv,
+        .count = count, .dtype = dt, .op = op, .root = root, .comm = comm, .stream = stream,
     };
-    return routing_on() && shim_comm_try_route(&call, res_p);
+    return (routing_on() || shim_comm_deferred_disabled()) && shim_comm_try_route(&call, res_p);
+}
+
+/* The real collective a call was made to, with its arguments. */
+ncclResult_t shim_coll_forward(const struct shim_coll_call *c)
+{
+    switch (c->api) {
+    case SHIM_FN_ncclAllReduce: {
+        REAL_OR_FAIL(fn, c->prof, ncclAllReduce);
+        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->op, c->comm, c->stream);
+    }
+    case SHIM_FN_ncclAllGather: {
+        REAL_OR_FAIL(fn, c->prof, ncclAllGather);
+        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->comm, c->stream);
+    }
+    case SHIM_FN_ncclReduceScatter: {
+        REAL_OR_FAIL(fn, c->prof, ncclReduceScatter);
+        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->op, c->comm, c->stream);
+    }
+    case SHIM_FN_ncclBroadcast: {
+        REAL_OR_FAIL(fn, c->prof, ncclBroadcast);
+        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->root, c->comm, c->stream);
+    }
+    case SHIM_FN_ncclBcast: {
+        REAL_OR_FAIL(fn, c->prof, ncclBcast);
+        return fn(c->recvbuf, c->count, c->dtype, c->root, c->comm, c->stream);
+    }
+#ifdef SHIM_HAVE_ncclAlltoAll
+    case SHIM_FN_ncclAlltoAll: {
+        REAL_OR_FAIL(fn, c->prof, ncclAlltoAll);
+        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->comm, c->stream);
+    }
+#endif
+    default:
+        return shim_err_set(ncclInternalError, "mscx: %s cannot be forwarded as a collective", c->fn);
+    }
 }
 
 ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
@@ -45,8 +81,8 @@ ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, 
 {
     REAL_OR_FAIL(fn, prof, ncclAllReduce);
     ncclResult_t res;
-    if (try_route("ncclAllReduce", MSCX_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm,
-                  stream, &res))
+    if (try_route(prof, SHIM_FN_ncclAllReduce, MSCX_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op,
+                  0, comm, stream, &res))
         return res;
     return fn(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
@@ -56,8 +92,8 @@ ncclResult_t shim_ncclAllGather(int prof, const void *sendbuff, void *recvbuff, 
 {
     REAL_OR_FAIL(fn, prof, ncclAllGather);
     ncclResult_t res;
-    if (try_route("ncclAllGather", MSCX_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0,
-                  comm, stream, &res))
+    if (try_route(prof, SHIM_FN_ncclAllGather, MSCX_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype,
+                  ncclSum, 0, comm, stream, &res))
         return res;
     return fn(sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
@@ -67,8 +103,8 @@ ncclResult_t shim_ncclReduceScatter(int prof, const void *sendbuff, void *recvbu
 {
     REAL_OR_FAIL(fn, prof, ncclReduceScatter);
     ncclResult_t res;
-    if (try_route("ncclReduceScatter", MSCX_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op,
-                  0, comm, stream, &res))
+    if (try_route(prof, SHIM_FN_ncclReduceScatter, MSCX_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount,
+                  datatype, op, 0, comm, stream, &res))
         return res;
     return fn(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }
@@ -78,8 +114,8 @@ ncclResult_t shim_ncclBroadcast(int prof, const void *sendbuff, void *recvbuff, 
 {
     REAL_OR_FAIL(fn, prof, ncclBroadcast);
     ncclResult_t res;
-    if (try_route("ncclBroadcast", MSCX_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root,
-                  comm, stream, &res))
+    if (try_route(prof, SHIM_FN_ncclBroadcast, MSCX_COLL_BROADCAST, sendbuff, recvbuff, count, datatype,
+                  ncclSum, root, comm, stream, &res))
         return res;
     return fn(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
@@ -89,11 +125,25 @@ ncclResult_t shim_ncclBcast(int prof, void *buff, size_t count, ncclDataType_t d
 {
     REAL_OR_FAIL(fn, prof, ncclBcast);
     ncclResult_t res;
-    if (try_route("ncclBcast", MSCX_COLL_BROADCAST, buff, buff, count, datatype, ncclSum, root, comm, stream,
-                  &res))
+    if (try_route(prof, SHIM_FN_ncclBcast, MSCX_COLL_BROADCAST, buff, buff, count, datatype, ncclSum, root,
+                  comm, stream, &res))
         return res;
     return fn(buff, count, datatype, root, comm, stream);
 }
+
+#ifdef SHIM_HAVE_ncclAlltoAll
+/* NCCL 2.28 and later; count is per peer (the message is count x ranks elements each way). */
+ncclResult_t shim_ncclAlltoAll(int prof, const void *sendbuff, void *recvbuff, size_t count,
+                               ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    REAL_OR_FAIL(fn, prof, ncclAlltoAll);
+    ncclResult_t res;
+    if (try_route(prof, SHIM_FN_ncclAlltoAll, MSCX_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype,
+                  ncclSum, 0, comm, stream, &res))
+        return res;
+    return fn(sendbuff, recvbuff, count, datatype, comm, stream);
+}
+#endif
 
 /* ---- groups ---- */
 
@@ -109,28 +159,44 @@ ncclResult_t shim_ncclGroupStart(int prof)
 ncclResult_t shim_ncclGroupEnd(int prof)
 {
     REAL_OR_FAIL(fn, prof, ncclGroupEnd);
-    ncclResult_t res = fn();
-    if (shim_group_depth() > 0 && shim_group_leave() == 0) {
-        if (res == ncclSuccess)
-            return shim_group_flush(prof);
-        shim_group_drop();
-    }
-    return res;
+    return shim_group_end(prof, fn());
 }
+
+#ifdef SHIM_HAVE_ncclGroupSimulateEnd
+/* It ends the group as ncclGroupEnd does, launching nothing: the kept calls go to NCCL first, simulated. */
+ncclResult_t shim_ncclGroupSimulateEnd(int prof, ncclSimInfo_t *simInfo)
+{
+    REAL_OR_FAIL(fn, prof, ncclGroupSimulateEnd);
+    shim_group_before_forward();
+    return shim_group_end(prof, fn(simInfo));
+}
+#endif
 
 /* ---- communicator lifecycle ---- */
 
-/* Set up now, or after the outermost ncclGroupEnd when inside a group. */
+static int nonblocking(const ncclConfig_t *config)
+{
+    return config && config->magic == 0xcafebeef &&
+           config->size >= offsetof(ncclConfig_t, blocking) + sizeof(int) && config->blocking == 0;
+}
+
+/*
+ * Set up now, after the outermost ncclGroupEnd when inside a group, or, for
+ * a non-blocking communicator (whose init may answer ncclInProgress), at
+ * its first collective outside a group (shim_comm_setup_deferred()).
+ */
 static ncclResult_t after_init(int prof, ncclResult_t res, ncclComm_t comm, const char *how,
                                const ncclConfig_t *config)
 {
+    int nb = nonblocking(config);
     /* under MSCX_DISABLE or a bad setting too: comm_setup still joins the agreement */
-    if (res != ncclSuccess || !comm || !shim_config_lenient())
+    if ((res != ncclSuccess && !(nb && res == ncclInProgress)) || !comm || !shim_config_lenient())
         return res;
-    if (config && config->magic == 0xcafebeef && config->size >= offsetof(ncclConfig_t, blocking) + sizeof(int) &&
-        config->blocking == 0) {
-        /* non-blocking: the comm may not be ready; no exchange, calls go to NCCL */
-        return shim_comm_setup_nonblocking(prof, comm, how);
+    if (nb) {
+        /* in a group, with others of this thread maybe: statistics only, calls go to NCCL */
+        ncclResult_t r = shim_group_depth() > 0 ? shim_comm_setup_nonblocking(prof, comm, how)
+                                                : shim_comm_defer_setup(prof, comm, how);
+        return r != ncclSuccess ? r : res;
     }
     if (shim_group_depth() > 0) {
         shim_group_defer(comm);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Finding the real NCCL, lazily on the first call, and the thread's last
- * error. Order: MSCX_NCCL_LIB, a copy already loaded in the process, then
- * dlopen("libnccl.so.2"). A library whose ncclGetVersion is ours is refused,
+ * error. Order: MSCX_NCCL_LIB, a copy already loaded in the process, the
+ * libnccl.so.2 of NCCL's pip wheel, then dlopen("libnccl.so.2")
+ * (mscx/nccl_find.h). A library whose ncclGetVersion is ours is refused,
  * so the shim never forwards to itself. Nothing here ever exits. A bad
  * MSCX_* setting keeps the process on NCCL alone (config_check()).
  */
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "mscx/log.h"
+#include "mscx/nccl_find.h"
 #include "shim_int.h"
 
 /*
@@ -35,6 +37,7 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static void *real_fns[SHIM_FN_COUNT];
 static void *real_handle;
 static char real_path[PATH_MAX];
+static const char *real_how = ""; /* the rule that found it: "MSCX_NCCL_LIB", "already loaded", ... */
 static int real_version;
 static const struct mscx_config *load_cfg;     /* NULL while degraded */
 static const struct mscx_config *lenient_cfg; /* even when degraded: bad values at their defaults */
@@ -88,6 +91,37 @@ static int is_ours(void *fn)
     return mine.dli_fbase == theirs.dli_fbase;
 }
 
+/* The DT_SONAME of the object at @p lm, or NULL. */
+static const char *soname_of(const struct link_map *lm)
+{
+    const char *strtab = NULL;
+    ElfW(Xword) off = 0;
+    int named = 0;
+    for (const ElfW(Dyn) *d = lm ? lm->l_ld : NULL; d && d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_STRTAB)
+            strtab = (const char *)d->d_un.d_ptr;
+        else if (d->d_tag == DT_SONAME)
+            off = d->d_un.d_val, named = 1;
+    }
+    if (!strtab || !named)
+        return NULL;
+    if ((ElfW(Addr))strtab < lm->l_addr)
+        strtab += lm->l_addr; /* an unrelocated entry (a read-only dynamic section) */
+    return strtab + off;
+}
+
+/* A copy of our file loaded from another path: the same soname (is_ours() sees another load address). */
+static int is_our_copy(void *h)
+{
+    Dl_info mine;
+    struct link_map *my_lm = NULL, *their_lm = NULL;
+    if (!dladdr1((void *)shim_real_fn, &mine, (void **)&my_lm, RTLD_DL_LINKMAP) ||
+        dlinfo(h, RTLD_DI_LINKMAP, &their_lm) != 0)
+        return 0;
+    const char *ours = soname_of(my_lm), *theirs = soname_of(their_lm);
+    return ours && theirs && strcmp(ours, theirs) == 0;
+}
+
 static void load_fail(ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void load_fail(ncclResult_t res, const char *fmt, ...)
 {
@@ -114,12 +148,40 @@ static int try_handle(void *h, const char *what, char *why, size_t whylen)
         snprintf(why, whylen, "%s resolves to libmscx_nccl itself; refusing to forward to ourselves", what);
         return -1;
     }
+    if (is_our_copy(h)) {
+        snprintf(why, whylen, "%s is a copy of libmscx_nccl (the same soname); refusing to forward to ourselves",
+                 what);
+        return -1;
+    }
     real_handle = h;
     Dl_info info;
     if (dladdr(gv, &info) && info.dli_fname)
         snprintf(real_path, sizeof(real_path), "%s", info.dli_fname);
     else
         snprintf(real_path, sizeof(real_path), "%s", what);
+    return 0;
+}
+
+struct find_ctx {
+    char *why; /* the last candidate's problem */
+    size_t whylen;
+};
+
+/* mscx_nccl_find()'s callback: load @p path and accept it as try_handle() does. */
+static int try_candidate(const char *path, const char *how, void *ctx)
+{
+    struct find_ctx *fc = ctx;
+    void *h = dlopen(path, LOADER_DLOPEN_FLAGS);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(fc->why, fc->whylen, "dlopen %s: %s", path, e ? e : "unknown error");
+        return -1;
+    }
+    if (try_handle(h, path, fc->why, fc->whylen) != 0) {
+        dlclose(h);
+        return -1;
+    }
+    real_how = how;
     return 0;
 }
 
@@ -160,7 +222,7 @@ static void config_check(const struct mscx_config *cfg)
         char why[512];
         snprintf(why, sizeof(why),
                  "bad environment value: MSCX_FORCE_FALLBACK '%.200s': expected a comma list of allreduce, "
-                 "allgather, reducescatter, broadcast or all; mscx routes nothing in this process, every "
+                 "allgather, reducescatter, alltoall, broadcast or all; mscx routes nothing in this process, every "
                  "call goes to NCCL (with MSCX_STRICT=1 communicator init fails instead)",
                  cfg->force_fallback);
         mscx_config_mark_degraded(why);
@@ -197,29 +259,27 @@ static void load_real(void)
             load_fail(ncclSystemError, "mscx: MSCX_NCCL_LIB: %s", why);
             return;
         }
+        real_how = "MSCX_NCCL_LIB";
         goto resolved;
     }
     static const char *const names[] = {"libnccl.so.2", "libnccl.so"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         void *h = dlopen(names[i], RTLD_LAZY | RTLD_NOLOAD);
-        if (h && try_handle(h, names[i], why, sizeof(why)) == 0)
+        if (h && try_handle(h, names[i], why, sizeof(why)) == 0) {
+            real_how = "already loaded";
             goto resolved;
+        }
     }
-    void *h = dlopen("libnccl.so.2", LOADER_DLOPEN_FLAGS);
-    if (!h) {
-        const char *e = dlerror();
-        load_fail(ncclSystemError,
-                  "mscx: no real NCCL found (MSCX_NCCL_LIB unset, none loaded, dlopen libnccl.so.2: %s)",
-                  e ? e : "unknown error");
-        return;
-    }
-    if (try_handle(h, "libnccl.so.2", why, sizeof(why)) != 0) {
-        load_fail(ncclSystemError, "mscx: no real NCCL found: %s", why);
+    struct find_ctx fc = {why, sizeof(why)};
+    snprintf(why, sizeof(why), "no candidate");
+    if (mscx_nccl_find(try_candidate, &fc) != 0) {
+        load_fail(ncclSystemError, "mscx: no real NCCL found (MSCX_NCCL_LIB unset, none loaded, no usable "
+                  "pip wheel nvidia-nccl-cu12/13, then: %s)", why);
         return;
     }
 resolved:
     resolve_all();
-    MSCX_INFO(MSCX_SUB_SHIM, "real NCCL %s", real_path);
+    MSCX_INFO(MSCX_SUB_SHIM, "real NCCL %s (%s)", real_path, real_how);
 }
 
 /* The functions that create a communicator. */
@@ -276,6 +336,17 @@ const struct mscx_config *shim_config_lenient(void)
 const char *shim_real_path(void)
 {
     return real_path;
+}
+
+const char *shim_real_how(void)
+{
+    return real_how;
+}
+
+void *shim_real_sym(const char *name)
+{
+    pthread_once(&load_once, load_real);
+    return real_handle ? dlsym(real_handle, name) : NULL;
 }
 
 int shim_real_version(void)

@@ -94,6 +94,7 @@ static void fill_route(struct shim_plan_entry *e)
     r->ranks_per_node = mscx_plan_ranks_per_node(e->plan);
     mscx_plan_size_range(e->plan, &r->min_bytes, &r->max_bytes);
     r->elem_multiple = mscx_plan_elem_multiple(e->plan);
+    r->root = mscx_plan_root(e->plan);
     for (int d = 0; d < MSCX_DT_COUNT; d++)
         for (int o = 0; o < MSCX_REDOP_COUNT; o++)
             r->supports[d][o] = mscx_plan_supports(e->plan, (enum mscx_dtype)d, (enum mscx_redop)o) != 0;

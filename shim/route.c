@@ -72,7 +72,7 @@ static int pick_precheck(const struct shim_route_query *q, enum mscx_dtype *dt_p
         *why_p = SHIM_WHY_FORCED;
         return -1;
     }
-    if (q->in_group) {
+    if (q->group_fallback) {
         *why_p = SHIM_WHY_GROUP;
         return -1;
     }
@@ -80,12 +80,9 @@ static int pick_precheck(const struct shim_route_query *q, enum mscx_dtype *dt_p
         *why_p = SHIM_WHY_DTYPE;
         return -1;
     }
-    if (coll_reduces(q->coll) && shim_redop_map(q->op, op_p) != 0) {
+    struct mscx_scale scale; /* ncclAvg and PreMulSum run as sums: the plan must support the sum */
+    if (coll_reduces(q->coll) && shim_redop_resolve(q->comm, q->nranks, q->op, q->dtype, op_p, &scale) != 0) {
         *why_p = SHIM_WHY_OP;
-        return -1;
-    }
-    if (q->coll == MSCX_COLL_BROADCAST && q->root != 0) {
-        *why_p = SHIM_WHY_ROOT;
         return -1;
     }
     return 0;
@@ -93,7 +90,9 @@ static int pick_precheck(const struct shim_route_query *q, enum mscx_dtype *dt_p
 
 /*
  * The first plan that takes the call, else the most specific reason among
- * the plans of its collective and layout.
+ * the plans of its collective and layout (size, then root, then dtype or
+ * op). A broadcast plan serves its own root only: "root" means that plans
+ * of this layout take the size, none for the call's root.
  */
 static int pick_plan(const struct shim_route_query *q, const struct shim_route_plan *plans, size_t nplans,
                      enum mscx_dtype dt, enum mscx_redop op, enum shim_reason *why_p)
@@ -109,8 +108,13 @@ static int pick_plan(const struct shim_route_query *q, const struct shim_route_p
                 best = SHIM_WHY_SIZE;
             continue;
         }
-        if (!p->supports[dt][op]) {
+        if (q->coll == MSCX_COLL_BROADCAST && (q->root < 0 || (uint32_t)q->root != p->root)) {
             if (best == SHIM_WHY_NO_PLAN || best == SHIM_WHY_SIZE)
+                best = SHIM_WHY_ROOT;
+            continue;
+        }
+        if (!p->supports[dt][op]) {
+            if (best == SHIM_WHY_NO_PLAN || best == SHIM_WHY_ROOT || best == SHIM_WHY_SIZE)
                 best = coll_reduces(q->coll) ? SHIM_WHY_OP : SHIM_WHY_DTYPE;
             continue;
         }
@@ -190,6 +194,8 @@ int shim_parse_forced(const char *list, unsigned *mask_p)
                 mask |= 1u << MSCX_COLL_REDUCESCATTER;
             else if (!strcmp(name, "broadcast"))
                 mask |= 1u << MSCX_COLL_BROADCAST;
+            else if (!strcmp(name, "alltoall"))
+                mask |= 1u << MSCX_COLL_ALLTOALL;
             else
                 return -1;
         }

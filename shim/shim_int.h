@@ -14,6 +14,7 @@
 #include "mscx/dev_types.h"
 #include "mscx/env.h"
 #include "mscx/plan.h"
+#include "mscx/scale.h"
 #include "mscx/status.h"
 #include "shim_api_gen.h"
 
@@ -36,6 +37,10 @@ const struct mscx_config *shim_config(void);
 const struct mscx_config *shim_config_lenient(void);
 /** Path and version of the real NCCL ("" and 0 before a successful load). */
 const char *shim_real_path(void);
+/** The rule that found the real NCCL: "MSCX_NCCL_LIB", "already loaded", "pip wheel (VIRTUAL_ENV)", ... */
+const char *shim_real_how(void);
+/** Symbol @p name of the real NCCL (loading it on first use), or NULL. */
+void *shim_real_sym(const char *name);
 int shim_real_version(void);
 
 /** The result every call returns while the real NCCL is unavailable. */
@@ -72,11 +77,11 @@ enum shim_reason {
     SHIM_WHY_ROUTED = 0,
     SHIM_WHY_NO_STATE,      /* comm has no executor (disabled, no plan, init outside our reach) */
     SHIM_WHY_FORCED,        /* MSCX_FORCE_FALLBACK */
-    SHIM_WHY_GROUP,         /* inside ncclGroupStart/End */
+    SHIM_WHY_GROUP,         /* its group mixed routed and NCCL-bound calls and went to NCCL */
     SHIM_WHY_DTYPE,         /* datatype has no mscx equivalent or no plan supports it */
-    SHIM_WHY_OP,            /* ncclAvg, PreMulSum, or an op no plan supports */
+    SHIM_WHY_OP,            /* an op no plan supports, ncclAvg of integers, a PreMulSum op not kept */
     SHIM_WHY_SIZE,          /* no plan covers the message size */
-    SHIM_WHY_ROOT,          /* broadcast root other than 0 */
+    SHIM_WHY_ROOT,          /* no broadcast plan for this root */
     SHIM_WHY_NO_PLAN,       /* no plan for this collective and communicator */
     SHIM_WHY_LAUNCH,        /* the executor refused the launch before enqueueing anything */
     SHIM_WHY_COUNT
@@ -89,6 +94,7 @@ struct shim_route_plan {
     uint32_t ranks_per_node;
     uint64_t min_bytes, max_bytes;                  /* inclusive */
     uint64_t elem_multiple;                         /* mscx_plan_elem_multiple(); 0 or 1: any count */
+    uint32_t root;                                  /* broadcast: the root the plan serves (mscx_plan_root()) */
     uint8_t supports[MSCX_DT_COUNT][MSCX_REDOP_COUNT]; /* mscx_plan_supports() */
 };
 
@@ -102,7 +108,8 @@ struct shim_route_query {
     ncclRedOp_t op;          /* ignored for allgather and broadcast */
     int root;                /* broadcast only */
     unsigned forced_mask;    /* 1u << enum mscx_coll of MSCX_FORCE_FALLBACK */
-    int in_group;
+    int group_fallback;      /* this thread's group went to NCCL: a call that would route goes there too */
+    ncclComm_t comm;         /* the communicator of a PreMulSum op (redop_table.c) */
 };
 
 /**
@@ -137,6 +144,25 @@ int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p);
 int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p);
 /** Bytes of one element of a valid NCCL datatype. */
 size_t shim_dtype_bytes(ncclDataType_t dt);
+
+/* ---- redop_table.c, redop.c: ncclAvg and PreMulSum ops as scaled sums ---- */
+
+/**
+ * What the executor runs for op @p op of a call of @p dtype on @p comm of
+ * @p nranks ranks: a built-in op as it is; ncclAvg of fp32, fp16 or bf16 as
+ * a sum scaled by NCCL's 1/nranks (no scale at one rank); a PreMulSum op
+ * that NCCL made on @p comm for @p dtype as a sum scaled by its scalar.
+ * @return 0 with *op_p and *scale_p, or -1: the op goes to NCCL (integer
+ *         averages, unknown or destroyed ops, another datatype's op)
+ */
+int shim_redop_resolve(ncclComm_t comm, uint32_t nranks, ncclRedOp_t op, ncclDataType_t dtype,
+                       enum mscx_redop *op_p, struct mscx_scale *scale_p);
+/** Keep PreMulSum op (@p comm, @p op) of @p dtype and its scale. @return 0, or -1 when the table is full. */
+int shim_redop_record(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dtype, const struct mscx_scale *scale);
+/** Forget op (@p comm, @p op), if kept. */
+void shim_redop_forget(ncclComm_t comm, ncclRedOp_t op);
+/** Forget every op of @p comm (it ended): a later communicator at its address starts with none. */
+void shim_redop_forget_comm(ncclComm_t comm);
 /** Parse MSCX_FORCE_FALLBACK ("allreduce,allgather", "all", "") into a mask. */
 int shim_parse_forced(const char *list, unsigned *mask_p);
 const char *shim_reason_name(enum shim_reason why);
@@ -150,7 +176,7 @@ uint64_t shim_bucket_limit(int bucket);
 
 /* ---- summary.c: MSCX_SUMMARY_FILE ---- */
 
-#define SHIM_NSTAT_COLL 5 /* allreduce, allgather, reducescatter, alltoall (unused), broadcast */
+#define SHIM_NSTAT_COLL 5 /* allreduce, allgather, reducescatter, alltoall, broadcast (enum mscx_coll order) */
 /** Calls per collective, size bucket and reason (SHIM_WHY_ROUTED counts routed calls). */
 struct shim_stats {
     uint64_t counts[SHIM_NSTAT_COLL][SHIM_NBUCKETS][SHIM_WHY_COUNT];
@@ -224,8 +250,28 @@ void shim_comm_put(struct shim_comm *c);
  * @return ncclSuccess, or an error (strict mode) after which the real comm was destroyed
  */
 ncclResult_t shim_comm_setup(int prof, ncclComm_t comm, const char *how);
-/** As shim_comm_setup() without the collective exchange: state for statistics only, calls go to NCCL. */
+/**
+ * As shim_comm_setup() without the collective exchange: state for statistics only, calls go to NCCL
+ * (a non-blocking communicator created in a group, comms a group could not keep).
+ */
 ncclResult_t shim_comm_setup_nonblocking(int prof, ncclComm_t comm, const char *how);
+/**
+ * A non-blocking communicator outside a group, whose init may still run: a placeholder (statistics
+ * only) whose setup shim_comm_setup_deferred() runs at its first collective.
+ */
+ncclResult_t shim_comm_defer_setup(int prof, ncclComm_t comm, const char *how);
+/**
+ * The first collective on a deferred communicator (@p c referenced, its setup deferred): outside a
+ * group and once the real ncclCommGetAsyncError says the init completed, its full setup runs here,
+ * on this thread, before the call. Never from ncclCommGetAsyncError. @return the state to route the
+ * call with, referenced (the reference to @p c is taken over), or NULL: the call goes to NCCL untouched.
+ */
+struct shim_comm *shim_comm_setup_deferred(struct shim_comm *c);
+/**
+ * Non-zero once a deferred communicator exists under MSCX_DISABLE or a bad setting: collectives must
+ * then reach shim_comm_try_route(), which runs its fixed exchange.
+ */
+int shim_comm_deferred_disabled(void);
 /**
  * Set up @p n communicators that this thread created together (ncclCommInitAll,
  * several inits in one group). @return the first error, as shim_comm_setup()
@@ -238,11 +284,30 @@ ncclResult_t shim_comm_setup_several(int prof, const ncclComm_t *comms, int n, c
 int shim_group_depth(void);
 /** Comms initialised inside a group: set up after the outermost ncclGroupEnd. */
 void shim_group_defer(ncclComm_t comm);
-ncclResult_t shim_group_flush(int prof);
-void shim_group_drop(void);
 void shim_group_enter(void);
-/** @return the depth after leaving one level. */
-int shim_group_leave(void);
+/**
+ * After the real ncclGroupEnd (or ncclGroupSimulateEnd) returned @p res:
+ * leave one level; at the outermost, when @p res is ncclSuccess, set up the
+ * communicators created in the group and launch the kept calls. @return the
+ * result for the application
+ */
+ncclResult_t shim_group_end(int prof, ncclResult_t res);
+struct shim_coll_call;
+/**
+ * Non-zero while this thread is inside a group whose routable collectives
+ * are still kept for our executor (the group has not gone to NCCL). Read by
+ * every forwarder of a function that takes a communicator.
+ */
+extern __thread int shim_group_collecting;
+/** Keep @p call (routable on a communicator of @p device) until the group ends. @return 0, or -1: cannot */
+int shim_group_keep(const struct shim_coll_call *call, int device);
+/**
+ * The group goes to NCCL: the kept calls are forwarded to the real NCCL in
+ * issue order, and every later call of the group follows them there.
+ */
+void shim_group_to_nccl(void);
+/** A forwarder's hook: a call that takes a communicator sends a collecting group to NCCL. */
+void shim_group_before_forward(void);
 /**
  * Before a real ncclCommAbort, ncclCommRevoke or ncclCommShrink with
  * NCCL_SHRINK_ABORT: unlink our state of @p comm (its later calls go to
@@ -266,6 +331,8 @@ ncclResult_t shim_comm_async_error(ncclComm_t comm);
 /** Route or forward one collective: the body of the four intercepts. */
 struct shim_coll_call {
     const char *fn;          /* the NCCL function called, for messages */
+    enum shim_fn api;        /* the same function (SHIM_FN_nccl*), to forward the call */
+    int prof;                /* called through the pnccl* name */
     enum mscx_coll coll;
     const void *sendbuf;
     void *recvbuf;
@@ -283,6 +350,8 @@ struct shim_coll_call {
  * 0 when it must go to NCCL.
  */
 int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
+/** Forward a collective to the real NCCL (the function and name it was called by). */
+ncclResult_t shim_coll_forward(const struct shim_coll_call *call);
 
 /* ---- boot.c: the exchange over the real communicator ---- */
 struct mscx_bootstrap;
@@ -293,6 +362,13 @@ struct mscx_bootstrap;
 mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
                                struct mscx_bootstrap **bs_p);
 void shim_boot_destroy(struct mscx_bootstrap *bs);
+/**
+ * A real call on a non-blocking communicator that returns ncclInProgress is waited for by polling
+ * ncclCommGetAsyncError; a wait of @p bs also ends when *@p stop becomes non-zero (NULL: never).
+ */
+void shim_boot_watch(struct mscx_bootstrap *bs, const int *stop);
+/** Make @p device this thread's current CUDA device (nothing without CUDA or under the fake NCCL). */
+void shim_boot_use_device(int device);
 /**
  * shim_boot_destroy() for a stopped communicator: nothing that can wait on
  * the device. Its device buffer is freed by the next shim_boot_destroy().

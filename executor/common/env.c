@@ -421,3 +421,15 @@ void mscx_config_dump(FILE *out)
     }
     pthread_mutex_unlock(&env_lock);
 }
+
+const char *mscx_env_python(const char *name)
+{
+    static const char *const names[] = {"VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME", "HOME"};
+    for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(name, names[i]) != 0)
+            continue;
+        const char *v = getenv(name);
+        return v && *v ? v : NULL;
+    }
+    return NULL;
+}

@@ -200,6 +200,73 @@ MSCX_HD void mscx_reduce_bytes(unsigned dtype, unsigned op, uint8_t *acc, const 
     }
 }
 
+/* ---- scaled sums (PreMulSum; ncclAvg on floating types) ---- */
+
+/* Whether @p dtype can be scaled: the floating types the executors reduce. */
+MSCX_HD int mscx_dtype_scalable(unsigned dtype)
+{
+    return dtype == MSCX_DT_FP32 || dtype == MSCX_DT_FP16 || dtype == MSCX_DT_BF16;
+}
+
+/*
+ * One fp32 product x * s, rounded once. A NaN product is the canonical NaN
+ * 0x7fffffff, the one the GPU makes: then the sums that follow give the
+ * same bits on the host and the device.
+ */
+MSCX_HD uint32_t mscx_scale_f32(uint32_t x, uint32_t s)
+{
+    float p = mscx_bits_f32(x) * mscx_bits_f32(s);
+    return p != p ? 0x7fffffffu : mscx_f32_bits(p);
+}
+
+/*
+ * One fp16 or bf16 product x * s: computed in fp32, where the product of two
+ * such values is exact (11 + 11 or 8 + 8 significand bits), then rounded to
+ * nearest-even once, which is the datatype's own multiplication (for bf16
+ * products below 2^-126, fp32 subnormals, the fp32 result is already rounded).
+ */
+MSCX_HD uint16_t mscx_scale16(unsigned dtype, uint16_t x, uint16_t s)
+{
+    if (dtype == MSCX_DT_BF16)
+        return mscx_f32_to_bf16(mscx_bf16_to_f32(x) * mscx_bf16_to_f32(s));
+    return mscx_f32_to_f16(mscx_f16_to_f32(x) * mscx_f16_to_f32(s));
+}
+
+/* Multiply the @p n bytes at @p src by the scalar @p s (bits of @p dtype) into @p dst (may be @p src). */
+MSCX_HD void mscx_scale_bytes(unsigned dtype, uint64_t s, uint8_t *dst, const uint8_t *src, uint64_t n)
+{
+    if (dtype == MSCX_DT_FP32) {
+        for (uint64_t i = 0; i + 4 <= n; i += 4) {
+            uint32_t x;
+            memcpy(&x, src + i, 4);
+            x = mscx_scale_f32(x, (uint32_t)s);
+            memcpy(dst + i, &x, 4);
+        }
+        return;
+    }
+    for (uint64_t i = 0; i + 2 <= n; i += 2) {
+        uint16_t x;
+        memcpy(&x, src + i, 2);
+        x = mscx_scale16(dtype, x, (uint16_t)s);
+        memcpy(dst + i, &x, 2);
+    }
+}
+
+/*
+ * NCCL's ncclAvg scalar for @p nranks ranks, as bits of @p dtype: the double
+ * 1.0 / nranks converted to fp32, and for fp16 and bf16 that fp32 value
+ * rounded to the type (NCCL: __float2half(float(1.0 / nRanks))).
+ */
+MSCX_HD uint64_t mscx_avg_scalar_bits(unsigned dtype, uint32_t nranks)
+{
+    float f = (float)(1.0 / (double)(nranks ? nranks : 1));
+    if (dtype == MSCX_DT_FP16)
+        return mscx_f32_to_f16(f);
+    if (dtype == MSCX_DT_BF16)
+        return mscx_f32_to_bf16(f);
+    return mscx_f32_bits(f);
+}
+
 /* ---- packet lines ---- */
 
 /* Payload bytes per line and line bytes for a format. */

@@ -38,6 +38,15 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     return MSCX_ERR_UNSUPPORTED;
 }
 
+mscx_status_t mscx_exec_launch_scaled(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf,
+                                      void *recvbuf, uint64_t msg_bytes, enum mscx_dtype dtype,
+                                      enum mscx_redop op, const struct mscx_scale *scale,
+                                      enum mscx_pkt_format pkt, void *stream)
+{
+    (void)scale;
+    return mscx_exec_launch(ex, plan_id, sendbuf, recvbuf, msg_bytes, dtype, op, pkt, stream);
+}
+
 mscx_status_t mscx_exec_async_error(struct mscx_exec *ex)
 {
     (void)ex;

@@ -454,6 +454,32 @@ out:
     return NULL;
 }
 
+/*
+ * A scaled launch: the scalar of this launch (a device scalar is read now, as
+ * a kernel reads it when it runs), then the input multiplied by it in place;
+ * an out-of-place plan's input as filled is kept, for scale_end().
+ */
+static void scale_begin(const struct hx_run *run, struct hx_rank *rk)
+{
+    const struct mscx_scale *sc = run->scale;
+    uint64_t s = sc->value_bits, in = rk->size[MSCX_BUF_INPUT];
+    if (sc->kind == MSCX_SCALE_DEVICE) {
+        uint32_t w = 0;
+        memcpy(&w, sc->dev_ptr, run->cfg->dtype == MSCX_DT_FP32 ? 4 : 2);
+        s = w;
+    }
+    if (rk->saved_in)
+        memcpy(rk->saved_in, rk->mem[MSCX_BUF_INPUT], in);
+    mscx_scale_bytes(run->cfg->dtype, s, rk->mem[MSCX_BUF_INPUT], rk->mem[MSCX_BUF_INPUT], in);
+}
+
+/* After a scaled launch of an out-of-place plan: the input as the caller filled it. */
+static void scale_end(struct hx_rank *rk)
+{
+    if (rk->saved_in)
+        memcpy(rk->mem[MSCX_BUF_INPUT], rk->saved_in, rk->size[MSCX_BUF_INPUT]);
+}
+
 static void *ctl_thread(void *arg)
 {
     struct proxy_arg *pa = arg;
@@ -479,6 +505,8 @@ static void *ctl_thread(void *arg)
         if (cfg->fill)
             cfg->fill(cfg->ctx, rk->rank, it, rk->mem[MSCX_BUF_INPUT], rk->size[MSCX_BUF_INPUT],
                       rk->mem[MSCX_BUF_OUTPUT], rk->size[MSCX_BUF_OUTPUT]);
+        if (run->scale)
+            scale_begin(run, rk);
         if (run->hooks && run->hooks->scratch_pre)
             run->hooks->scratch_pre(cfg->ctx, rk->rank, it, flag, rk->mem[MSCX_BUF_SCRATCH],
                                     rk->size[MSCX_BUF_SCRATCH], rk->so);
@@ -503,6 +531,8 @@ static void *ctl_thread(void *arg)
          */
         if (rk->proxy_started && !hx_wait_flush(&t, atomic_load(&rk->fifo.head)))
             break;
+        if (run->scale)
+            scale_end(rk);
         if (cfg->collect)
             cfg->collect(cfg->ctx, rk->rank, it, rk->mem[MSCX_BUF_INPUT], rk->size[MSCX_BUF_INPUT],
                          rk->mem[MSCX_BUF_OUTPUT], rk->size[MSCX_BUF_OUTPUT]);
@@ -541,6 +571,8 @@ static mscx_status_t rank_setup(struct hx_run *run, struct hx_rank *rk, uint32_t
     rk->mem[MSCX_BUF_SCRATCH] = calloc(1, rk->geom.scratch_bytes ? rk->geom.scratch_bytes : 1);
     if (rk->alloc_io == NULL || rk->mem[MSCX_BUF_SCRATCH] == NULL)
         return MSCX_ERR_NO_MEMORY;
+    if (run->scale && !plan->inplace && in && (rk->saved_in = malloc(in)) == NULL)
+        return MSCX_ERR_NO_MEMORY;
     rk->mem[MSCX_BUF_INPUT] = rk->alloc_io + in_at;
     rk->mem[MSCX_BUF_OUTPUT] = rk->alloc_io + out_at;
     rk->size[MSCX_BUF_INPUT] = in;
@@ -572,6 +604,7 @@ static mscx_status_t rank_setup(struct hx_run *run, struct hx_rank *rk, uint32_t
 static void rank_free(struct hx_rank *rk)
 {
     free(rk->alloc_io);
+    free(rk->saved_in);
     free(rk->mem[MSCX_BUF_SCRATCH]);
     for (int c = 0; c < MSCX_CHAN_COUNT; c++) {
         free(rk->inbound[c]);
@@ -711,8 +744,39 @@ static mscx_status_t run_ranks(struct hx_run *run)
     return st;
 }
 
+/* A scaled sum is a sum, of a floating type, of a collective that reduces, with a scalar to read. */
+static mscx_status_t check_scale(const struct mscx_plan *plan, const struct mscx_hostexec_cfg *cfg,
+                                 const struct mscx_scale *sc, char *err, size_t errlen)
+{
+    if (sc->kind != MSCX_SCALE_HOST && sc->kind != MSCX_SCALE_DEVICE) {
+        snprintf(err, errlen, "caller bug: scale kind %d is not host or device", (int)sc->kind);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    if (sc->kind == MSCX_SCALE_DEVICE && sc->dev_ptr == NULL) {
+        snprintf(err, errlen, "caller bug: a device scale without a pointer");
+        return MSCX_ERR_INVALID_ARG;
+    }
+    if (cfg->op != MSCX_REDOP_SUM || !mscx_dtype_scalable(cfg->dtype) ||
+        (plan->coll != MSCX_COLL_ALLREDUCE && plan->coll != MSCX_COLL_REDUCESCATTER)) {
+        snprintf(err, errlen,
+                 "caller bug: a scaled launch must be a sum of fp32, fp16 or bf16 on an allreduce "
+                 "or reducescatter plan, not %s %s on %s",
+                 mscx_redop_name(cfg->op), mscx_dtype_name(cfg->dtype), plan->name);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    return MSCX_OK;
+}
+
 mscx_status_t mscx_hostexec_run_hooks(const struct mscx_plan *plan, const struct mscx_hostexec_cfg *cfg,
                                       const struct hx_hooks *hooks, char *err, size_t errlen)
+{
+    return mscx_hostexec_run_hooks_scaled(plan, cfg, hooks, NULL, err, errlen);
+}
+
+mscx_status_t mscx_hostexec_run_hooks_scaled(const struct mscx_plan *plan,
+                                             const struct mscx_hostexec_cfg *cfg,
+                                             const struct hx_hooks *hooks, const struct mscx_scale *scale,
+                                             char *err, size_t errlen)
 {
     char dummy[8];
     struct hx_run run;
@@ -722,7 +786,11 @@ mscx_status_t mscx_hostexec_run_hooks(const struct mscx_plan *plan, const struct
         errlen = sizeof(dummy);
     }
     err[0] = '\0';
+    if (scale && scale->kind == MSCX_SCALE_NONE)
+        scale = NULL;
     st = check_plan(plan, cfg, err, errlen);
+    if (st == MSCX_OK && scale)
+        st = check_scale(plan, cfg, scale, err, errlen);
     if (st != MSCX_OK) {
         MSCX_WARN("hostexec: %s", err);
         return st;
@@ -731,6 +799,7 @@ mscx_status_t mscx_hostexec_run_hooks(const struct mscx_plan *plan, const struct
     run.plan = plan;
     run.cfg = cfg;
     run.hooks = hooks;
+    run.scale = scale;
     run.timeout_ms = cfg->timeout_ms;
     if (run.timeout_ms == 0) {
         const struct mscx_config *conf;
@@ -770,4 +839,10 @@ mscx_status_t mscx_hostexec_run(const struct mscx_plan *plan, const struct mscx_
                                 size_t errlen)
 {
     return mscx_hostexec_run_hooks(plan, cfg, NULL, err, errlen);
+}
+
+mscx_status_t mscx_hostexec_run_scaled(const struct mscx_plan *plan, const struct mscx_hostexec_cfg *cfg,
+                                       const struct mscx_scale *scale, char *err, size_t errlen)
+{
+    return mscx_hostexec_run_hooks_scaled(plan, cfg, NULL, scale, err, errlen);
 }

@@ -66,6 +66,7 @@ struct hx_rank {
     uint64_t size[MSCX_BUF_COUNT];
     uint64_t chunk[MSCX_BUF_COUNT];
     uint8_t *alloc_io;            /* allocation behind input/output */
+    uint8_t *saved_in;            /* a scaled launch of an out-of-place plan: the input as filled */
     uint32_t flag;                /* flag of the current launch (written when no block runs) */
     uint64_t so;                  /* scratch half offset of the current launch */
     _Atomic uint64_t *inbound[MSCX_CHAN_COUNT];
@@ -90,6 +91,7 @@ struct hx_run {
     const struct mscx_plan *plan;
     const struct mscx_hostexec_cfg *cfg;
     const struct hx_hooks *hooks;
+    const struct mscx_scale *scale; /* NULL: a plain reduction */
     uint64_t timeout_ms;
     struct hx_rank *ranks;
     _Atomic int abort;
@@ -154,5 +156,10 @@ struct hx_hooks {
 
 mscx_status_t mscx_hostexec_run_hooks(const struct mscx_plan *plan, const struct mscx_hostexec_cfg *cfg,
                                       const struct hx_hooks *hooks, char *err, size_t errlen);
+/** mscx_hostexec_run_hooks() of a scaled sum (mscx_hostexec_run_scaled()); @p scale NULL: none. */
+mscx_status_t mscx_hostexec_run_hooks_scaled(const struct mscx_plan *plan,
+                                             const struct mscx_hostexec_cfg *cfg,
+                                             const struct hx_hooks *hooks, const struct mscx_scale *scale,
+                                             char *err, size_t errlen);
 
 #endif /* MSCX_HOSTEXEC_INT_H */

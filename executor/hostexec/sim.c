@@ -165,6 +165,8 @@ struct sim_ctx {
     uint64_t *fin_len;
     uint8_t **seed_line;  /* per rank: 1 for packet lines to seed */
     uint64_t *seed_nlines;
+    uint8_t *root_in;     /* out-of-place broadcast: the root's input as it was filled */
+    uint64_t root_in_bad; /* launches after which the root's input had changed */
 };
 
 static void sim_fill_cb(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t in_bytes, void *out,
@@ -182,10 +184,13 @@ static void sim_collect_cb(void *ctx, uint32_t rank, uint32_t iter, const void *
                            const void *out, uint64_t out_bytes)
 {
     struct sim_ctx *s = ctx;
-    (void)in;
-    (void)in_bytes;
     if (s->got)
         memcpy(s->got[(uint64_t)iter * s->nranks + rank], out, out_bytes);
+    if (s->root_in && rank == s->plan->root && in != out) {
+        fill_values(s->c->dtype, s->c->op, rank, iter, s->c->seed, 0, 0, s->mode, s->root_in, in_bytes);
+        if (memcmp(s->root_in, in, in_bytes) != 0)
+            s->root_in_bad++;
+    }
 }
 
 static void sim_final_cb(void *ctx, uint32_t rank, const uint8_t *in, uint64_t in_bytes, const uint8_t *out,
@@ -346,8 +351,8 @@ static void expected(struct sim_ctx *s, uint32_t rank, uint32_t iter, uint8_t *e
         }
         break;
     }
-    default: /* broadcast from root 0 */
-        fill_values(c->dtype, c->op, 0, iter, c->seed, 0, 0, s->mode, exp, out);
+    default: /* broadcast: the root's input, count elements */
+        fill_values(c->dtype, c->op, s->plan->root, iter, c->seed, 0, 0, s->mode, exp, out);
         break;
     }
 }
@@ -374,6 +379,7 @@ static void sim_free(struct sim_ctx *s, uint32_t iters)
             free(s->seed_line[r]);
     free(s->seed_line);
     free(s->seed_nlines);
+    free(s->root_in);
 }
 
 static double now_s(void)
@@ -433,6 +439,9 @@ static mscx_status_t check_definition(struct sim_ctx *s, struct mscx_sim_result 
     for (uint64_t i = 0; i < cells; i++)
         if ((s->got[i] = malloc(s->out_bytes + 1)) == NULL)
             goto oom;
+    bool check_root_in = s->plan->coll == MSCX_COLL_BROADCAST && !s->plan->inplace;
+    if (check_root_in && (s->root_in = malloc(s->in_bytes + 1)) == NULL)
+        goto oom;
     st = run_once(s, s->c->seed, false, res_p);
     if (st != MSCX_OK) {
         free(exp);
@@ -455,6 +464,13 @@ static mscx_status_t check_definition(struct sim_ctx *s, struct mscx_sim_result 
                 res_p->pass = 0;
             }
         }
+    }
+    if (s->root_in_bad) {
+        if (res_p->mismatches++ == 0)
+            snprintf(res_p->msg, sizeof(res_p->msg),
+                     "broadcast: the root's (rank %u) input changed in %" PRIu64 " of %u launches", s->plan->root,
+                     s->root_in_bad, iters);
+        res_p->pass = 0;
     }
     free(exp);
     free(tmp);

@@ -159,6 +159,11 @@ uint32_t mscx_plan_ranks_per_node(const struct mscx_plan *plan)
     return plan->ranks_per_node;
 }
 
+uint32_t mscx_plan_root(const struct mscx_plan *plan)
+{
+    return plan->root;
+}
+
 int mscx_plan_inplace(const struct mscx_plan *plan)
 {
     return plan->inplace ? 1 : 0;
@@ -182,13 +187,17 @@ void mscx_plan_size_range(const struct mscx_plan *plan, uint64_t *min_p, uint64_
         *max_p = plan->max_size;
 }
 
-/* Chunk count of rank @p g's buffer that holds one section per rank, 0 when there is none. */
+/* Chunk count of rank @p g's buffer that holds one section per rank, 0 when there is none. Alltoall
+ * sections both buffers (block j of the input goes to rank j, block q of the output came from rank q);
+ * mscx_plan_geom() refuses input and output chunks that disagree, so the input's count stands for both. */
 static uint32_t sectioned_chunks(const struct mscx_plan *plan, const struct mscx_gpu *g)
 {
     if (plan->coll == MSCX_COLL_ALLGATHER)
         return g->output_chunks;
     if (plan->coll == MSCX_COLL_REDUCESCATTER)
         return g->input_chunks;
+    if (plan->coll == MSCX_COLL_ALLTOALL)
+        return g->input_chunks ? g->input_chunks : g->output_chunks;
     return 0;
 }
 
@@ -591,6 +600,8 @@ void mscx_plan_describe(const struct mscx_plan *plan, FILE *out, const uint64_t 
         fprintf(out, "ranks/node:      %u%s\n", plan->ranks_per_node, plan->ranks_per_node_given ? "" : " (inferred)");
     else
         fprintf(out, "ranks/node:      unknown\n");
+    if (plan->coll == MSCX_COLL_BROADCAST)
+        fprintf(out, "root:            %u%s\n", plan->root, plan->root_given ? "" : " (no mscx.root)");
     fprintf(out, "protocol:        %s%s\n", plan->protocol == MSCX_PROTO_LL ? "LL" : "Simple",
             plan->double_scratch ? ", double scratch" : "");
     fprintf(out, "inplace:         %s\n", plan->inplace ? "yes" : "no");

@@ -89,6 +89,8 @@ struct mscx_plan {
     uint32_t nranks;
     uint32_t ranks_per_node;  /* from the extension, else inferred */
     bool ranks_per_node_given;
+    uint32_t root;            /* broadcast root: the extension's "root", else 0 */
+    bool root_given;
     uint32_t dtype_mask;      /* 1u << enum mscx_dtype allowed */
     uint32_t redop_mask;      /* 1u << enum mscx_redop allowed */
     bool masks_given;

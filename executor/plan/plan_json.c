@@ -387,6 +387,11 @@ static int parse_extension(struct pctx *c, const json_t *root, struct mscx_plan 
             return -1;
         p->ranks_per_node_given = true;
     }
+    if (json_object_get(ext, "root")) {
+        if (mscx_pj_u32(c, ext, "root", false, 0, MSCX_MAX_RANKS - 1, &p->root))
+            return -1;
+        p->root_given = true;
+    }
     p->dtype_mask = (1u << MSCX_DT_COUNT) - 1;
     p->redop_mask = (1u << MSCX_REDOP_COUNT) - 1;
     rc = parse_name_list(c, ext, "dtypes", true, &p->dtype_mask);

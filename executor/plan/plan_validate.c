@@ -177,6 +177,24 @@ static void derive_flags(struct mscx_plan *p)
 
 /* ---- header and declarations ---- */
 
+/* The extension's root: a rank of the plan, on broadcast plans only. */
+static int check_root(struct vctx *v)
+{
+    const struct mscx_plan *p = v->plan;
+    if (!p->root_given)
+        return 0;
+    if (p->coll != MSCX_COLL_BROADCAST) {
+        mscx_pv_path(v, "mscx.root");
+        return mscx_pv_fail(v, "expected no root (only broadcast plans have one; this plan is %s), got %u",
+                            p->collective_name, p->root);
+    }
+    if (p->root >= p->nranks) {
+        mscx_pv_path(v, "mscx.root");
+        return mscx_pv_fail(v, "expected a rank below the %u ranks, got %u", p->nranks, p->root);
+    }
+    return 0;
+}
+
 static int check_header(struct vctx *v)
 {
     struct mscx_plan *p = v->plan;
@@ -201,7 +219,7 @@ static int check_header(struct vctx *v)
         mscx_pv_path(v, "mscx.ranks_per_node");
         return mscx_pv_fail(v, "expected a divisor of the %u ranks, got %u", p->nranks, p->ranks_per_node);
     }
-    return 0;
+    return check_root(v);
 }
 
 /* Channels of rank @p r reach other ranks; switch channel groups name ranks. */

@@ -6,7 +6,8 @@ shim's summary (MSCX_SUMMARY_FILE, read with tools/ab/mscx-ab's parser) reports
 routed calls.
 
   nccl_compare.py --shim LIB --plans DIR --ab tools/ab/mscx-ab --workdir DIR
-                  [--preload-real] -- PROGRAM ARGS... (OUTFILE is appended)
+                  [--preload-real] [--only-size-fallbacks] -- PROGRAM ARGS...
+                  (OUTFILE is appended)
 
 --preload-real: the program is linked against some libnccl.so.2; the real one
 (MSCX_TEST_NCCL_LIB, else ldconfig's, else the one in torch's wheel) is
@@ -61,6 +62,8 @@ def main():
     ap.add_argument("--ab", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--preload-real", action="store_true")
+    ap.add_argument("--only-size-fallbacks", action="store_true",
+                    help="fail when the shim sent a call to NCCL for any reason but its size (no plan covers it)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
@@ -120,6 +123,10 @@ def main():
             print("--- %s\n%s" % (f, fh.read().strip()))
     if s["routed"] == 0:
         print("FAIL: the shim routed nothing")
+        bad += 1
+    other = {k: v for k, v in s["fallback"].items() if k != "size" and v}
+    if a.only_size_fallbacks and other:
+        print("FAIL: calls a plan covers went to NCCL: %s" % ", ".join("%s %d" % kv for kv in sorted(other.items())))
         bad += 1
     return 1 if bad else 0
 

@@ -214,8 +214,9 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
  * operator and both packet formats. They end in partial element groups and
  * partial 16-byte units (100 and 1000 B are not multiples of 8 or 16, 99 B
  * fits only 1-byte dtypes). For AllGather and ReduceScatter they are the
- * size per rank. A plan whose smallest size lies above them runs so at its
- * first multiple of 16 (per rank) and at 100 B (per rank) more. Sizes a
+ * size per rank, for AlltoAll the size per peer block. A plan whose
+ * smallest size lies above them runs so at its first multiple of 16 (per
+ * rank) and at 100 B (per rank) more. Sizes a
  * dtype cannot divide are no cases; sizes a plan's chunks cannot split are
  * counted as skipped.
  */
@@ -249,7 +250,8 @@ static int plan_reduces_any(const struct mscx_plan *plan)
 static size_t full_sizes(const struct mscx_plan *plan, uint64_t *out)
 {
     enum mscx_coll coll = mscx_plan_collective(plan);
-    int sectioned = coll == MSCX_COLL_ALLGATHER || coll == MSCX_COLL_REDUCESCATTER;
+    int sectioned =
+        coll == MSCX_COLL_ALLGATHER || coll == MSCX_COLL_REDUCESCATTER || coll == MSCX_COLL_ALLTOALL;
     uint64_t per = sectioned ? mscx_plan_nranks(plan) : 1;
     uint64_t mn, mx;
     size_t n = 0;

@@ -10,7 +10,9 @@
  *   - captured in a CUDA graph: the identity plans' out-of-place launch is
  *     exactly one memcpy node and their in-place launch no node at all; the
  *     refused plan's launch is a kernel node; replays follow the input
- *   - buffers not 16-byte aligned (fp32), at odd addresses (int8)
+ *   - buffers not 16-byte aligned (fp32), at odd addresses (int8), at the
+ *     same offset within 16 bytes and at different ones (the eager copy
+ *     kernel's word and byte paths)
  * Exits 77 without a GPU.
  */
 #include <dirent.h>
@@ -64,18 +66,19 @@ static void fill(uint8_t *p, uint64_t n, uint32_t seed)
     }
 }
 
-/* Device buffers: input and output apart, each followed by GUARD bytes; @p skew offsets both. */
+/* Device buffers: input and output apart, each followed by GUARD bytes, at byte offsets @p skew_in and @p skew_out. */
 struct bufs {
     uint8_t *din, *dout, *hin, *hout, *want;
     uint64_t bytes;
 };
 
-static void bufs_init(struct bufs *b, uint64_t bytes, uint32_t skew, uint8_t **alloc_in, uint8_t **alloc_out)
+static void bufs_init(struct bufs *b, uint64_t bytes, uint32_t skew_in, uint32_t skew_out, uint8_t **alloc_in,
+                      uint8_t **alloc_out)
 {
     CK(cudaMalloc((void **)alloc_in, bytes + GUARD + 16));
     CK(cudaMalloc((void **)alloc_out, bytes + GUARD + 16));
-    b->din = *alloc_in + skew;
-    b->dout = *alloc_out + 2 * skew;
+    b->din = *alloc_in + skew_in;
+    b->dout = *alloc_out + skew_out;
     b->bytes = bytes;
     b->hin = malloc(bytes + GUARD);
     b->hout = malloc(bytes + GUARD);
@@ -157,15 +160,15 @@ static cudaGraph_t capture(struct mscx_exec *ex, uint32_t pid, const void *in, v
 }
 
 static void run_case(struct mscx_exec *ex, uint32_t pid, const struct mscx_plan *plan, int ident,
-                     uint64_t msg, enum mscx_dtype dt, uint32_t skew, cudaStream_t s)
+                     uint64_t msg, enum mscx_dtype dt, uint32_t skew_in, uint32_t skew_out, cudaStream_t s)
 {
     char what[512];
-    snprintf(what, sizeof(what), "%s, %llu bytes of %s at offset %u", mscx_plan_name(plan),
-             (unsigned long long)msg, mscx_dtype_name(dt), skew);
+    snprintf(what, sizeof(what), "%s, %llu bytes of %s at offsets %u and %u", mscx_plan_name(plan),
+             (unsigned long long)msg, mscx_dtype_name(dt), skew_in, skew_out);
     uint8_t *ain, *aout;
     struct bufs b;
-    bufs_init(&b, msg, skew, &ain, &aout);
-    uint32_t seed = (uint32_t)msg * 31u + skew;
+    bufs_init(&b, msg, skew_in, skew_out, &ain, &aout);
+    uint32_t seed = (uint32_t)msg * 31u + skew_in * 7u + skew_out;
 
     /* eager, out of place */
     bufs_fill(&b, seed);
@@ -230,10 +233,15 @@ static void test_plan(const struct mscx_plan *plan, int ident, cudaStream_t s)
         return;
     }
     for (size_t i = 0; i < sizeof(k_sizes) / sizeof(k_sizes[0]); i++)
-        run_case(ex, pid, plan, ident, k_sizes[i], MSCX_DT_FP32, 0, s);
-    run_case(ex, pid, plan, ident, 4 * 1027, MSCX_DT_FP32, 4, s); /* not 16-byte aligned */
-    if (mscx_plan_supports(plan, MSCX_DT_INT8, MSCX_REDOP_SUM))
-        run_case(ex, pid, plan, ident, 1027, MSCX_DT_INT8, 1, s);
+        run_case(ex, pid, plan, ident, k_sizes[i], MSCX_DT_FP32, 0, 0, s);
+    /* not 16-byte aligned: both at the same offset within 16 bytes, and at different ones */
+    run_case(ex, pid, plan, ident, 4 * 1027, MSCX_DT_FP32, 4, 4, s);
+    run_case(ex, pid, plan, ident, 4 * 1027, MSCX_DT_FP32, 4, 8, s);
+    run_case(ex, pid, plan, ident, 4 * 259, MSCX_DT_FP32, 12, 12, s);
+    if (mscx_plan_supports(plan, MSCX_DT_INT8, MSCX_REDOP_SUM)) {
+        run_case(ex, pid, plan, ident, 1027, MSCX_DT_INT8, 1, 2, s);
+        run_case(ex, pid, plan, ident, 65536 + 3, MSCX_DT_INT8, 3, 3, s);
+    }
     CK(cudaStreamSynchronize(s));
     if ((st = mscx_exec_async_error(ex)) != MSCX_OK)
         FAIL("%s: async error %s", mscx_plan_name(plan), mscx_status_str(st));

@@ -405,6 +405,73 @@ START_TEST(test_ranks_per_node)
 }
 END_TEST
 
+/* Replace the first @p from in @p s (malloc'd result). */
+static char *str_subst(const char *s, const char *from, const char *to)
+{
+    const char *at = strstr(s, from);
+    ck_assert_ptr_nonnull(at);
+    size_t n = strlen(s) - strlen(from) + strlen(to) + 1;
+    char *out = malloc(n);
+    ck_assert_ptr_nonnull(out);
+    snprintf(out, n, "%.*s%s%s", (int)(at - s), s, to, at + strlen(from));
+    return out;
+}
+
+/* The extension's broadcast root: parsed, written back, absent means 0 and stays absent. */
+START_TEST(test_broadcast_root)
+{
+    size_t len;
+    char *json = mscx_test_read_file(mscx_test_src("tests/data/broadcast/broadcast_n4_root2.json"), &len);
+    ck_assert_ptr_nonnull(json);
+    struct mscx_plan *p = load_str(json);
+    ck_assert_int_eq(mscx_plan_collective(p), MSCX_COLL_BROADCAST);
+    ck_assert_uint_eq(mscx_plan_root(p), 2);
+    ck_assert(p->root_given);
+    char *out = NULL;
+    ck_assert_int_eq(mscx_plan_to_json(p, &out), MSCX_OK);
+    ck_assert_ptr_nonnull(strstr(out, "\"root\": 2"));
+    struct mscx_plan *q = load_str(out);
+    ck_assert_uint_eq(mscx_plan_root(q), 2);
+    mscx_plan_destroy(q);
+    free(out);
+    mscx_plan_destroy(p);
+
+    /* every rank may be the root */
+    char *r3 = str_subst(json, "\"root\": 2", "\"root\": 3");
+    p = load_str(r3);
+    ck_assert_uint_eq(mscx_plan_root(p), 3);
+    mscx_plan_destroy(p);
+    free(r3);
+
+    /* without it: root 0, and the writer adds none */
+    char *none = str_subst(json, "\"root\": 2,", "");
+    p = load_str(none);
+    ck_assert_uint_eq(mscx_plan_root(p), 0);
+    ck_assert(!p->root_given);
+    ck_assert_int_eq(mscx_plan_to_json(p, &out), MSCX_OK);
+    ck_assert_ptr_null(strstr(out, "\"root\""));
+    free(out);
+    mscx_plan_destroy(p);
+    free(none);
+
+    /* a root past the ranks is refused, naming the field and its place */
+    char err[MSCX_PLAN_ERR_LEN];
+    char *r4 = str_subst(json, "\"root\": 2", "\"root\": 4");
+    p = NULL;
+    ck_assert_int_eq(mscx_plan_load_buffer(r4, strlen(r4), "r4.json", &p, err, sizeof(err)), MSCX_ERR_PLAN);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(err, "r4.json:"), "%s", err);
+    ck_assert_msg(strstr(err, "mscx.root: expected a rank below the 4 ranks, got 4"), "%s", err);
+    free(r4);
+    free(json);
+
+    /* other collectives have root 0 */
+    p = load_ref("mscclpp-algo-plans/allreduce_pkt_n2.json");
+    ck_assert_uint_eq(mscx_plan_root(p), 0);
+    mscx_plan_destroy(p);
+}
+END_TEST
+
 static void geom_ok(const struct mscx_plan *p, uint64_t in, uint64_t out, enum mscx_dtype dt, struct mscx_geom *g)
 {
     char err[256];
@@ -656,6 +723,7 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_peer_access_order);
     tcase_add_test(tc, test_tbg_peer_write_refused);
     tcase_add_test(tc, test_ranks_per_node);
+    tcase_add_test(tc, test_broadcast_root);
     tcase_add_test(tc, test_historical_names);
     tcase_add_test(tc, test_clone_and_revalidate);
     tcase_add_test(tc, test_describe);

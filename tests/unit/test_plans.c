@@ -63,7 +63,7 @@ static uint64_t size_unit(const struct mscx_plan *plan, enum mscx_dtype dt)
 {
     uint64_t u = mscx_dtype_size(dt);
     enum mscx_coll c = mscx_plan_collective(plan);
-    if (c == MSCX_COLL_ALLGATHER || c == MSCX_COLL_REDUCESCATTER)
+    if (c == MSCX_COLL_ALLGATHER || c == MSCX_COLL_REDUCESCATTER || c == MSCX_COLL_ALLTOALL)
         u *= mscx_plan_nranks(plan);
     return u;
 }
@@ -93,7 +93,7 @@ START_TEST(test_plans_load)
         uint64_t lo, hi;
         mscx_plan_size_range(plan, &lo, &hi);
         ck_assert_uint_ge(lo, 1024);
-        ck_assert_uint_le(hi, 2u << 20);
+        ck_assert_uint_le(hi, mscx_plan_nranks(plan) == 1 ? 4u << 20 : 2u << 20); /* one rank: a copy */
         ck_assert_uint_lt(lo, hi);
         /* allreduce in place; the others out of place */
         ck_assert_int_eq(!!mscx_plan_inplace(plan), mscx_plan_collective(plan) == MSCX_COLL_ALLREDUCE);
@@ -101,7 +101,12 @@ START_TEST(test_plans_load)
         for (uint32_t r = 0; r < plan->nranks; r++)
             ck_assert_msg(plan->nranks * plan->gpus[r].ntb <= 128, "%s: %u blocks per rank", stem,
                           plan->gpus[r].ntb);
-        if (plan->nranks > 1) {
+        if (plan->nranks > 1 && (strstr(stem, "alltoall_") == stem || strstr(stem, "broadcast_") == stem) &&
+            strstr(stem, "_direct_")) {
+            /* whole blocks put into the peers' outputs */
+            ck_assert_msg(plan->protocol == MSCX_PROTO_SIMPLE && plan->gpus[0].scratch_chunks == 0,
+                          "%s: Simple plan without scratch", stem);
+        } else if (plan->nranks > 1) {
             ck_assert_msg(plan->double_scratch && plan->protocol == MSCX_PROTO_LL, "%s: packet plan", stem);
         }
         mscx_plan_destroy(plan);
@@ -120,7 +125,7 @@ START_TEST(test_plans_ranges_disjoint)
             const struct mscx_plan *a = plans[i], *b = plans[j];
             if (mscx_plan_collective(a) != mscx_plan_collective(b) || mscx_plan_nranks(a) != mscx_plan_nranks(b) ||
                 mscx_plan_ranks_per_node(a) != mscx_plan_ranks_per_node(b) ||
-                mscx_plan_inplace(a) != mscx_plan_inplace(b))
+                mscx_plan_inplace(a) != mscx_plan_inplace(b) || mscx_plan_root(a) != mscx_plan_root(b))
                 continue;
             uint64_t alo, ahi, blo, bhi;
             mscx_plan_size_range(a, &alo, &ahi);
@@ -139,6 +144,7 @@ START_TEST(test_plans_ranges_disjoint)
             uint64_t l2, h2;
             mscx_plan_size_range(plans[j], &l2, &h2);
             found |= mscx_plan_collective(plans[j]) == mscx_plan_collective(plans[i]) &&
+                     mscx_plan_root(plans[j]) == mscx_plan_root(plans[i]) &&
                      mscx_plan_nranks(plans[j]) == mscx_plan_nranks(plans[i]) &&
                      mscx_plan_ranks_per_node(plans[j]) == mscx_plan_ranks_per_node(plans[i]) && h2 + 1 == lo;
         }
@@ -178,7 +184,9 @@ START_TEST(test_plans_sim)
     if ((size_t)_i >= nplan_files)
         return;
     struct mscx_plan *plan = load_plan(plan_files[_i]);
-    bool reduces = mscx_plan_collective(plan) != MSCX_COLL_ALLGATHER;
+    bool reduces = mscx_plan_collective(plan) != MSCX_COLL_ALLGATHER &&
+                   mscx_plan_collective(plan) != MSCX_COLL_ALLTOALL &&
+                   mscx_plan_collective(plan) != MSCX_COLL_BROADCAST;
     uint64_t lo, hi;
     mscx_plan_size_range(plan, &lo, &hi);
     if (hi > SIM_CAP)
@@ -247,6 +255,151 @@ START_TEST(test_plans_sim)
         mid += u;
     if (mid <= hi)
         sim_one(plan, mid, MSCX_DT_FP16, reduces ? MSCX_REDOP_MIN : MSCX_REDOP_SUM, MSCX_PKT_LL16, 6);
+    mscx_plan_destroy(plan);
+}
+END_TEST
+
+/*
+ * Every shipped AlltoAll plan takes any whole count per peer (its chunks are one per peer block): odd
+ * counts near both ends of its range and in between, in elements of 1, 2, 4 and 8 bytes, both packet
+ * formats.
+ */
+static const uint64_t a2a_counts_lo[] = {1, 3, 5, 7, 33, 129, 1001};
+
+static void a2a_uneven(const struct mscx_plan *plan)
+{
+    static const enum mscx_dtype dts[4] = {MSCX_DT_UINT8, MSCX_DT_BF16, MSCX_DT_FP32, MSCX_DT_FP64};
+    uint64_t lo, hi, n = mscx_plan_nranks(plan);
+    mscx_plan_size_range(plan, &lo, &hi);
+    if (hi > SIM_CAP)
+        hi = SIM_CAP;
+    ck_assert_uint_eq(mscx_plan_elem_multiple(plan), n);
+    for (int d = 0; d < 4; d++) {
+        uint64_t u = n * mscx_dtype_size(dts[d]), base = round_up(lo, u) / u, top = hi / u;
+        uint64_t counts[10];
+        size_t nc = 0;
+        for (size_t k = 0; k < sizeof(a2a_counts_lo) / sizeof(a2a_counts_lo[0]); k++)
+            if (base + a2a_counts_lo[k] <= top && (k + (size_t)d) % 2 == 0)
+                counts[nc++] = base + a2a_counts_lo[k];
+        counts[nc++] = top % 2 ? top : top - 1;
+        counts[nc++] = (base + (top - base) / 2) | 1;
+        for (size_t k = 0; k < nc; k++)
+            if (counts[k] >= base && counts[k] <= top)
+                sim_one(plan, counts[k] * u, dts[d], MSCX_REDOP_SUM, (k + (size_t)d) % 2 ? MSCX_PKT_LL8 : MSCX_PKT_LL16,
+                        (uint32_t)(30 + k));
+    }
+}
+
+START_TEST(test_plans_alltoall_uneven)
+{
+    list_plans();
+    uint32_t nplans = 0;
+    for (size_t i = 0; i < nplan_files; i++) {
+        if (strncmp(plan_files[i], "alltoall_", 9) != 0)
+            continue;
+        struct mscx_plan *plan = load_plan(plan_files[i]);
+        ck_assert_int_eq(mscx_plan_collective(plan), MSCX_COLL_ALLTOALL);
+        a2a_uneven(plan);
+        mscx_plan_destroy(plan);
+        nplans++;
+    }
+    ck_assert_uint_ge(nplans, 10);
+}
+END_TEST
+
+/*
+ * Broadcast: every root of each shipped layout has plans covering 1K-1M
+ * (ranges of one root never overlap: test_plans_ranges_disjoint; the file
+ * name names the root the plan's extension gives), and each runs NCCL's broadcast from
+ * that root at sizes that end in a partial packet line and split unevenly
+ * over the blocks, in 1-, 2- and 8-byte elements.
+ */
+static void bcast_uneven(const struct mscx_plan *plan)
+{
+    static const struct {
+        uint64_t bytes;
+        enum mscx_dtype dt;
+        enum mscx_pkt_format pkt;
+    } cases[] = {
+        {1025, MSCX_DT_UINT8, MSCX_PKT_LL16},
+        {4093, MSCX_DT_INT8, MSCX_PKT_LL8},
+        {2 * 32771, MSCX_DT_FP16, MSCX_PKT_LL16},
+        {8 * 100003, MSCX_DT_FP64, MSCX_PKT_LL8},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+        sim_one(plan, cases[k].bytes, cases[k].dt, MSCX_REDOP_SUM, cases[k].pkt, 11 + (uint32_t)k);
+}
+
+START_TEST(test_plans_broadcast_roots)
+{
+    static uint64_t cover[17][17][16]; /* [nranks][ranks per node][root]: bytes of the ranges */
+    uint32_t nplans = 0;
+    memset(cover, 0, sizeof(cover));
+    list_plans();
+    for (size_t i = 0; i < nplan_files; i++) {
+        if (strncmp(plan_files[i], "broadcast_", 10) != 0)
+            continue;
+        struct mscx_plan *plan = load_plan(plan_files[i]);
+        uint32_t n = mscx_plan_nranks(plan), p = mscx_plan_ranks_per_node(plan), root = mscx_plan_root(plan);
+        char tag[32];
+        snprintf(tag, sizeof(tag), "_root%u_", root);
+        ck_assert_msg(strstr(plan_files[i], tag), "%s: the plan's root is %u", plan_files[i], root);
+        ck_assert_uint_lt(root, n);
+        ck_assert_uint_le(n, 16);
+        uint64_t lo, hi;
+        mscx_plan_size_range(plan, &lo, &hi);
+        cover[n][p][root] += hi - lo + 1;
+        bcast_uneven(plan);
+        mscx_plan_destroy(plan);
+        nplans++;
+    }
+    static const uint32_t layouts[][2] = {{2, 2}, {4, 4}, {8, 8}, {4, 2}, {8, 4}, {16, 8}};
+    for (size_t k = 0; k < sizeof(layouts) / sizeof(layouts[0]); k++) {
+        uint32_t n = layouts[k][0], p = layouts[k][1];
+        for (uint32_t root = 0; root < n; root++)
+            ck_assert_msg(cover[n][p][root] == (1u << 20) - 1024 + 1,
+                          "broadcast n%u rpn%u root %u: %llu bytes covered", n, p, root,
+                          (unsigned long long)cover[n][p][root]);
+    }
+    ck_assert_uint_eq(nplans, 56); /* one node: two ranges per root */
+}
+END_TEST
+
+/*
+ * The broadcast check is not vacuous: a plan loaded with another root than
+ * the one it was generated for gives the wrong data, and a plan that leaves
+ * every output right but overwrites the root's input (out of place) fails.
+ */
+static void sim_expect_fail(const struct mscx_plan *plan, const char *why)
+{
+    struct mscx_sim_case c = {.msg_bytes = 1027, .dtype = MSCX_DT_UINT8, .pkt = MSCX_PKT_LL16, .iters = 2,
+                              .seed = 5};
+    struct mscx_sim_result res;
+    ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
+    ck_assert_msg(!res.pass && strstr(res.msg, why), "%s: passed or wrong reason: %s", mscx_plan_name(plan),
+                  res.msg);
+}
+
+START_TEST(test_sim_broadcast_checks)
+{
+    size_t len;
+    char err[MSCX_PLAN_ERR_LEN];
+    struct mscx_plan *plan = NULL;
+    char *json = mscx_test_read_file(mscx_test_src("tests/data/broadcast/broadcast_n4_root2.json"), &len);
+    ck_assert_ptr_nonnull(json);
+    ck_assert_int_eq(mscx_plan_load_buffer(json, len, "root2.json", &plan, err, sizeof(err)), MSCX_OK);
+    sim_one(plan, 1027, MSCX_DT_UINT8, MSCX_REDOP_SUM, MSCX_PKT_LL16, 5);
+    mscx_plan_destroy(plan);
+    char *at = strstr(json, "\"root\": 2");
+    ck_assert_ptr_nonnull(at);
+    at[sizeof("\"root\": ") - 1] = '1';
+    ck_assert_int_eq(mscx_plan_load_buffer(json, len, "root1.json", &plan, err, sizeof(err)), MSCX_OK);
+    sim_expect_fail(plan, "broadcast: rank ");
+    mscx_plan_destroy(plan);
+    free(json);
+    const char *overwrites = "tests/data/broadcast/broadcast_n2_root_input_overwritten.json";
+    ck_assert_int_eq(mscx_plan_load(mscx_test_src(overwrites), &plan, NULL, 0), MSCX_OK);
+    sim_expect_fail(plan, "the root's (rank 0) input changed");
     mscx_plan_destroy(plan);
 }
 END_TEST
@@ -704,6 +857,14 @@ START_TEST(test_plangen_cli)
         "--coll allgather --algo allpairs --ranks 4 --blocks 2",
         "--coll allreduce --algo oneshot --ranks 4 --blocks 0",
         "--coll allreduce --algo oneshot --ranks 4 --blocks 65",
+        "--coll broadcast --algo oneshot --ranks 4 --root 4",                  /* not a rank */
+        "--coll broadcast --algo oneshot --ranks 4 --root -1",
+        "--coll allreduce --algo oneshot --ranks 4 --root 1",                  /* broadcast only */
+        "--coll broadcast --algo twophase --ranks 4",
+        "--coll broadcast --algo direct --ranks 8 --ranks-per-node 4",        /* one node */
+        "--coll alltoall --algo allpairs --ranks 4",
+        "--coll alltoall --algo direct --ranks 8 --ranks-per-node 4",          /* one node */
+        "--coll alltoall --algo oneshot --ranks 4 --blocks 2",                 /* per peer: --tbs-per-peer */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(cmd, sizeof(cmd), "%s %s -o /dev/null 2>/dev/null", tool, bad[i]);
@@ -723,6 +884,9 @@ Suite *mscx_test_suite(void)
     tc = mscx_tcase("sim");
     tcase_add_loop_test(tc, test_plans_sim, 0, MAX_PLANS);
     tcase_add_test(tc, test_plans_sim_rank_order);
+    tcase_add_test(tc, test_plans_alltoall_uneven);
+    tcase_add_test(tc, test_plans_broadcast_roots);
+    tcase_add_test(tc, test_sim_broadcast_checks);
     suite_add_tcase(s, tc);
     tc = mscx_tcase("plangen");
     tcase_add_test(tc, test_plangen_nofuse_same);

@@ -281,6 +281,65 @@ START_TEST(test_detects_wrong_plan)
 }
 END_TEST
 
+/* The DSL's one-node AlltoAll examples (tests/data/mscclpp/README.md). */
+static const char *const a2a_plans[] = {
+    "alltoall_n2",          "alltoall_n4",         "alltoall_n8",          "alltoall_pipeline_n2",
+    "alltoall_pipeline_n4", "alltoall_ring_n2",    "alltoall_ring_oop_n2", "alltoall_ring_oop_n4",
+    "alltoall_ring_peers_n4",
+};
+#define N_A2A_PLANS (sizeof(a2a_plans) / sizeof(a2a_plans[0]))
+
+/*
+ * Every AlltoAll fixture at element counts its chunks divide: one element group, an odd multiple of it
+ * and a larger one whose 4-byte chunks are no multiple of 16; fp32 and fp16, both formats, 3 launches.
+ * A count the chunks do not divide (where there is one) is refused, naming the plan.
+ */
+START_TEST(test_alltoall_fixtures)
+{
+    struct mscx_plan *plan = load_ref("mscclpp-algo-plans", a2a_plans[_i]);
+    uint64_t n = mscx_plan_nranks(plan), m = mscx_plan_elem_multiple(plan);
+    ck_assert_uint_eq(m % n, 0);
+    static const uint64_t mult[] = {1, 3, 41};
+    static const enum mscx_dtype dts[2] = {MSCX_DT_FP32, MSCX_DT_FP16};
+    for (int f = 0; f < 2; f++)
+        for (int d = 0; d < 2; d++)
+            for (size_t k = 0; k < sizeof(mult) / sizeof(mult[0]); k++)
+                check_case(plan, a2a_plans[_i], mult[k] * m * mscx_dtype_size(dts[d]), dts[d], MSCX_REDOP_SUM,
+                           (enum mscx_pkt_format)f, 3);
+    if (m > n) {
+        struct mscx_sim_case c = {(m + n) * 4, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 1, 3, 0};
+        struct mscx_sim_result res;
+        ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(res.msg, mscx_plan_name(plan)) && strstr(res.msg, "does not split into its"),
+                      "%s", res.msg);
+    }
+    mscx_plan_destroy(plan);
+}
+END_TEST
+
+/*
+ * alltoall_ring_oop for 2 ranks puts 16 chunks in each peer's block. At 64,064 bytes of fp32 (8,008
+ * elements per peer) chunks of ceil(16,016 / 32) = 501 elements would carry rank 0's block past its end
+ * into rank 1's: the geometry refuses that count, naming the plan. The same bytes as uint8 (2,002-byte
+ * chunks, no multiple of 16) and 64,000 or 65,536 bytes of fp32 divide evenly and pass.
+ */
+START_TEST(test_alltoall_ring_oop_sections)
+{
+    struct mscx_plan *plan = load_ref("mscclpp-algo-plans", "alltoall_ring_oop_n2");
+    ck_assert_uint_eq(mscx_plan_elem_multiple(plan), 32);
+    struct mscx_sim_case c = {64064, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2, 3, 0};
+    struct mscx_sim_result res;
+    ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(res.msg, "plan alltoall_ring_oop rank 0") &&
+                      strstr(res.msg, "(16016 fp32 elements) does not split into its 32 chunks evenly"),
+                  "%s", res.msg);
+    check_case(plan, "alltoall_ring_oop_n2", 64064, MSCX_DT_UINT8, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2);
+    check_case(plan, "alltoall_ring_oop_n2", 64000, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2);
+    check_case(plan, "alltoall_ring_oop_n2", 65536, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL8, 2);
+    mscx_plan_destroy(plan);
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("sim_fixtures");
@@ -292,6 +351,8 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_wide_put_split);
     tcase_add_loop_test(tc, test_allreduce_sizes, 0, 3);
     tcase_add_loop_test(tc, test_allreduce_dtypes, 0, 3);
+    tcase_add_loop_test(tc, test_alltoall_fixtures, 0, (int)N_A2A_PLANS);
+    tcase_add_test(tc, test_alltoall_ring_oop_sections);
     suite_add_tcase(s, tc);
     return s;
 }

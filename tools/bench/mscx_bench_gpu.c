@@ -8,7 +8,9 @@
  * Before them, a launch probe: one rank, no peers (bench_probe).
  * --ranks N runs only the rows of N ranks (1: the probe only), --plans only
  * this project's plans (gen) or the DSL's (dsl), --edges prints each
- * captured graph's shape on stderr.
+ * captured graph's shape on stderr. With gen, the one-node packet AlltoAll
+ * plans (alltoall_n{N}_rpn{N}_oneshot_*.json, out of place, fp32) also run
+ * against the hand-written one-shot alltoall (ref_alltoall.cu), rows "a2a".
  * Prints a markdown table: each plan-driven LL16 packet allreduce (fp32 sum)
  * against a hand-written kernel of the same algorithm (tools/bench/ref/),
  * eager and under CUDA graphs, and the launch+completion time of an empty plan.
@@ -50,10 +52,11 @@ static double now_us(void)
 
 struct bench {
     uint32_t n, pid[MAXR], blocks, threads;
-    int oneshot;
+    enum mscx_ref_algo algo;
     struct mscx_exec *ex[MAXR];
     cudaStream_t st[MAXR];
     float *buf[MAXR];
+    float *out[MAXR]; /* alltoall: the output (out of place); NULL: in place in buf */
     char *scr[MAXR];
     uint32_t *state[MAXR];
     uint64_t msg, scratch_bytes;
@@ -66,8 +69,8 @@ static int one_iter(struct bench *b)
         int rc;
         if (b->ref) {
             struct mscx_ref_launch l = {
-                .algo = b->oneshot ? MSCX_REF_ONESHOT : MSCX_REF_TWOPHASE, .dtype = MSCX_DT_FP32,
-                .send = b->buf[r], .recv = b->buf[r], .scratch_bytes = b->scratch_bytes, .state = b->state[r],
+                .algo = b->algo, .dtype = MSCX_DT_FP32,
+                .send = b->buf[r], .recv = b->out[r] ? b->out[r] : b->buf[r], .scratch_bytes = b->scratch_bytes, .state = b->state[r],
                 .rank = r, .nranks = b->n, .bytes = b->msg, .blocks = b->blocks, .threads = b->threads,
                 .timeout_ns = 10000000000ull, .pdl = (uint32_t)g_pdl,
             };
@@ -78,8 +81,8 @@ static int one_iter(struct bench *b)
             if (rc)
                 fprintf(stderr, "mscx-bench-gpu: %s\n", err);
         } else
-            rc = mscx_exec_launch(b->ex[r], b->pid[r], b->buf[r], b->buf[r], b->msg, MSCX_DT_FP32, MSCX_REDOP_SUM,
-                                  MSCX_PKT_LL16, b->st[r]);
+            rc = mscx_exec_launch(b->ex[r], b->pid[r], b->buf[r], b->out[r] ? b->out[r] : b->buf[r], b->msg,
+                                  MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, b->st[r]);
         if (rc)
             return -1;
     }
@@ -205,7 +208,7 @@ static double graph_replay(struct bench *b, cudaGraphExec_t ge, int per_graph)
 
 static uint64_t g_max_bytes = 4u << 20;
 
-static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const char *label);
+static void bench_plan(struct mscx_plan *plan, uint32_t n, enum mscx_ref_algo algo, const char *label);
 
 /* Plan file names in size order: by the number after the algorithm (1K < 4K < 16K < 64K). */
 static uint64_t name_size(const char *name)
@@ -226,7 +229,7 @@ static int cmp_name(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
-static void bench_n(const char *path, uint32_t n, int oneshot, const char *label)
+static void bench_n(const char *path, uint32_t n, enum mscx_ref_algo algo, const char *label)
 {
     char err[1024];
     struct mscx_plan *plan;
@@ -234,7 +237,7 @@ static void bench_n(const char *path, uint32_t n, int oneshot, const char *label
         fprintf(stderr, "%s: %s\n", path, err);
         return;
     }
-    bench_plan(plan, n, oneshot, label);
+    bench_plan(plan, n, algo, label);
 }
 
 /* Run @p plan (then destroyed) against the hand-written kernel, a row per size. */
@@ -280,18 +283,18 @@ static void bench_size(struct bench *b, const char *label)
     fflush(stdout);
 }
 
-static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const char *label)
+static void bench_plan(struct mscx_plan *plan, uint32_t n, enum mscx_ref_algo algo, const char *label)
 {
     struct bench b;
     memset(&b, 0, sizeof(b));
     b.n = n;
     b.blocks = mscx_plan_threadblocks(plan, 0);
     b.threads = mscx_plan_threads_per_block(plan) ? mscx_plan_threads_per_block(plan) : 1024;
-    b.oneshot = oneshot;
+    b.algo = algo;
     uint64_t mn, mx;
     mscx_plan_size_range(plan, &mn, &mx);
     const uint64_t maxmsg = mx < g_max_bytes ? mx : g_max_bytes;
-    b.scratch_bytes = mscx_ref_scratch_bytes(oneshot ? MSCX_REF_ONESHOT : MSCX_REF_TWOPHASE, n, maxmsg);
+    b.scratch_bytes = mscx_ref_scratch_bytes(algo, n, maxmsg);
     if (mscx_exec_create_local_group(n, 0, b.ex) != MSCX_OK)
         return;
     for (uint32_t r = 0; r < n; r++) {
@@ -302,6 +305,10 @@ static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const ch
         cudaStreamCreateWithFlags(&b.st[r], cudaStreamNonBlocking);
         cudaMalloc((void **)&b.buf[r], maxmsg);
         cudaMemset(b.buf[r], 0, maxmsg);
+        if (algo == MSCX_REF_ALLTOALL) {
+            cudaMalloc((void **)&b.out[r], maxmsg);
+            cudaMemset(b.out[r], 0, maxmsg);
+        }
         cudaMalloc((void **)&b.scr[r], b.scratch_bytes);
         cudaMemset(b.scr[r], 0, b.scratch_bytes);
         cudaMalloc((void **)&b.state[r], MSCX_REF_STATE_BYTES);
@@ -316,6 +323,7 @@ static void bench_plan(struct mscx_plan *plan, uint32_t n, int oneshot, const ch
     for (uint32_t r = 0; r < n; r++) {
         cudaStreamDestroy(b.st[r]);
         cudaFree(b.buf[r]);
+        cudaFree(b.out[r]);
         cudaFree(b.scr[r]);
         cudaFree(b.state[r]);
         mscx_exec_destroy(b.ex[r]);
@@ -361,7 +369,7 @@ static void bench_probe(void)
         fprintf(stderr, "launch probe plan: %s\n", o >= (int)sizeof(js) ? "too long" : err);
         return;
     }
-    bench_plan(plan, 1, 1, "launch probe (1 rank, copy)");
+    bench_plan(plan, 1, MSCX_REF_ONESHOT, "launch probe (1 rank, copy)");
 }
 
 /*
@@ -389,11 +397,30 @@ static void bench_gen(const char *pdir, uint32_t n)
                 snprintf(path, sizeof(path), "%s/%s", pdir, names[i]);
                 snprintf(label, sizeof(label), "gen %s %.*s", algos[a], (int)strcspn(names[i] + strlen(pre), "."),
                          names[i] + strlen(pre));
-                bench_n(path, n, a == 0, label);
+                bench_n(path, n, a == 0 ? MSCX_REF_ONESHOT : MSCX_REF_TWOPHASE, label);
             }
             free(names[i]);
         }
     }
+}
+
+/* The one-node packet AlltoAll plans of @p n ranks in @p pdir, each against the hand-written alltoall. */
+static void bench_a2a(const char *pdir, uint32_t n)
+{
+    char pre[64], path[4096], label[128];
+    snprintf(pre, sizeof(pre), "alltoall_n%u_rpn%u_oneshot_", n, n);
+    DIR *d = opendir(pdir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (strncmp(de->d_name, pre, strlen(pre)) != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", pdir, de->d_name);
+        snprintf(label, sizeof(label), "a2a oneshot %.*s", (int)strcspn(de->d_name + strlen(pre), "."),
+                 de->d_name + strlen(pre));
+        bench_n(path, n, MSCX_REF_ALLTOALL, label);
+    }
+    if (d)
+        closedir(d);
 }
 
 static void bench_empty(void)
@@ -518,7 +545,8 @@ int main(int argc, char **argv)
         return 2;
     g_pdl = cfg->pdl;
     printf("LL16 packet allreduce, fp32 sum, in place; us per allreduce (all ranks); graph: %d per graph, "
-           "median of %d replays; programmatic dependent launch (MSCX_PDL) %s for both kernels\n\n", ITERS, REPS,
+           "median of %d replays; programmatic dependent launch (MSCX_PDL) %s for both kernels; rows a2a: "
+           "LL16 packet alltoall, fp32, out of place, us per alltoall\n\n", ITERS, REPS,
            g_pdl ? "on" : "off");
     printf("| plan | ranks | bytes | blocks/rank | exec eager | hand eager | eager ratio | exec graph | hand graph | "
            "graph ratio | exec joined | hand joined | joined ratio |\n");
@@ -530,9 +558,11 @@ int main(int argc, char **argv)
             continue;
         if (o.gen)
             bench_gen(o.pdir, n);
+        if (o.gen)
+            bench_a2a(o.pdir, n);
         snprintf(path, sizeof(path), "%s/allreduce_pkt_n%u.json", o.dir, n);
         if (o.dsl)
-            bench_n(path, n, 0, "dsl allreduce_pkt");
+            bench_n(path, n, MSCX_REF_TWOPHASE, "dsl allreduce_pkt");
     }
     printf("\nexecutor overhead (exec / hand), largest over the rows above of shipped plans (gen) at "
            "1 KB-64 KB: eager %.2f, graph %.2f, joined graph %.2f\n",

@@ -45,9 +45,9 @@ struct pg_entry {
 
 static const struct pg_entry pg_shipped[] = {
     /* one rank */
-    {"allreduce", "copy", 1, 1, K1, M1, 1, 512, 0, NULL},
-    {"allgather", "copy", 1, 1, K1, M1, 1, 512, 0, NULL},
-    {"reducescatter", "copy", 1, 1, K1, M1, 1, 512, 0, NULL},
+    {"allreduce", "copy", 1, 1, K1, 4 * M1, 1, 512, 0, NULL},
+    {"allgather", "copy", 1, 1, K1, 4 * M1, 1, 512, 0, NULL},
+    {"reducescatter", "copy", 1, 1, K1, 4 * M1, 1, 512, 0, NULL},
     /* one node */
     /*
      * The range splits and block counts were chosen by measurement: the
@@ -98,19 +98,53 @@ static const struct pg_entry pg_shipped[] = {
     {"reducescatter", "hier2", 8, 4, 64 * K1 + 1, 2 * M1, 4, 1024, 0, NULL},
     {"reducescatter", "hier2", 16, 8, K1, 64 * K1, 1, 512, 0, NULL},
     {"reducescatter", "hier2", 16, 8, 64 * K1 + 1, 2 * M1, 1, 1024, 0, NULL},
+    /*
+     * Broadcast, one plan per root (every plan of a communicator's rank
+     * count is added at its setup, with its scratch): on one node LL packets
+     * up to 64K and the Simple direct puts, which need no scratch, above;
+     * across nodes one LL range. Not measured yet.
+     */
+    {"broadcast", "oneshot", 2, 2, K1, 64 * K1, 2, 512, 0, NULL},
+    {"broadcast", "direct", 2, 2, 64 * K1 + 1, M1, 8, 1024, 0, NULL},
+    {"broadcast", "oneshot", 4, 4, K1, 64 * K1, 1, 512, 0, NULL},
+    {"broadcast", "direct", 4, 4, 64 * K1 + 1, M1, 4, 1024, 0, NULL},
+    {"broadcast", "oneshot", 8, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"broadcast", "direct", 8, 8, 64 * K1 + 1, M1, 2, 1024, 0, NULL},
+    {"broadcast", "hier2", 4, 2, K1, M1, 4, 1024, 0, NULL},
+    {"broadcast", "hier2", 8, 4, K1, M1, 2, 1024, 0, NULL},
+    {"broadcast", "hier2", 16, 8, K1, M1, 1, 1024, 0, NULL},
+    /*
+     * AlltoAll: LL packets up to 64 KB, whole blocks put into the peers' outputs above (one node); two
+     * nodes in packets. Not measured yet.
+     */
+    {"alltoall", "copy", 1, 1, K1, 4 * M1, 1, 512, 0, NULL},
+    {"alltoall", "oneshot", 2, 2, K1, 64 * K1, 4, 512, 0, NULL},
+    {"alltoall", "direct", 2, 2, 64 * K1 + 1, 2 * M1, 8, 1024, 0, NULL},
+    {"alltoall", "oneshot", 4, 4, K1, 64 * K1, 2, 512, 0, NULL},
+    {"alltoall", "direct", 4, 4, 64 * K1 + 1, 2 * M1, 4, 1024, 0, NULL},
+    {"alltoall", "oneshot", 8, 8, K1, 64 * K1, 1, 512, 0, NULL},
+    {"alltoall", "direct", 8, 8, 64 * K1 + 1, 2 * M1, 2, 1024, 0, NULL},
+    {"alltoall", "hier2", 4, 2, K1, 2 * M1, 4, 1024, 0, NULL},
+    {"alltoall", "hier2", 8, 4, K1, 2 * M1, 2, 1024, 0, NULL},
+    {"alltoall", "hier2", 16, 8, K1, 2 * M1, 1, 1024, 0, NULL},
 };
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: mscx-plangen --coll allreduce|allgather|reducescatter --algo ALGO --ranks N\n"
+            "usage: mscx-plangen --coll allreduce|allgather|reducescatter|broadcast|alltoall --algo ALGO\n"
+            "                    --ranks N\n"
             "                    [--ranks-per-node P] [--min-size S] [--max-size S] [--tbs-per-peer T]\n"
+            "                    [--root R]\n"
             "                    [--threads-per-block B] [--blocks G] [--layout rows|peer|cols]\n"
             "                    [--packet ll16|ll8] [--name NAME] [--no-fuse]\n"
             "                    [-o FILE]\n"
             "       mscx-plangen --all DIR [--no-fuse]\n"
             "algorithms: copy (one rank); oneshot, twophase (allreduce, one node);\n"
-            "            allpairs (allgather, reducescatter, one node); hier2 (two or more nodes)\n"
+            "            allpairs (allgather, reducescatter, one node); hier2 (two or more nodes);\n"
+            "            broadcast: oneshot, direct (one node), hier2; --root R its root (default 0)\n"
+            "            alltoall: oneshot (LL packets, one node), direct (puts into the peers' outputs,\n"
+            "            one node), hier2\n"
             "sizes take K, M or G suffixes (powers of 1024); the range of allgather is the output size\n"
             "--blocks G: oneshot with G thread blocks per rank (default: tbs-per-peer x (ranks - 1));\n"
             "            twophase with G blocks per rank, each rank's share in G sub-chunks (block b reduces\n"
@@ -224,6 +258,24 @@ out:
     return out;
 }
 
+/* Write the plan of @p par into @p dir, named after the plan. @return 0 or 1. */
+static int generate_into(const char *dir, const struct pg_params *par, const struct pg_opts *o)
+{
+    struct pg_plan p;
+    char path[4096];
+    /* the plan name is also the file name */
+    if (pg_generate(par, &p) < 0)
+        return 1;
+    snprintf(path, sizeof(path), "%s/%s.json", dir, p.name);
+    pg_plan_fini(&p);
+    char *json = generate(par, o);
+    if (!json)
+        return 1;
+    int rc = write_file(path, json);
+    free(json);
+    return rc ? 1 : 0;
+}
+
 static int generate_all(const char *dir, const struct pg_opts *o)
 {
     if (mkdir(dir, 0777) && errno != EEXIST) {
@@ -237,22 +289,13 @@ static int generate_all(const char *dir, const struct pg_opts *o)
             .tbs_per_peer = e->tpp, .nthreads = e->nthreads, .packet = "ll16",
             .blocks = e->blocks, .layout = e->layout,
         };
-        struct pg_plan p;
-        char path[4096];
         if (mscx_coll_parse(e->coll, &par.coll) < 0)
             return 1;
-        /* the plan name is also the file name */
-        if (pg_generate(&par, &p) < 0)
-            return 1;
-        snprintf(path, sizeof(path), "%s/%s.json", dir, p.name);
-        pg_plan_fini(&p);
-        char *json = generate(&par, o);
-        if (!json)
-            return 1;
-        int rc = write_file(path, json);
-        free(json);
-        if (rc)
-            return 1;
+        /* broadcast: one plan per root */
+        uint32_t nroots = par.coll == MSCX_COLL_BROADCAST ? e->nranks : 1;
+        for (par.root = 0; par.root < nroots; par.root++)
+            if (generate_into(dir, &par, o))
+                return 1;
     }
     return 0;
 }
@@ -270,6 +313,7 @@ static const struct option longopts[] = {
     {"threads-per-block", required_argument, NULL, 'b'},
     {"packet", required_argument, NULL, 'k'},
     {"name", required_argument, NULL, 'N'},
+    {"root", required_argument, NULL, 'r'},
     {"no-fuse", no_argument, NULL, 'F'},
     {"raw", no_argument, NULL, 'R'},
     {"quiet", no_argument, NULL, 'q'},
@@ -309,6 +353,7 @@ static int set_option(int c, struct pg_cli *cli)
         par->packet = optarg;
         break;
     case 'N': par->name = optarg; break;
+    case 'r': bad = parse_u32(optarg, &par->root); break;
     case 'F': cli->o.fuse = false; break;
     case 'R': cli->o.raw = true; break;
     case 'q': cli->o.quiet = true; break;

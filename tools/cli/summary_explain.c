@@ -17,11 +17,12 @@ struct reason_text {
 static const struct reason_text reasons[] = {
     {"no-state", "the communicator has no mscx state (disabled, no plan for its size, or setup fell back)"},
     {"forced", "MSCX_FORCE_FALLBACK names the collective"},
-    {"group", "the call was inside ncclGroupStart/ncclGroupEnd"},
+    {"group", "its ncclGroupStart/End group mixed routed and NCCL-bound calls, so all went to NCCL"},
     {"dtype", "no plan supports the datatype"},
-    {"op", "no plan supports the reduction (ncclAvg, PreMulSum or another)"},
+    {"op", "no plan supports the reduction, or mscx does not run it (ncclAvg of integers; a PreMulSum op of "
+           "another datatype or communicator, or destroyed)"},
     {"size", "no plan covers the message size"},
-    {"root", "the broadcast root is one no plan serves"},
+    {"root", "no broadcast plan for this root (each broadcast plan serves one root)"},
     {"no-plan", "no plan for this collective and rank count"},
     {"launch", "the executor refused the launch before enqueueing anything"},
 };

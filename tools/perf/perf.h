@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 /* Collectives, in the order of the names table in perf_args.c. */
-enum perf_coll { PERF_ALLREDUCE = 0, PERF_ALLGATHER, PERF_REDUCESCATTER, PERF_COLL_COUNT };
+enum perf_coll { PERF_ALLREDUCE = 0, PERF_ALLGATHER, PERF_REDUCESCATTER, PERF_ALLTOALL, PERF_COLL_COUNT };
 
 /* Data types, numbered as ncclDataType_t. */
 enum perf_type {
@@ -45,6 +45,7 @@ struct perf_opts {
     const char *json_path;         /* --json */
     int executor_nranks;           /* --executor N; 0 = NCCL */
     int baseline;                  /* --baseline: the hand-written kernels instead of the executor */
+    int nccl_window;               /* --nccl-window: buffers from ncclMemAlloc, registered as a window */
     const char *plan_path;         /* --plan */
     const char *boot_dir;          /* --bootstrap-dir */
     int device;                    /* --device: first CUDA device (default local rank) */

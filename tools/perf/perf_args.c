@@ -8,9 +8,9 @@
 
 #include "perf.h"
 
-static const char *const coll_names[PERF_COLL_COUNT] = {"allreduce", "allgather", "reducescatter"};
+static const char *const coll_names[PERF_COLL_COUNT] = {"allreduce", "allgather", "reducescatter", "alltoall"};
 static const char *const coll_progs[PERF_COLL_COUNT] = {"all_reduce_perf", "all_gather_perf",
-                                                        "reduce_scatter_perf"};
+                                                        "reduce_scatter_perf", "alltoall_perf"};
 static const char *const type_names[PERF_TYPE_COUNT] = {"int8",  "uint8", "int32",  "uint32", "int64",
                                                         "uint64", "half", "float", "double", "bfloat16"};
 static const size_t type_sizes[PERF_TYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
@@ -143,7 +143,7 @@ static int parse_type(const char *s, unsigned *mask_p)
 
 static int parse_coll(const char *s, enum perf_coll *c_p)
 {
-    static const char *const alt[PERF_COLL_COUNT] = {"all_reduce", "all_gather", "reduce_scatter"};
+    static const char *const alt[PERF_COLL_COUNT] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
     int c = lookup(coll_names, PERF_COLL_COUNT, s);
     if (c < 0)
         c = lookup(alt, PERF_COLL_COUNT, s);
@@ -170,7 +170,7 @@ void mscx_perf_usage(FILE *out, const char *prog)
             "  -c, --check 0|1         check results with exact-arithmetic inputs (default 1)\n"
             "  -G, --cudagraph N       capture the iterations in a CUDA graph, launch it N times\n"
             "  -a, --average 0-3       report time of rank 0, the average, minimum or maximum (default 1)\n"
-            "      --coll C            allreduce allgather reducescatter (or run as all_reduce_perf ...)\n"
+            "      --coll C            allreduce allgather reducescatter alltoall (or run as all_reduce_perf ...)\n"
             "      --nproc N           fork N ranks on this host (else mpirun/PMI environment, else 1)\n"
             "      --device D          CUDA device of local rank 0 (default: local rank)\n"
             "      --bootstrap-dir DIR shared directory for the unique id exchange\n"
@@ -182,11 +182,16 @@ void mscx_perf_usage(FILE *out, const char *prog)
             "      --baseline          with --executor: run the hand-written kernel of each size's plan's\n"
             "                          algorithm (allreduce; oneshot, twophase) instead of the executor;\n"
             "                          sizes, types and reductions it cannot run print n/a\n"
+            "      --nccl-window       NCCL backend: buffers from ncclMemAlloc registered with\n"
+            "                          ncclCommWindowRegister (NCCL_WIN_COLL_SYMMETRIC) where NCCL has it\n"
             "  -h, --help              this text\n",
             prog);
 }
 
-enum { OPT_COLL = 256, OPT_NPROC, OPT_JSON, OPT_PROGRESS, OPT_EXECUTOR, OPT_PLAN, OPT_BOOT, OPT_DEVICE, OPT_BASELINE };
+enum {
+    OPT_COLL = 256, OPT_NPROC, OPT_JSON, OPT_PROGRESS, OPT_EXECUTOR, OPT_PLAN, OPT_BOOT, OPT_DEVICE,
+    OPT_BASELINE, OPT_NCCL_WINDOW
+};
 
 static const struct option long_opts[] = {
     {"minbytes", required_argument, NULL, 'b'},   {"maxbytes", required_argument, NULL, 'e'},
@@ -200,6 +205,7 @@ static const struct option long_opts[] = {
     {"progress", no_argument, NULL, OPT_PROGRESS}, {"executor", required_argument, NULL, OPT_EXECUTOR},
     {"plan", required_argument, NULL, OPT_PLAN},  {"bootstrap-dir", required_argument, NULL, OPT_BOOT},
     {"device", required_argument, NULL, OPT_DEVICE}, {"baseline", no_argument, NULL, OPT_BASELINE},
+    {"nccl-window", no_argument, NULL, OPT_NCCL_WINDOW},
     {NULL, 0, NULL, 0},
 };
 
@@ -225,7 +231,7 @@ static int set_own_option(int c, char **argv, struct perf_opts *o, char *err, si
     switch (c) {
     case OPT_COLL:
         if (parse_coll(optarg, &o->coll))
-            BAD("unknown collective '%s' (allreduce, allgather, reducescatter)", optarg);
+            BAD("unknown collective '%s' (allreduce, allgather, reducescatter, alltoall)", optarg);
         break;
     case OPT_NPROC:
         if (parse_int(optarg, 1, 1024, &o->nproc))
@@ -244,6 +250,7 @@ static int set_own_option(int c, char **argv, struct perf_opts *o, char *err, si
     case OPT_BOOT: o->boot_dir = optarg; break;
     case OPT_PROGRESS: o->progress = 1; break;
     case OPT_BASELINE: o->baseline = 1; break;
+    case OPT_NCCL_WINDOW: o->nccl_window = 1; break;
     case 'h': o->help = 1; break;
     case ':': BAD("option '%s' needs a value", argv[optind - 1]);
     default: BAD("unknown option '%s'", argv[optind - 1]);
@@ -329,6 +336,8 @@ static int check_options(struct perf_opts *o, char *err, size_t errlen)
         BAD("--baseline needs --executor N (the N ranks on one GPU it runs)");
     if (o->baseline && o->coll != PERF_ALLREDUCE)
         BAD("--baseline has hand-written kernels for allreduce only, not %s", coll_names[o->coll]);
+    if (o->nccl_window && o->executor_nranks)
+        BAD("--nccl-window registers the NCCL backend's buffers; it cannot be combined with --executor");
     if (o->executor_nranks && o->nproc)
         BAD("--executor runs all ranks in one process; it cannot be combined with --nproc");
     if (o->coll != PERF_ALLREDUCE && o->coll != PERF_REDUCESCATTER)

@@ -161,6 +161,10 @@ double mscx_perf_expected(enum perf_coll c, enum perf_type t, enum perf_op op, i
     }
     case PERF_REDUCESCATTER:
         return fold(op, nranks, (uint64_t)rank * recv + i, seed);
+    case PERF_ALLTOALL: { /* block q came from rank q's block for this rank */
+        uint64_t part = recv / (uint64_t)nranks;
+        return mscx_perf_value(op, (int)(i / part), nranks, (uint64_t)rank * part + i % part, seed);
+    }
     default:
         return fold(op, nranks, i, seed);
     }

@@ -70,7 +70,7 @@ static const enum mscx_dtype dtype_map[PERF_TYPE_COUNT] = {
 /* perf_op is numbered as ncclRedOp_t (sum prod max min avg); the executor has no avg. */
 static const int redop_map[PERF_OP_COUNT] = {MSCX_REDOP_SUM, MSCX_REDOP_PROD, MSCX_REDOP_MAX, MSCX_REDOP_MIN, -1};
 static const enum mscx_coll coll_map[PERF_COLL_COUNT] = {MSCX_COLL_ALLREDUCE, MSCX_COLL_ALLGATHER,
-                                                        MSCX_COLL_REDUCESCATTER};
+                                                        MSCX_COLL_REDUCESCATTER, MSCX_COLL_ALLTOALL};
 
 /* The message size as MSCCL++ plans define it: the output size for allgather, the input size otherwise. */
 static uint64_t msg_bytes(const struct perf_call *call)

@@ -4,6 +4,7 @@
  * calls resolve through the dynamic linker, so LD_PRELOAD of the mscx shim
  * intercepts exactly the same binary.
  */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +14,21 @@
 
 #include "perf.h"
 
+/* NCCL_WIN_COLL_SYMMETRIC of NCCL 2.27+, for an nccl.h without it. */
+#define PERF_WIN_COLL_SYMMETRIC 0x01
+
+/*
+ * The window functions of NCCL 2.27+, looked up at run time so that the
+ * tool builds against any nccl.h and runs on any NCCL; the window handle
+ * is opaque (ncclWindow_t).
+ */
+struct nccl_window_api {
+    ncclResult_t (*mem_alloc)(void **ptr, size_t size);
+    ncclResult_t (*mem_free)(void *ptr);
+    ncclResult_t (*reg)(ncclComm_t comm, void *buff, size_t size, void **win_p, int flags);
+    ncclResult_t (*dereg)(ncclComm_t comm, void *win);
+};
+
 struct nccl_ctx {
     struct perf_boot *boot;
     ncclComm_t comm;
@@ -21,6 +37,8 @@ struct nccl_ctx {
     char *sendbuf, *recvbuf; /* device, max_bytes each */
     char *hsend, *hout;      /* host staging */
     uint64_t cap;
+    struct nccl_window_api win; /* set when the buffers are ncclMemAlloc'd and registered */
+    void *win_send, *win_recv;
 };
 
 #define CUDA_TRY(call)                                                                                       \
@@ -60,6 +78,23 @@ static void call_ptrs(const struct nccl_ctx *c, const struct perf_call *call, ch
     }
 }
 
+/* count per peer; ncclAlltoAll where NCCL has it (2.28), else the grouped send/recv nccl-tests falls back to. */
+static int launch_alltoall(struct nccl_ctx *c, char *s, char *r, uint64_t count, ncclDataType_t t)
+{
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    NCCL_TRY(ncclAlltoAll(s, r, count, t, c->comm, c->stream));
+#else
+    size_t off = (size_t)count * mscx_perf_type_size((enum perf_type)t);
+    NCCL_TRY(ncclGroupStart());
+    for (int q = 0; q < c->boot->nranks; q++) {
+        NCCL_TRY(ncclSend(s + (size_t)q * off, count, t, q, c->comm, c->stream));
+        NCCL_TRY(ncclRecv(r + (size_t)q * off, count, t, q, c->comm, c->stream));
+    }
+    NCCL_TRY(ncclGroupEnd());
+#endif
+    return 0;
+}
+
 static int launch(struct nccl_ctx *c, const struct perf_call *call)
 {
     char *s, *r;
@@ -70,6 +105,7 @@ static int launch(struct nccl_ctx *c, const struct perf_call *call)
     case PERF_REDUCESCATTER:
         NCCL_TRY(ncclReduceScatter(s, r, call->recv_count, t, (ncclRedOp_t)call->op, c->comm, c->stream));
         break;
+    case PERF_ALLTOALL: return launch_alltoall(c, s, r, call->send_count / (uint64_t)c->boot->nranks, t);
     default: NCCL_TRY(ncclAllReduce(s, r, call->send_count, t, (ncclRedOp_t)call->op, c->comm, c->stream)); break;
     }
     return 0;
@@ -134,6 +170,53 @@ static int nccl_check(void *ctx, const struct perf_call *call, int seed, int64_t
     return 0;
 }
 
+/* The window functions of the running NCCL; @return 0, or -1 after saying on @p out what is missing. */
+static int window_api_find(struct nccl_window_api *w, FILE *out)
+{
+    static const char *const names[] = {"ncclMemAlloc", "ncclMemFree", "ncclCommWindowRegister",
+                                        "ncclCommWindowDeregister"};
+    void *fn[4];
+    int ver = 0;
+    for (int i = 0; i < 4; i++) {
+        fn[i] = dlsym(RTLD_DEFAULT, names[i]);
+        if (fn[i] == NULL) {
+            ncclGetVersion(&ver);
+            if (out)
+                fprintf(out, "# --nccl-window: NCCL %d has no %s (NCCL 2.27 or newer has it); "
+                        "running with cudaMalloc'd buffers, no window\n", ver, names[i]);
+            return -1;
+        }
+    }
+    memcpy(&w->mem_alloc, &fn[0], sizeof(fn[0]));
+    memcpy(&w->mem_free, &fn[1], sizeof(fn[1]));
+    memcpy(&w->reg, &fn[2], sizeof(fn[2]));
+    memcpy(&w->dereg, &fn[3], sizeof(fn[3]));
+    return 0;
+}
+
+/* Send and receive buffers from ncclMemAlloc, each registered as a symmetric window (a collective call). */
+static int window_alloc(struct nccl_ctx *c, FILE *out)
+{
+    c->cap = (c->cap + 4095) & ~(uint64_t)4095; /* NCCL_WIN_REQUIRED_ALIGNMENT */
+    NCCL_TRY(c->win.mem_alloc((void **)&c->sendbuf, c->cap));
+    NCCL_TRY(c->win.mem_alloc((void **)&c->recvbuf, c->cap));
+    NCCL_TRY(c->win.reg(c->comm, c->sendbuf, c->cap, &c->win_send, PERF_WIN_COLL_SYMMETRIC));
+    NCCL_TRY(c->win.reg(c->comm, c->recvbuf, c->cap, &c->win_recv, PERF_WIN_COLL_SYMMETRIC));
+    if (out)
+        fprintf(out, "# NCCL buffers: ncclMemAlloc, registered with ncclCommWindowRegister (symmetric)\n");
+    return 0;
+}
+
+/* Undo window_alloc: the windows go before the communicator, the memory after it. */
+static void window_release(struct nccl_ctx *c)
+{
+    if (c->win_send)
+        c->win.dereg(c->comm, c->win_send);
+    if (c->win_recv)
+        c->win.dereg(c->comm, c->win_recv);
+    c->win_send = c->win_recv = NULL;
+}
+
 static int nccl_setup(struct nccl_ctx *c, const struct perf_opts *o, FILE *out)
 {
     struct perf_boot *b = c->boot;
@@ -182,8 +265,13 @@ static int nccl_setup(struct nccl_ctx *c, const struct perf_opts *o, FILE *out)
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaEventCreate(&c->ev_start));
     CUDA_TRY(cudaEventCreate(&c->ev_stop));
-    CUDA_TRY(cudaMalloc((void **)&c->sendbuf, c->cap));
-    CUDA_TRY(cudaMalloc((void **)&c->recvbuf, c->cap));
+    if (o->nccl_window && window_api_find(&c->win, b->rank == 0 ? out : NULL) == 0) {
+        if (window_alloc(c, b->rank == 0 ? out : NULL))
+            return -1;
+    } else {
+        CUDA_TRY(cudaMalloc((void **)&c->sendbuf, c->cap));
+        CUDA_TRY(cudaMalloc((void **)&c->recvbuf, c->cap));
+    }
     CUDA_TRY(cudaMallocHost((void **)&c->hsend, c->cap));
     CUDA_TRY(cudaMallocHost((void **)&c->hout, c->cap));
     return 0;
@@ -196,10 +284,19 @@ void mscx_perf_nccl_close(struct perf_backend *be)
         return;
     if (c->stream)
         cudaStreamSynchronize(c->stream);
-    if (c->comm)
+    if (c->comm) {
+        window_release(c);
         ncclCommDestroy(c->comm);
-    cudaFree(c->sendbuf);
-    cudaFree(c->recvbuf);
+    }
+    if (c->win.mem_free) {
+        if (c->sendbuf)
+            c->win.mem_free(c->sendbuf);
+        if (c->recvbuf)
+            c->win.mem_free(c->recvbuf);
+    } else {
+        cudaFree(c->sendbuf);
+        cudaFree(c->recvbuf);
+    }
     cudaFreeHost(c->hsend);
     cudaFreeHost(c->hout);
     if (c->ev_start)
@@ -228,5 +325,7 @@ int mscx_perf_nccl_open(const struct perf_opts *o, struct perf_boot *b, FILE *ou
         mscx_perf_nccl_close(be);
         return -1;
     }
+    if (c->win_recv)
+        be->name = "nccl-window"; /* what the JSON output's "backend" says */
     return 0;
 }

@@ -164,7 +164,7 @@ static int run_size(struct sweep *sw, struct perf_call *call, size_t es, size_t 
                      &r->count);
     r->bytes = r->count * es;
     r->type = call->type;
-    r->op = (o->coll == PERF_ALLGATHER) ? PERF_OP_COUNT : call->op;
+    r->op = (o->coll == PERF_ALLGATHER || o->coll == PERF_ALLTOALL) ? PERF_OP_COUNT : call->op;
     r->root = -1;
     if (run_one(o, sw->b, sw->be, call, (int)s, r))
         return -1;

@@ -31,6 +31,8 @@ size_t mscx_perf_sweep(const struct perf_opts *o, uint64_t *sizes, size_t max)
  * allreduce: every rank sends and receives count elements.
  * allgather: each rank sends count/n, receives (count/n)*n.
  * reducescatter: each rank sends (count/n)*n, receives count/n.
+ * alltoall: each rank sends and receives n blocks of count/n, a block rounded
+ * down to whole 16 bytes, as nccl-tests' alltoall_perf does.
  * The printed count is the larger of the two, as in nccl-tests.
  */
 void mscx_perf_counts(enum perf_coll c, uint64_t bytes, size_t esize, int nranks, uint64_t *send_p,
@@ -49,13 +51,18 @@ void mscx_perf_counts(enum perf_coll c, uint64_t bytes, size_t esize, int nranks
         *recv_p = part;
         *total_p = *send_p;
         break;
+    case PERF_ALLTOALL:
+        if (esize > 0 && esize < 16)
+            part &= ~(uint64_t)(16 / esize - 1);
+        *send_p = *recv_p = *total_p = part * (uint64_t)nranks;
+        break;
     default:
         *send_p = *recv_p = *total_p = count;
         break;
     }
 }
 
-/* busbw factor: allreduce 2(n-1)/n; allgather and reducescatter (n-1)/n. */
+/* busbw factor: allreduce 2(n-1)/n; allgather, reducescatter and alltoall (n-1)/n. */
 void mscx_perf_bw(enum perf_coll c, uint64_t total_bytes, double time_us, int nranks, double *algbw_p,
                   double *busbw_p)
 {

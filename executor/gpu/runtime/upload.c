@@ -218,7 +218,7 @@ static mscx_status_t plan_alloc(const struct mscx_exec *ex, struct gpu_plan *gp,
     }
     uint64_t in, out;
     mscx_coll_sizes(plan->coll, plan->nranks, max_msg_bytes, &in, &out);
-    gp->tmp_bytes = in > out ? in : out;
+    gp->tmp_bytes = gp->ident ? 0 : in > out ? in : out; /* an identity launch never stages */
     if (gp->tmp_bytes)
         MSCX_CHECK(CU(cudaMalloc((void **)&gp->tmp, gp->tmp_bytes)));
     if (gp->ntb) {

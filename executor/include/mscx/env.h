@@ -92,6 +92,13 @@ void mscx_config_reset(void);
 /** Print every variable with its default, current value and help text. */
 void mscx_config_dump(FILE *out);
 
+/**
+ * The value of a variable that is not ours but says where Python packages
+ * live (VIRTUAL_ENV, CONDA_PREFIX, PYTHONPATH, PYTHONHOME, HOME), for the
+ * shim's search of NCCL's pip wheel. NULL when unset, empty, or not one of those.
+ */
+const char *mscx_env_python(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,7 @@
 #include "mscx/status.h"
 #include "mscx/dev_types.h"
 #include "mscx/plan.h"
+#include "mscx/scale.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,6 +72,24 @@ mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *p
 mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf, void *recvbuf,
                                uint64_t msg_bytes, enum mscx_dtype dtype, enum mscx_redop op,
                                enum mscx_pkt_format pkt, void *stream);
+
+/**
+ * A scaled sum (NCCL's PreMulSum; ncclAvg on floating types): every rank's
+ * input is first multiplied by its scalar (mscx_scale_bytes(), one small
+ * kernel that reads a device scalar when it runs) into staging the plan
+ * allocated when it was added, then the plan runs as a sum on that copy.
+ * The send buffer is never written. A one-rank identity plan writes the
+ * scaled input straight to the output. Legal inside CUDA graph capture;
+ * allocates nothing.
+ * @param scale NULL or MSCX_SCALE_NONE: exactly mscx_exec_launch()
+ * @return as mscx_exec_launch(); MSCX_ERR_INVALID_ARG when a scaled launch is
+ *         not a sum of fp32, fp16 or bf16 on an AllReduce or ReduceScatter
+ *         plan, or its device scalar is NULL
+ */
+mscx_status_t mscx_exec_launch_scaled(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf,
+                                      void *recvbuf, uint64_t msg_bytes, enum mscx_dtype dtype,
+                                      enum mscx_redop op, const struct mscx_scale *scale,
+                                      enum mscx_pkt_format pkt, void *stream);
 
 /**
  * @return MSCX_OK, or MSCX_ERR_TIMEOUT after a kernel of this rank waited

@@ -18,6 +18,7 @@
 #include "mscx/status.h"
 #include "mscx/dev_types.h"
 #include "mscx/plan.h"
+#include "mscx/scale.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,6 +62,20 @@ struct mscx_hostexec_cfg {
  */
 mscx_status_t mscx_hostexec_run(const struct mscx_plan *plan, const struct mscx_hostexec_cfg *cfg, char *err,
                                 size_t errlen);
+
+/**
+ * mscx_hostexec_run() of a scaled sum (cfg->op must be MSCX_REDOP_SUM, the
+ * dtype fp32, fp16 or bf16, the plan an AllReduce or ReduceScatter): each
+ * launch multiplies every rank's input by the scalar (mscx_scale_bytes();
+ * MSCX_SCALE_DEVICE: the element at dev_ptr, host memory here, read when the
+ * launch starts) into a copy, as the GPU executor does, and runs the plan on
+ * the copy. The input of an out-of-place plan keeps its bytes; that of an
+ * in-place plan is its output, and its bytes outside the output are working
+ * memory, as in any in-place launch.
+ * @param scale NULL or MSCX_SCALE_NONE: exactly mscx_hostexec_run()
+ */
+mscx_status_t mscx_hostexec_run_scaled(const struct mscx_plan *plan, const struct mscx_hostexec_cfg *cfg,
+                                       const struct mscx_scale *scale, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

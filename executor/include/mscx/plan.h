@@ -66,6 +66,8 @@ enum mscx_coll mscx_plan_collective(const struct mscx_plan *plan);
 uint32_t mscx_plan_nranks(const struct mscx_plan *plan);
 /** Ranks per node: our "mscx" extension field, else inferred from memory-channel connectivity. */
 uint32_t mscx_plan_ranks_per_node(const struct mscx_plan *plan);
+/** Broadcast root: our "mscx" extension's "root", else 0 (0 for every other collective). */
+uint32_t mscx_plan_root(const struct mscx_plan *plan);
 int mscx_plan_inplace(const struct mscx_plan *plan);
 /** Thread blocks of @p rank's program; 0 when @p rank is not below the plan's ranks. */
 uint32_t mscx_plan_threadblocks(const struct mscx_plan *plan, uint32_t rank);
@@ -75,9 +77,10 @@ uint32_t mscx_plan_threads_per_block(const struct mscx_plan *plan);
 void mscx_plan_size_range(const struct mscx_plan *plan, uint64_t *min_p, uint64_t *max_p);
 /**
  * Message sizes the plan runs are a whole multiple of this many elements
- * (1 for most plans). An allgather's output and a reducescatter's input hold
- * one section per rank; chunks split unevenly would not line up with the
- * sections, so there the element count must be a multiple of that buffer's
+ * (1 for most plans). An allgather's output, a reducescatter's input and
+ * both buffers of an alltoall hold one section per rank; chunks split
+ * unevenly would not line up with the sections, so there the element count
+ * must be a multiple of that buffer's
  * chunk count (nranks for plans with one chunk per rank, which every size
  * already meets). mscx_plan_geom refuses other sizes.
  */

@@ -3,7 +3,9 @@
  * @file sim.h
  * Checked simulation: run a plan on the host executor with deterministic
  * exact-arithmetic inputs and compare with the collective's definition
- * (allreduce, allgather, reducescatter, alltoall, broadcast). Floating-point
+ * (allreduce, allgather, reducescatter, alltoall, broadcast: every rank's
+ * output is the input of the plan's root, whose input an out-of-place plan
+ * must leave unchanged). Floating-point
  * allreduce cases also run once with rounding-sensitive inputs, and every
  * rank's output must be bit-identical (replicas stay in sync). A "test" plan
  * has no definition: it must finish, and two runs with different thread

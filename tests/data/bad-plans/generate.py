@@ -312,6 +312,23 @@ def _(p): p["mscx"] = {"version": 7}
 def _(p): p["mscx"] = {"version": 1, "ranks_per_node": 3}
 
 
+@case("ext-root-not-broadcast", "mscx.root",
+      "mscx.root: expected no root (only broadcast plans have one; this plan is allreduce), got 1")
+def _(p): p["mscx"] = {"version": 1, "root": 1}
+
+
+@case("ext-root-range", "mscx.root", "mscx.root: expected a rank below the 2 ranks, got 2")
+def _(p):
+    p["collective"] = "broadcast"
+    p["mscx"] = {"version": 1, "root": 2}
+
+
+@case("ext-root-type", "mscx.root", "mscx.root: expected an unsigned integer, got -1")
+def _(p):
+    p["collective"] = "broadcast"
+    p["mscx"] = {"version": 1, "root": -1}
+
+
 @case("ext-bad-dtype", "mscx.dtypes[1]", "mscx.dtypes[1]: expected a datatype name")
 def _(p): p["mscx"] = {"version": 1, "dtypes": ["fp32", "fp7"]}
 

@@ -6,12 +6,13 @@
  * starts one that runs until the abort word is set, and mscx_exec_destroy
  * frees as CUDA does, waiting for the device to be idle. Every call is
  * appended to FAKE_NCCL_LOG ("mscx_exec_<verb>"), in order with the fake
- * libnccl's own records.
+ * libnccl's own records; a launch as "mscx_exec_launch <bytes> <stream>".
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -88,16 +89,25 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
                                uint64_t msg_bytes, enum mscx_dtype dtype, enum mscx_redop op,
                                enum mscx_pkt_format pkt, void *stream)
 {
-    (void)sendbuf;
-    (void)recvbuf;
-    (void)msg_bytes;
     (void)dtype;
     (void)op;
     (void)pkt;
-    (void)stream;
     if (!ex || plan_id >= ex->nplans)
         return MSCX_ERR_INVALID_ARG;
-    record("mscx_exec_launch");
+    /* a launch result a test program chooses by size (test_shim_group.c) */
+    mscx_status_t (*chosen)(uint64_t) =
+        (mscx_status_t (*)(uint64_t))dlsym(RTLD_DEFAULT, "mscxFakeExecLaunchResult");
+    mscx_status_t st = chosen ? chosen(msg_bytes) : MSCX_OK;
+    char what[96];
+    snprintf(what, sizeof(what), "mscx_exec_launch%s %llu %p", st == MSCX_OK ? "" : "_failed",
+             (unsigned long long)msg_bytes, stream);
+    record(what);
+    if (st != MSCX_OK)
+        return st;
+    /* FAKE_EXEC_COPY=1: the result on one rank (the input) is written, as the real executor would */
+    const char *copy = getenv("FAKE_EXEC_COPY");
+    if (copy && *copy == '1' && sendbuf && recvbuf && sendbuf != recvbuf)
+        memmove(recvbuf, sendbuf, msg_bytes);
     pthread_mutex_lock(&mu);
     int run = !ex->aborted; /* after the abort word a kernel exits at once */
     ex->inflight += run;
@@ -105,6 +115,25 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     if (run)
         dev_busy(1);
     return MSCX_OK;
+}
+
+/* Recorded as "mscx_exec_launch_scaled OP DTYPE host 0xBITS" or "... device POINTER", then launched. */
+mscx_status_t mscx_exec_launch_scaled(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf,
+                                      void *recvbuf, uint64_t msg_bytes, enum mscx_dtype dtype,
+                                      enum mscx_redop op, const struct mscx_scale *scale,
+                                      enum mscx_pkt_format pkt, void *stream)
+{
+    if (scale && scale->kind != MSCX_SCALE_NONE) {
+        char what[128];
+        if (scale->kind == MSCX_SCALE_HOST)
+            snprintf(what, sizeof(what), "mscx_exec_launch_scaled %d %d host 0x%llx", (int)op, (int)dtype,
+                     (unsigned long long)scale->value_bits);
+        else
+            snprintf(what, sizeof(what), "mscx_exec_launch_scaled %d %d device %p", (int)op, (int)dtype,
+                     scale->dev_ptr);
+        record(what);
+    }
+    return mscx_exec_launch(ex, plan_id, sendbuf, recvbuf, msg_bytes, dtype, op, pkt, stream);
 }
 
 mscx_status_t mscx_exec_async_error(struct mscx_exec *ex)

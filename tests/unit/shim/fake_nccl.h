@@ -31,6 +31,8 @@ void fake_hook_ncclCommUserRank(const ncclComm_t comm, int *rank);
 void fake_hook_ncclCommCuDevice(const ncclComm_t comm, int *device);
 void fake_hook_ncclMemAlloc(void **ptr, size_t size);
 void fake_hook_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+void fake_hook_ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                        ncclScalarResidence_t residence, ncclComm_t comm);
 void fake_hook_ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                              ncclComm_t comm, cudaStream_t stream);
 /* 1 when FAKE_NCCL_WORLD names a directory: ncclAllGather then moves host bytes between processes. */

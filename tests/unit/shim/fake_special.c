@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The fake libnccl's log, result and output-writing hooks (see fake_nccl.h). */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +34,15 @@ void fake_record(const char *rec)
     close(fd);
 }
 
+/* The result a hook of this file chose for the current call (ncclSuccess: none), once. */
+static __thread ncclResult_t special_result;
+
 ncclResult_t fake_result(void)
 {
+    ncclResult_t special = special_result;
+    special_result = ncclSuccess;
+    if (special != ncclSuccess)
+        return special;
     ncclResult_t hooked = fake_dev_result();
     if (hooked != ncclSuccess)
         return hooked;
@@ -45,14 +53,107 @@ ncclResult_t fake_result(void)
  * Communicators come from a static pool: the fidelity driver destroys
  * synthetic handles, not these, and the pool keeps LeakSanitizer quiet.
  */
+static unsigned pool[256][16];
+
+/* Fields of a pool entry past its magic and number. */
+enum { SLOT_NB = 2, SLOT_POLLS, SLOT_LRANK, SLOT_LSIZE };
+
 static ncclComm_t fake_comm(void)
 {
-    static unsigned pool[256][16];
     static unsigned next;
     unsigned *c = pool[next % 256];
+    memset(c, 0, sizeof(pool[0]));
     c[0] = 0xfa4ec033u;
     c[1] = ++next;
     return (ncclComm_t)c;
+}
+
+/* The pool entry of @p comm, or NULL for a handle the fake never made. */
+static unsigned *fake_slot(ncclComm_t comm)
+{
+    const char *p = (const char *)comm, *lo = (const char *)pool, *hi = lo + sizeof(pool);
+    if (p < lo || p >= hi || (size_t)(p - lo) % sizeof(pool[0]) != 0)
+        return NULL;
+    return (unsigned *)comm;
+}
+
+/*
+ * Non-blocking communicators (FAKE_NCCL_NB_POLLS=N > 0): an init with
+ * config->blocking == 0 answers ncclInProgress, and so does each
+ * ncclAllGather on such a communicator; after each, ncclCommGetAsyncError
+ * says ncclInProgress N times, then ncclSuccess.
+ */
+static void nb_start(ncclComm_t comm)
+{
+    unsigned *c = fake_slot(comm);
+    int polls = env_int("FAKE_NCCL_NB_POLLS", 0);
+    if (!c || !c[SLOT_NB] || polls <= 0)
+        return;
+    c[SLOT_POLLS] = (unsigned)polls;
+    special_result = ncclInProgress;
+}
+
+/*
+ * One process holding every rank (FAKE_NCCL_LOCAL=1): the communicators of
+ * ncclCommInitAll, or of ncclCommInitRank with their own rank and count,
+ * are the ranks of one communicator, and their ncclAllGather calls (from
+ * one thread each) meet in memory.
+ */
+static int local_on(void)
+{
+    return env_int("FAKE_NCCL_LOCAL", 0) == 1;
+}
+
+static void local_mark(ncclComm_t comm, int rank, int nranks)
+{
+    unsigned *c = fake_slot(comm);
+    if (c && local_on() && nranks > 0 && nranks <= 64) {
+        c[SLOT_LRANK] = (unsigned)rank + 1;
+        c[SLOT_LSIZE] = (unsigned)nranks;
+    }
+}
+
+static pthread_mutex_t local_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t local_cv = PTHREAD_COND_INITIALIZER;
+static unsigned local_arrived, local_gen;
+static const void *local_send[64];
+
+/* Wait until @p n threads are here. A wait of FAKE_NCCL_WAIT_MS (default 20000) ends the process: a hang. */
+static void local_barrier(unsigned n, unsigned rank)
+{
+    pthread_mutex_lock(&local_mu);
+    unsigned gen = local_gen;
+    if (++local_arrived == n) {
+        local_arrived = 0;
+        local_gen++;
+        pthread_cond_broadcast(&local_cv);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += env_int("FAKE_NCCL_WAIT_MS", 20000) / 1000 + 1;
+    while (gen == local_gen) {
+        if (pthread_cond_timedwait(&local_cv, &local_mu, &ts) != 0) {
+            fprintf(stderr, "fake nccl: local rank %u waited for the others in an allgather: a hang\n", rank);
+            _exit(99);
+        }
+    }
+    pthread_mutex_unlock(&local_mu);
+}
+
+/* @return 1 when @p comm is a local rank: the allgather was done here. */
+static int local_allgather(const void *sendbuff, void *recvbuff, size_t bytes, ncclComm_t comm)
+{
+    unsigned *c = fake_slot(comm);
+    if (!c || !c[SLOT_LRANK])
+        return 0;
+    unsigned n = c[SLOT_LSIZE], me = c[SLOT_LRANK] - 1;
+    local_send[me] = sendbuff;
+    local_barrier(n, me);
+    for (unsigned r = 0; r < n; r++)
+        if ((const char *)recvbuff + (size_t)r * bytes != local_send[r])
+            memmove((char *)recvbuff + (size_t)r * bytes, local_send[r], bytes);
+    local_barrier(n, me); /* nobody's input is reused before everyone read it */
+    return 1;
 }
 
 void fake_hook_ncclGetVersion(int *version)
@@ -69,18 +170,22 @@ void fake_hook_ncclGetUniqueId(ncclUniqueId *uniqueId)
 
 void fake_hook_ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
 {
-    (void)nranks;
     (void)commId;
-    (void)rank;
-    if (comm)
+    if (comm) {
         *comm = fake_comm();
+        local_mark(*comm, rank, nranks);
+    }
 }
 
 void fake_hook_ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                       ncclConfig_t *config)
 {
-    (void)config;
     fake_hook_ncclCommInitRank(comm, nranks, commId, rank);
+    unsigned *c = comm ? fake_slot(*comm) : NULL;
+    if (c && env_int("FAKE_NCCL_NB_POLLS", 0) > 0 && config && config->blocking == 0) {
+        c[SLOT_NB] = 1;
+        nb_start(*comm);
+    }
 }
 
 void fake_hook_ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
@@ -98,8 +203,10 @@ void fake_hook_ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myr
 void fake_hook_ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
 {
     (void)devlist;
-    for (int i = 0; comm && i < ndev; i++)
+    for (int i = 0; comm && i < ndev; i++) {
         comm[i] = fake_comm();
+        local_mark(comm[i], i, ndev);
+    }
 }
 
 void fake_hook_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
@@ -124,16 +231,16 @@ void fake_hook_ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int exclud
 
 void fake_hook_ncclCommCount(const ncclComm_t comm, int *count)
 {
-    (void)comm;
+    const unsigned *c = fake_slot(comm);
     if (count)
-        *count = env_int("FAKE_NCCL_NRANKS", 1);
+        *count = c && c[SLOT_LRANK] ? (int)c[SLOT_LSIZE] : env_int("FAKE_NCCL_NRANKS", 1);
 }
 
 void fake_hook_ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
-    (void)comm;
+    const unsigned *c = fake_slot(comm);
     if (rank)
-        *rank = env_int("FAKE_NCCL_RANK", 0);
+        *rank = c && c[SLOT_LRANK] ? (int)c[SLOT_LRANK] - 1 : env_int("FAKE_NCCL_RANK", 0);
 }
 
 void fake_hook_ncclCommCuDevice(const ncclComm_t comm, int *device)
@@ -167,11 +274,27 @@ void fake_hook_ncclMemAlloc(void **ptr, size_t size)
     used += n;
 }
 
+/* Op handles as NCCL makes them: ncclNumOps and up (here never reused: a destroyed op stays invalid). */
+void fake_hook_ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                        ncclScalarResidence_t residence, ncclComm_t comm)
+{
+    static int next;
+    (void)scalar;
+    (void)datatype;
+    (void)residence;
+    (void)comm;
+    if (op)
+        *op = (ncclRedOp_t)((int)ncclNumOps + next++);
+}
+
 void fake_hook_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
-    (void)comm;
+    unsigned *c = fake_slot(comm);
+    int busy = c && c[SLOT_POLLS] > 0;
+    if (busy)
+        c[SLOT_POLLS]--;
     if (asyncError)
-        *asyncError = ncclSuccess;
+        *asyncError = busy ? ncclInProgress : ncclSuccess;
 }
 
 /*
@@ -186,7 +309,7 @@ void fake_hook_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 FAKE_EXPORT int mscxFakeNcclHostMemory(void)
 {
     const char *w = getenv("FAKE_NCCL_WORLD");
-    return w && *w;
+    return (w && *w) || local_on();
 }
 
 static size_t fake_dtype_bytes(ncclDataType_t dt)
@@ -226,10 +349,12 @@ static int wait_file(const char *path, void *dst, size_t bytes, int wait_ms)
 void fake_hook_ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                              ncclComm_t comm, cudaStream_t stream)
 {
-    (void)comm;
     (void)stream;
     static unsigned seq;
     if (!mscxFakeNcclHostMemory() || !sendbuff || !recvbuff)
+        return;
+    nb_start(comm);
+    if (local_allgather(sendbuff, recvbuff, sendcount * fake_dtype_bytes(datatype), comm))
         return;
     const char *world = getenv("FAKE_NCCL_WORLD");
     int n = env_int("FAKE_NCCL_NRANKS", 1), me = env_int("FAKE_NCCL_RANK", 0);

@@ -88,11 +88,15 @@ START_TEST(test_dtype_op_layout)
     enum shim_reason why;
     struct shim_route_query q = mk_query(MSCX_COLL_ALLREDUCE, 4096);
     ck_assert_int_eq(shim_route_pick(&q, plans, 3, &why), 0);
-    /* ncclAvg and PreMulSum never route */
+    /* ncclAvg of a floating type runs as a scaled sum; of an integer type (NCCL: sum, then divide) never */
     q.op = ncclAvg;
+    ck_assert_int_eq(shim_route_pick(&q, plans, 3, &why), 0);
+    q.dtype = ncclInt32;
     ck_assert_int_eq(shim_route_pick(&q, plans, 3, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_OP);
-    q.op = (ncclRedOp_t)ncclNumOps; /* first dynamic (PreMulSum) op */
+    q.dtype = ncclFloat32;
+    /* a PreMulSum op that ncclRedOpCreatePreMulSum did not make on this communicator never routes */
+    q.op = (ncclRedOp_t)ncclNumOps;
     ck_assert_int_eq(shim_route_pick(&q, plans, 3, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_OP);
     /* max is accepted by the default support table, int64 is not reducible */
@@ -170,7 +174,7 @@ START_TEST(test_forced_group_root)
     ck_assert_uint_eq(mask, 0);
     ck_assert_int_eq(shim_parse_forced("allreduce,bogus", &mask), -1);
     q.forced_mask = 0;
-    q.in_group = 1;
+    q.group_fallback = 1;
     ck_assert_int_eq(shim_route_pick(&q, plans, 3, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_GROUP);
     struct shim_route_plan bc = mk_plan(MSCX_COLL_BROADCAST, 8, 8, 0, 1 << 20);
@@ -179,6 +183,65 @@ START_TEST(test_forced_group_root)
     q.root = 3;
     ck_assert_int_eq(shim_route_pick(&q, &bc, 1, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_ROOT);
+}
+END_TEST
+
+/*
+ * Broadcast plans serve their own root: four roots of a 4-rank layout in two
+ * size ranges, root 2 covering only the lower one.
+ */
+START_TEST(test_broadcast_root)
+{
+    struct shim_route_plan bc[7];
+    size_t n = 0;
+    for (uint32_t r = 0; r < 4; r++) {
+        bc[n] = mk_plan(MSCX_COLL_BROADCAST, 4, 4, 1024, 65536);
+        bc[n++].root = r;
+        if (r != 2) {
+            bc[n] = mk_plan(MSCX_COLL_BROADCAST, 4, 4, 65537, 1 << 20);
+            bc[n++].root = r;
+        }
+    }
+    struct shim_route_query q = mk_query(MSCX_COLL_BROADCAST, 4096);
+    enum shim_reason why;
+    q.nranks = q.ranks_per_node = 4;
+    for (int r = 0; r < 4; r++) {
+        q.root = r;
+        q.msg_bytes = 4096;
+        int pick = shim_route_pick(&q, bc, n, &why);
+        ck_assert_int_ge(pick, 0);
+        ck_assert_int_eq(why, SHIM_WHY_ROUTED);
+        ck_assert_uint_eq(bc[pick].root, (uint32_t)r);
+        ck_assert_uint_eq(bc[pick].max_bytes, 65536);
+        q.msg_bytes = 1 << 20;
+        pick = shim_route_pick(&q, bc, n, &why);
+        if (r == 2) {
+            ck_assert_int_eq(pick, -1);
+            ck_assert_int_eq(why, SHIM_WHY_ROOT); /* other roots' plans take the size */
+        } else {
+            ck_assert_int_ge(pick, 0);
+            ck_assert_uint_eq(bc[pick].root, (uint32_t)r);
+            ck_assert_uint_eq(bc[pick].min_bytes, 65537);
+        }
+    }
+    /* no plan of the layout takes the size: "size" whatever the root */
+    q.root = 1;
+    q.msg_bytes = 2 << 20;
+    ck_assert_int_eq(shim_route_pick(&q, bc, n, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_SIZE);
+    /* roots outside the plans' ranks */
+    q.msg_bytes = 4096;
+    q.root = 4;
+    ck_assert_int_eq(shim_route_pick(&q, bc, n, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_ROOT);
+    q.root = -1;
+    ck_assert_int_eq(shim_route_pick(&q, bc, n, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_ROOT);
+    /* the root matters for broadcast only */
+    struct shim_route_plan ag = mk_plan(MSCX_COLL_ALLGATHER, 4, 4, 1024, 65536);
+    q.coll = MSCX_COLL_ALLGATHER;
+    q.root = 3;
+    ck_assert_int_eq(shim_route_pick(&q, &ag, 1, &why), 0);
 }
 END_TEST
 
@@ -208,6 +271,7 @@ static struct shim_route_plan route_of(const struct mscx_plan *plan)
     r.ranks_per_node = mscx_plan_ranks_per_node(plan);
     mscx_plan_size_range(plan, &r.min_bytes, &r.max_bytes);
     r.elem_multiple = mscx_plan_elem_multiple(plan);
+    r.root = mscx_plan_root(plan);
     for (int d = 0; d < MSCX_DT_COUNT; d++)
         for (int o = 0; o < MSCX_REDOP_COUNT; o++)
             r.supports[d][o] = mscx_plan_supports(plan, (enum mscx_dtype)d, (enum mscx_redop)o) != 0;
@@ -274,8 +338,8 @@ static void sweep_coll(const struct shim_route_plan *plans, size_t nplans, enum 
                     q.msg_bytes = sizes[si];
                     q.dtype = (ncclDataType_t)dt;
                     q.op = ops[oi];
-                    q.root = variant == 1;
-                    q.in_group = variant == 2;
+                    q.root = variant == 1 ? (int)(si % (nranks + 1)) : 0; /* nranks: out of range */
+                    q.group_fallback = variant == 2;
                     q.forced_mask = variant == 3 ? 1u << coll : 1u << ((coll + 1) % MSCX_COLL_COUNT);
                     enum shim_reason full = SHIM_WHY_COUNT, fast = SHIM_WHY_COUNT;
                     int a = shim_route_pick(&q, plans, nplans, &full);
@@ -349,6 +413,35 @@ START_TEST(test_window_shipped)
 }
 END_TEST
 
+/* Every root of every shipped broadcast layout routes to the plan of that root. */
+START_TEST(test_broadcast_root_shipped)
+{
+    static struct shim_route_plan all[MAX_ROUTES];
+    size_t nall = 0, checked = 0;
+    struct mscx_test_plans it;
+    mscx_test_plans_begin(&it);
+    for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
+        ck_assert_uint_lt(nall, MAX_ROUTES);
+        all[nall++] = route_of(plan);
+    }
+    for (size_t i = 0; i < nall; i++) {
+        if (all[i].coll != MSCX_COLL_BROADCAST)
+            continue;
+        struct shim_route_query q = mk_query(MSCX_COLL_BROADCAST, all[i].min_bytes + 3);
+        enum shim_reason why;
+        q.nranks = all[i].nranks;
+        q.ranks_per_node = all[i].ranks_per_node;
+        q.dtype = ncclUint8;
+        q.root = (int)all[i].root;
+        int pick = shim_route_pick(&q, all, nall, &why);
+        ck_assert_int_ge(pick, 0);
+        ck_assert_uint_eq(all[pick].root, all[i].root);
+        checked++;
+    }
+    ck_assert_uint_ge(checked, 42);
+}
+END_TEST
+
 START_TEST(test_window_edges)
 {
     struct shim_route_window w;
@@ -375,10 +468,10 @@ START_TEST(test_window_edges)
     ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), 1);
     /* the checks before the plans still win outside the window */
     q.msg_bytes = 1 << 30;
-    q.in_group = 1;
+    q.group_fallback = 1;
     ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_GROUP);
-    q.in_group = 0;
+    q.group_fallback = 0;
     q.dtype = ncclFloat8e5m2;
     ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_DTYPE);
@@ -633,6 +726,8 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_dtype_op_layout);
     tcase_add_test(tc, test_elem_multiple);
     tcase_add_test(tc, test_forced_group_root);
+    tcase_add_test(tc, test_broadcast_root);
+    tcase_add_test(tc, test_broadcast_root_shipped);
     tcase_add_test(tc, test_priority);
     tcase_add_test(tc, test_window_shipped);
     tcase_add_test(tc, test_window_edges);

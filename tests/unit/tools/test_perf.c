@@ -62,6 +62,9 @@ START_TEST(test_args_good)
     ck_assert_int_eq(parse("mscx-perf --baseline --executor 2", &o, err, sizeof(err)), 0);
     ck_assert_int_eq(o.baseline, 1);
     ck_assert_int_eq(o.executor_nranks, 2);
+    ck_assert_int_eq(o.nccl_window, 0);
+    ck_assert_int_eq(parse("mscx-perf --nccl-window --nproc 2", &o, err, sizeof(err)), 0);
+    ck_assert_int_eq(o.nccl_window, 1);
 }
 END_TEST
 
@@ -91,6 +94,7 @@ static const struct {
     {"mscx-perf --baseline", "--baseline needs --executor N"},
     {"mscx-perf --executor 2 --baseline --coll allgather", "allreduce only"},
     {"mscx-perf --baseline=1 --executor 2", "unknown option"},
+    {"mscx-perf --nccl-window --executor 2", "--nccl-window registers the NCCL backend's buffers"},
 };
 
 START_TEST(test_args_bad)
@@ -136,6 +140,57 @@ START_TEST(test_sweep_counts_bw)
 }
 END_TEST
 
+/*
+ * alltoall as nccl-tests' alltoall_perf: blocks of count/n rounded down to whole 16 bytes, n of them each
+ * way, busbw = algbw (n-1)/n; the check accepts exactly the exchange (rank q's block r in block q of rank r).
+ */
+START_TEST(test_alltoall)
+{
+    struct perf_opts o;
+    char err[256];
+    uint64_t s, r, t;
+    double alg, bus;
+    ck_assert_int_eq(parse("/opt/bin/alltoall_perf -b 1K -e 1M", &o, err, sizeof(err)), 0);
+    ck_assert_int_eq(o.coll, PERF_ALLTOALL);
+    ck_assert_str_eq(mscx_perf_coll_name(o.coll), "alltoall");
+    ck_assert_int_eq(parse("mscx-perf --coll alltoall", &o, err, sizeof(err)), 0);
+    ck_assert_int_eq(o.coll, PERF_ALLTOALL);
+    mscx_perf_counts(PERF_ALLTOALL, 1000, 4, 3, &s, &r, &t); /* 83 per peer, down to 80 */
+    ck_assert_uint_eq(s, 240);
+    ck_assert_uint_eq(r, 240);
+    ck_assert_uint_eq(t, 240);
+    mscx_perf_counts(PERF_ALLTOALL, 4096, 8, 8, &s, &r, &t); /* 64 per peer */
+    ck_assert_uint_eq(s, 512);
+    mscx_perf_bw(PERF_ALLTOALL, 1000000, 10.0, 8, &alg, &bus);
+    ck_assert_double_eq_tol(alg, 100.0, 1e-9);
+    ck_assert_double_eq_tol(bus, 87.5, 1e-9);
+    enum { N = 4, PART = 6 };
+    float in[N][N * PART], out[N * PART];
+    for (int q = 0; q < N; q++)
+        mscx_perf_fill(PERF_ALLTOALL, PERF_FLOAT, PERF_SUM, q, N, 5, in[q], N * PART);
+    for (int rank = 0; rank < N; rank++) {
+        for (int q = 0; q < N; q++)
+            memcpy(out + q * PART, in[q] + rank * PART, PART * sizeof(float));
+        ck_assert_int_eq(mscx_perf_check(PERF_ALLTOALL, PERF_FLOAT, PERF_SUM, rank, N, 5, out, N * PART), 0);
+        float keep = out[PART + 1];
+        out[PART + 1] = in[1][rank * PART + 2]; /* the right peer, the wrong element */
+        ck_assert_int_eq(mscx_perf_check(PERF_ALLTOALL, PERF_FLOAT, PERF_SUM, rank, N, 5, out, N * PART), 1);
+        out[PART + 1] = keep;
+        memcpy(out, in[0] + ((rank + 1) % N) * PART, PART * sizeof(float)); /* another rank's block */
+        ck_assert_int_eq(mscx_perf_check(PERF_ALLTOALL, PERF_FLOAT, PERF_SUM, rank, N, 5, out, N * PART), PART);
+    }
+    /* the hand-written alltoall of mscx-bench-gpu: the one-shot packet plans only, whole 8-byte units per peer */
+    const char *why = NULL;
+    ck_assert_int_eq(mscx_ref_algo_of_plan("alltoall_n4_rpn4_oneshot_1K_64K"), MSCX_REF_ALLTOALL);
+    ck_assert_int_eq(mscx_ref_algo_of_plan("alltoall_n4_rpn4_direct_64K_2M"), MSCX_REF_NONE);
+    ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n4_rpn4_oneshot_1K_4K"), MSCX_REF_ONESHOT);
+    ck_assert_int_eq(mscx_ref_supports(MSCX_REF_ALLTOALL, MSCX_DT_FP64, MSCX_REDOP_PROD, 4, 96, &why), 1);
+    ck_assert_int_eq(mscx_ref_supports(MSCX_REF_ALLTOALL, MSCX_DT_FP32, MSCX_REDOP_SUM, 4, 104, &why), 0);
+    ck_assert_str_eq(why, "size is not a positive multiple of 8 bytes per peer");
+    ck_assert_uint_eq(mscx_ref_scratch_bytes(MSCX_REF_ALLTOALL, 4, 1024), 2 * 4 * 16 * 32);
+}
+END_TEST
+
 START_TEST(test_half_bf16_exact)
 {
     uint16_t h[1];
@@ -177,6 +232,8 @@ START_TEST(test_data_check_roundtrip)
                         double acc;
                         if (c == PERF_ALLGATHER) {
                             acc = mscx_perf_load(t, in + (i / part) * sendc * es, i % part);
+                        } else if (c == PERF_ALLTOALL) {
+                            acc = mscx_perf_load(t, in + (i / part) * sendc * es, rank * part + i % part);
                         } else {
                             uint64_t j = c == PERF_REDUCESCATTER ? rank * part + i : i;
                             acc = mscx_perf_load(t, in, j);
@@ -534,6 +591,7 @@ Suite *mscx_test_suite(void)
     suite_add_tcase(s, tc);
     tc = mscx_tcase("data");
     tcase_add_test(tc, test_sweep_counts_bw);
+    tcase_add_test(tc, test_alltoall);
     tcase_add_test(tc, test_half_bf16_exact);
     tcase_add_test(tc, test_data_check_roundtrip);
     suite_add_tcase(s, tc);

@@ -12,6 +12,11 @@
  * the same bits, as the generated plans do.
  * One-shot also runs for one rank (a copy through the same kernel), which
  * mscx-bench-gpu uses to time a launch with no peers.
+ * And one LL16 packet alltoall (ref_alltoall.cu), out of place:
+ *   alltoall: every rank sends its block for peer p as packets straight into
+ *             slot `rank` of p's scratch, copies its own block, and unpacks
+ *             each peer's slot into that peer's block of the output
+ *             (plans/alltoall_*_oneshot_*.json)
  *
  * The flag scheme is the executor's: flags live in device memory and the
  * kernel advances them itself, so launches may be captured in CUDA graphs
@@ -31,7 +36,7 @@
 extern "C" {
 #endif
 
-enum mscx_ref_algo { MSCX_REF_NONE = 0, MSCX_REF_ONESHOT, MSCX_REF_TWOPHASE };
+enum mscx_ref_algo { MSCX_REF_NONE = 0, MSCX_REF_ONESHOT, MSCX_REF_TWOPHASE, MSCX_REF_ALLTOALL };
 
 #define MSCX_REF_MAX_RANKS 16
 #define MSCX_REF_MAX_BLOCKS 1024
@@ -49,7 +54,7 @@ struct mscx_ref_launch {
     uint64_t scratch_bytes;                /* bytes of each scratch (both halves) */
     uint32_t *state;                       /* this rank's MSCX_REF_STATE_WORDS words, zeroed once */
     uint32_t rank, nranks;
-    uint64_t bytes;                        /* the buffer size (allreduce message size) */
+    uint64_t bytes;                        /* the message size: the buffer (allreduce), the input (alltoall) */
     uint32_t blocks, threads;
     uint64_t timeout_ns;                   /* spin limit per wait; 0: wait forever */
     uint32_t pdl;                          /* 1: programmatic dependent launch, as the executor's MSCX_PDL
@@ -57,7 +62,10 @@ struct mscx_ref_launch {
                                               the GPU twice: one launch per stream may wait ahead) */
 };
 
-/** The algorithm a plan of this name runs: names with "oneshot", "twophase" or "allreduce_pkt". */
+/**
+ * The algorithm a plan of this name runs: an "alltoall" name with "oneshot", else a name with "oneshot",
+ * "twophase" or "allreduce_pkt".
+ */
 enum mscx_ref_algo mscx_ref_algo_of_plan(const char *plan_name);
 const char *mscx_ref_algo_name(enum mscx_ref_algo algo);
 
@@ -84,6 +92,8 @@ int mscx_ref_check_launch(const struct mscx_ref_launch *l, char *err, size_t err
  *         or a cudaError_t from the launch (reason in @p err)
  */
 int mscx_ref_launch(const struct mscx_ref_launch *l, void *stream, char *err, size_t errlen);
+/** The alltoall kernel's launch (ref_alltoall.cu), for mscx_ref_launch(); arguments already checked. */
+int mscx_ref_launch_alltoall(const struct mscx_ref_launch *l, void *stream, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -303,6 +303,8 @@ extern "C" int mscx_ref_launch(const struct mscx_ref_launch *l, void *stream, ch
     const void *fn;
     if (mscx_ref_check_launch(l, err, errlen))
         return -1;
+    if (l->algo == MSCX_REF_ALLTOALL)
+        return mscx_ref_launch_alltoall(l, stream, err, errlen);
     switch (l->dtype) {
     case MSCX_DT_FP32: fn = ref_pick<float>(l->algo); break;
     case MSCX_DT_FP16: fn = ref_pick<__half>(l->algo); break;

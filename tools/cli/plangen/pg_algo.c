@@ -560,11 +560,19 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
     if (hier && P < 2)
         return pg_fail("hier2 needs two or more ranks per node", par);
     if (par->coll != MSCX_COLL_ALLREDUCE && par->coll != MSCX_COLL_ALLGATHER &&
-        par->coll != MSCX_COLL_REDUCESCATTER)
+        par->coll != MSCX_COLL_REDUCESCATTER && par->coll != MSCX_COLL_BROADCAST &&
+        par->coll != MSCX_COLL_ALLTOALL)
         return pg_fail("unsupported collective", par);
+    bool bcast = par->coll == MSCX_COLL_BROADCAST;
+    if (par->root && !bcast)
+        return pg_fail("--root is for broadcast", par);
+    bool bcast_direct = bcast && strcmp(a, "direct") == 0;
+    if (bcast && (copy || (!hier && strcmp(a, "oneshot") != 0 && !bcast_direct)))
+        return pg_fail("broadcast runs oneshot or direct on one node and hier2 across nodes", par);
 
     bool inplace = par->coll == MSCX_COLL_ALLREDUCE;
-    if (pg_plan_init(p, par, !copy, inplace) < 0)
+    bool simple = copy || (par->coll == MSCX_COLL_ALLTOALL && strcmp(a, "direct") == 0) || bcast_direct;
+    if (pg_plan_init(p, par, !simple, inplace) < 0)
         return -1;
     if (par->name) {
         snprintf(p->name, sizeof(p->name), "%s", par->name);
@@ -577,6 +585,8 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
         char lay[16] = "";
         if (split)
             snprintf(lay, sizeof(lay), "_%s%u", cols ? "cols" : peer_rows ? "peer" : "rows", par->blocks);
+        else if (bcast)
+            snprintf(lay, sizeof(lay), "_root%u", par->root);
         int len = snprintf(p->name, sizeof(p->name), "%s_n%u_rpn%u_%s%s_%s_%s", mscx_coll_name(par->coll), N, P, a,
                            lay, lo, hi);
         if (len < 0 || (size_t)len >= sizeof(p->name)) {
@@ -587,6 +597,10 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
 
     if (copy)
         rc = pg_copy(p);
+    else if (bcast)
+        rc = pg_bcast(par, p, hier);
+    else if (par->coll == MSCX_COLL_ALLTOALL)
+        rc = pg_alltoall(par, p, hier);
     else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "oneshot") == 0 && !hier)
         rc = pg_ar_oneshot(p, N, T, par->blocks);
     else if (par->coll == MSCX_COLL_ALLREDUCE && strcmp(a, "twophase") == 0 && split)

@@ -262,6 +262,8 @@ char *pg_plan_dump(const struct pg_plan *p)
         json_array_append_new(dts, json_string(pg_all_dtypes[i]));
     json_object_set_new(ext, "version", json_integer(1));
     json_object_set_new(ext, "ranks_per_node", json_integer(par->rpn));
+    if (par->coll == MSCX_COLL_BROADCAST)
+        json_object_set_new(ext, "root", json_integer(par->root));
     json_object_set_new(ext, "dtypes", dts);
     if (reduces) {
         for (size_t i = 0; i < sizeof(pg_redops) / sizeof(pg_redops[0]); i++)

@@ -43,6 +43,7 @@ struct pg_params {
     uint32_t nthreads;      /* num_threads_per_block */
     const char *packet;     /* "ll16" or "ll8": a hint only, not recorded */
     const char *name;       /* plan name; NULL: derived from the parameters */
+    uint32_t root;          /* broadcast root */
 };
 
 struct pg_tb {
@@ -117,6 +118,14 @@ char *pg_plan_dump(const struct pg_plan *p);
 /* ---- algorithms (pg_algo.c) ---- */
 /** Build the plan described by @p par. @return 0, or -1 with a message on stderr. */
 int pg_generate(const struct pg_params *par, struct pg_plan *p);
+
+/* ---- broadcast (pg_bcast.c) ---- */
+/** Broadcast from par->root: oneshot or direct on one node, @p hier across nodes. @return 0 or -1. */
+int pg_bcast(const struct pg_params *par, struct pg_plan *p, bool hier);
+
+/* ---- alltoall (pg_alltoall.c) ---- */
+/** AlltoAll: oneshot (LL) or direct (Simple) on one node, @p hier across nodes. @return 0, or -1 with a message. */
+int pg_alltoall(const struct pg_params *par, struct pg_plan *p, bool hier);
 
 /** "1K", "64K", "1M", or the number of bytes. */
 void pg_size_label(uint64_t v, char *buf, size_t len);

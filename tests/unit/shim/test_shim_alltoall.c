@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ncclAlltoAll under the shim built with the fake executor (fake_exec.c),
+ * against the fake libnccl, a world of one rank and the shipped plans (the
+ * one-rank AlltoAll plan covers 1K-4M). Each mode checks the exact sequence
+ * of FAKE_NCCL_LOG (NCCL calls and our launches) and the communicator's
+ * summary at its destroy (MSCX_DEBUG_FILE):
+ *
+ *   routed   1 KB and 4 MB launch on our executor with the message size
+ *            count x ranks x element size; 4 MB + 4 B (no plan), an fp8
+ *            type (no plan takes it) and a bad datatype (NCCL's
+ *            ncclInvalidArgument at the call) do not
+ *   forced   MSCX_FORCE_FALLBACK=alltoall: a covered size goes to NCCL
+ *   ranks2   two communicators of ncclCommInitAll as the ranks of one
+ *            (FAKE_NCCL_LOCAL=1; the 2-rank plans): 128 floats per peer
+ *            launch as 1 KB, 8192 and 8193 as 64 KB and 64 KB + 8 (the
+ *            packet plan, then the put plan), 262145 (above 2 MB) and 64
+ *            (512 B, below 1 KB) go to NCCL
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mscx/status.h"
+#include "rec_gen.h"
+
+static int failures;
+
+#define FAIL(...)                                                                                            \
+    do {                                                                                                     \
+        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
+        fputc('\n', stderr);                                                                                 \
+        failures++;                                                                                          \
+    } while (0)
+
+#define STREAM ((cudaStream_t)(uintptr_t)0x5100)
+#define LINE_LEN 2048
+
+static float sendb[(1 << 18) + 1], recvb[(1 << 18) + 1];
+
+__attribute__((visibility("default"))) mscx_status_t mscxFakeExecLaunchResult(uint64_t bytes);
+__attribute__((visibility("default"))) mscx_status_t mscxFakeExecLaunchResult(uint64_t bytes)
+{
+    (void)bytes;
+    return MSCX_OK;
+}
+
+static char *read_file(const char *path)
+{
+    static char buf[1 << 18];
+    FILE *f = path ? fopen(path, "r") : NULL;
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+static void clear_log(void)
+{
+    FILE *f = fopen(getenv("FAKE_NCCL_LOG"), "w");
+    if (f)
+        fclose(f);
+}
+
+/* The log since clear_log() must be exactly the @p n lines of @p want. */
+static void check_log(const char *what, char want[][LINE_LEN], int n)
+{
+    char *log = read_file(getenv("FAKE_NCCL_LOG"));
+    char *save = NULL;
+    int i = 0, bad = 0;
+    for (char *line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save), i++)
+        if (i >= n || strcmp(line, want[i]) != 0)
+            bad = 1;
+    if (!bad && i == n)
+        return;
+    FAIL("%s: the log differs from what was expected", what);
+    fprintf(stderr, "expected:\n");
+    for (int k = 0; k < n; k++)
+        fprintf(stderr, "  %s\n", want[k]);
+    fprintf(stderr, "got:\n%s\n", read_file(getenv("FAKE_NCCL_LOG")));
+}
+
+/* The summary line of @p comm at its destroy must contain every string of @p has (NULL-terminated). */
+static void check_summary(ncclComm_t comm, const char *const *has)
+{
+    char *log = read_file(getenv("MSCX_DEBUG_FILE"));
+    char key[64];
+    snprintf(key, sizeof(key), "comm %p rank", (void *)comm);
+    char *save = NULL;
+    for (char *line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (!strstr(line, key) || !strstr(line, "destroy"))
+            continue;
+        for (int k = 0; has[k]; k++)
+            if (!strstr(line, has[k]))
+                FAIL("summary of comm %p: no '%s' in: %s", (void *)comm, has[k], line);
+        return;
+    }
+    FAIL("no summary of comm %p at its destroy in %s", (void *)comm, getenv("MSCX_DEBUG_FILE"));
+}
+
+static ncclComm_t new_comm(void)
+{
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess || !comm) {
+        FAIL("ncclCommInitRank failed");
+        exit(1);
+    }
+    return comm;
+}
+
+static void alltoall(size_t count, ncclDataType_t dt, ncclComm_t comm)
+{
+    ncclResult_t r = ncclAlltoAll(sendb, recvb, count, dt, comm, STREAM);
+    if (r != ncclSuccess)
+        FAIL("ncclAlltoAll of %zu returned %d (%s)", count, (int)r, ncclGetLastError(NULL));
+}
+
+static void want_nccl(char *line, size_t count, ncclDataType_t dt, ncclComm_t comm)
+{
+    rec_fmt_ncclAlltoAll(line, LINE_LEN, sendb, recvb, count, dt, comm, STREAM);
+}
+
+static void want_launch(char *line, uint64_t bytes)
+{
+    snprintf(line, LINE_LEN, "mscx_exec_launch %llu %p", (unsigned long long)bytes, (void *)STREAM);
+}
+
+static void mode_routed(void)
+{
+    static char want[8][LINE_LEN];
+    ncclComm_t comm = new_comm();
+    clear_log();
+    alltoall(256, ncclFloat32, comm);
+    alltoall(1 << 20, ncclFloat32, comm);
+    alltoall((1 << 20) + 1, ncclFloat32, comm);
+    alltoall(1024, ncclFloat8e4m3, comm);
+    if (ncclAlltoAll(sendb, recvb, 256, (ncclDataType_t)-1, comm, STREAM) != ncclInvalidArgument)
+        FAIL("a bad datatype was not refused with ncclInvalidArgument");
+    want_launch(want[0], 1024);
+    want_launch(want[1], 4 << 20);
+    want_nccl(want[2], (1 << 20) + 1, ncclFloat32, comm);
+    want_nccl(want[3], 1024, ncclFloat8e4m3, comm);
+    check_log("routed", want, 4);
+    if (ncclCommDestroy(comm) != ncclSuccess)
+        FAIL("ncclCommDestroy failed");
+    static const char *const has[] = {"routed 2, sent 2", "alltoall<=1K routed 1 fallback 1",
+                                      "alltoall<=4M routed 1 fallback 0", "alltoall<=32M routed 0 fallback 1",
+                                      "reasons: dtype 1 size 1", NULL};
+    check_summary(comm, has);
+}
+
+static void mode_forced(void)
+{
+    static char want[1][LINE_LEN];
+    ncclComm_t comm = new_comm();
+    clear_log();
+    alltoall(256, ncclFloat32, comm);
+    want_nccl(want[0], 256, ncclFloat32, comm);
+    check_log("forced", want, 1);
+    if (ncclCommDestroy(comm) != ncclSuccess)
+        FAIL("ncclCommDestroy failed");
+    static const char *const has[] = {"alltoall<=1K routed 0 fallback 1", "forced 1", NULL};
+    check_summary(comm, has);
+}
+
+/* The log lines since clear_log() that are exactly @p line. */
+static int count_exact(const char *line)
+{
+    char *log = read_file(getenv("FAKE_NCCL_LOG"));
+    char *save = NULL;
+    int k = 0;
+    for (char *l = strtok_r(log, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+        k += strcmp(l, line) == 0;
+    return k;
+}
+
+static void mode_ranks2(void)
+{
+    static const size_t counts[] = {128, 8192, 8193, 262145, 64};
+    static const int routed[] = {1, 1, 1, 0, 0};
+    ncclComm_t comms[2] = {NULL, NULL};
+    int devs[2] = {0, 1};
+    char line[LINE_LEN];
+    if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) {
+        FAIL("ncclCommInitAll failed");
+        return;
+    }
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        clear_log();
+        for (int i = 0; i < 2; i++)
+            alltoall(counts[k], ncclFloat32, comms[i]);
+        want_launch(line, (uint64_t)counts[k] * 2 * sizeof(float));
+        int launched = count_exact(line), forwarded = 0;
+        for (int i = 0; i < 2; i++) {
+            want_nccl(line, counts[k], ncclFloat32, comms[i]);
+            forwarded += count_exact(line);
+        }
+        if (launched != (routed[k] ? 2 : 0) || forwarded != (routed[k] ? 0 : 2))
+            FAIL("%zu floats per peer: %d launches of %llu bytes and %d calls to NCCL, expected %s",
+                 counts[k], launched, (unsigned long long)counts[k] * 8, forwarded,
+                 routed[k] ? "2 and 0" : "0 and 2");
+    }
+    for (int i = 0; i < 2; i++)
+        if (ncclCommDestroy(comms[i]) != ncclSuccess)
+            FAIL("ncclCommDestroy failed");
+    static const char *const has[] = {"routed 3, sent 2",
+                                      "alltoall<=1K routed 1 fallback 1",
+                                      "alltoall<=64K routed 1",
+                                      "alltoall<=512K routed 1",
+                                      "alltoall<=4M routed 0 fallback 1",
+                                      "reasons: size 2",
+                                      NULL};
+    check_summary(comms[0], has);
+}
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+} modes[] = {{"routed", mode_routed}, {"forced", mode_forced}, {"ranks2", mode_ranks2}};
+
+int main(int argc, char **argv)
+{
+    if (argc != 2 || !getenv("FAKE_NCCL_LOG") || !getenv("MSCX_DEBUG_FILE")) {
+        fprintf(stderr, "usage: FAKE_NCCL_LOG=... MSCX_DEBUG_FILE=... %s MODE\n", argv[0]);
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        if (strcmp(argv[1], modes[i].name) != 0)
+            continue;
+        modes[i].run();
+        if (failures)
+            return 1;
+        printf("%s: ok\n", argv[1]);
+        return 0;
+    }
+    fprintf(stderr, "unknown mode %s\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,559 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Collectives inside ncclGroupStart/End under the shim built with the fake
+ * executor (fake_exec.c), against the fake libnccl with its CUDA events
+ * (fake_cuda.c), a world of one rank and the shipped plans, so that the
+ * collectives that route run on our (fake) executor. Each mode checks the
+ * exact sequence of FAKE_NCCL_LOG (NCCL calls, launches, event records and
+ * waits) and the communicator's summary (MSCX_DEBUG_FILE):
+ *
+ *   routed     four routable collectives are kept and launched, in issue
+ *              order, after the real ncclGroupEnd; none reaches NCCL
+ *   mixed      routable, an unroutable dtype, routable: the group goes to
+ *              NCCL in issue order
+ *   send       an ncclSend in the middle, or a communicator not ours: the
+ *              group goes to NCCL in issue order
+ *   streams    three streams of one communicator are joined on the first
+ *   comms      two communicators in one group, each joined on its own streams
+ *   nested     only the outermost ncclGroupEnd launches
+ *   end-fails  the real ncclGroupEnd fails: the kept calls are dropped
+ *   refused    a launch the executor refuses goes to NCCL outside the group;
+ *              any other launch error is the group's result
+ *   no-events  no event for a join: the group goes to NCCL
+ *   simulate   ncclGroupSimulateEnd: the kept calls go to NCCL first, and
+ *              the group is over
+ *   threads    a group is this thread's: another thread's call launches at once
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mscx/status.h"
+#include "rec_gen.h"
+
+static int failures;
+
+#define FAIL(...)                                                                                            \
+    do {                                                                                                     \
+        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
+        fputc('\n', stderr);                                                                                 \
+        failures++;                                                                                          \
+    } while (0)
+
+#define S(n) ((cudaStream_t)(uintptr_t)(0x5000 + 0x100 * (n)))
+#define MAX_WANT 32
+#define LINE_MAX_LEN 256
+
+static float bufs[8][1024];
+
+/* ---- the fake executor's launch results, by size ---- */
+
+static uint64_t refuse_bytes, fail_bytes;
+
+__attribute__((visibility("default"))) mscx_status_t mscxFakeExecLaunchResult(uint64_t bytes);
+__attribute__((visibility("default"))) mscx_status_t mscxFakeExecLaunchResult(uint64_t bytes)
+{
+    if (bytes == refuse_bytes)
+        return MSCX_ERR_INVALID_ARG;
+    if (bytes == fail_bytes)
+        return MSCX_ERR_CUDA;
+    return MSCX_OK;
+}
+
+/* ---- the logs ---- */
+
+static char *read_file(const char *path)
+{
+    static char buf[1 << 18];
+    FILE *f = path ? fopen(path, "r") : NULL;
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+static void clear_log(void)
+{
+    FILE *f = fopen(getenv("FAKE_NCCL_LOG"), "w");
+    if (f)
+        fclose(f);
+}
+
+/* The expected log lines since clear_log(). */
+struct want {
+    char line[MAX_WANT][LINE_MAX_LEN];
+    int n;
+};
+
+static void want_reset(struct want *w)
+{
+    w->n = 0;
+}
+
+static void want_add(struct want *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void want_add(struct want *w, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (w->n < MAX_WANT)
+        vsnprintf(w->line[w->n++], LINE_MAX_LEN, fmt, ap);
+    va_end(ap);
+}
+
+static void want_nccl_allreduce(struct want *w, const void *send, void *recv, size_t count, ncclDataType_t dt,
+                                ncclComm_t comm, cudaStream_t stream)
+{
+    char rec[2048];
+    rec_fmt_ncclAllReduce(rec, sizeof(rec), send, recv, count, dt, ncclSum, comm, stream);
+    want_add(w, "%s", rec);
+}
+
+static void want_launch(struct want *w, uint64_t bytes, cudaStream_t stream)
+{
+    want_add(w, "mscx_exec_launch %llu %p", (unsigned long long)bytes, (void *)stream);
+}
+
+/* The log since clear_log() must be exactly @p w, line by line. */
+static void check_log(const char *what, const struct want *w)
+{
+    char *log = read_file(getenv("FAKE_NCCL_LOG"));
+    char *save = NULL;
+    int i = 0, bad = 0;
+    for (char *line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save), i++)
+        if (i >= w->n || strcmp(line, w->line[i]) != 0)
+            bad = 1;
+    if (!bad && i == w->n)
+        return;
+    FAIL("%s: the log differs from what was expected", what);
+    fprintf(stderr, "expected:\n");
+    for (int k = 0; k < w->n; k++)
+        fprintf(stderr, "  %s\n", w->line[k]);
+    fprintf(stderr, "got:\n%s\n", read_file(getenv("FAKE_NCCL_LOG")));
+}
+
+/*
+ * The summary line of @p comm (at its destroy) must show @p routed calls
+ * routed and end with @p reasons (" reasons:" and the counts).
+ */
+static void check_summary(ncclComm_t comm, int routed, const char *reasons)
+{
+    char *log = read_file(getenv("MSCX_DEBUG_FILE"));
+    char key[64], info[64], warn[64];
+    snprintf(key, sizeof(key), "comm %p rank", (void *)comm);
+    snprintf(info, sizeof(info), ": routed %d fallback", routed);
+    snprintf(warn, sizeof(warn), ": routed %d, sent", routed);
+    char *save = NULL;
+    for (char *line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (!strstr(line, key) || !strstr(line, "destroy"))
+            continue;
+        char *r = strstr(line, " reasons:");
+        const char *tail = r ? r + strlen(" reasons:") : "";
+        const char *hint = strstr(tail, " (");
+        size_t len = hint ? (size_t)(hint - tail) : strlen(tail);
+        if ((!strstr(line, info) && !strstr(line, warn)) || len != strlen(reasons) ||
+            strncmp(tail, reasons, len) != 0)
+            FAIL("summary of comm %p: expected routed %d and reasons:%s, got: %s", (void *)comm, routed,
+                 reasons, line);
+        return;
+    }
+    FAIL("no summary of comm %p at its destroy in %s", (void *)comm, getenv("MSCX_DEBUG_FILE"));
+}
+
+/* ---- calls ---- */
+
+static ncclComm_t new_comm(void)
+{
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess || !comm) {
+        FAIL("ncclCommInitRank failed");
+        exit(1);
+    }
+    return comm;
+}
+
+static void call_ok(const char *what, ncclResult_t r)
+{
+    if (r != ncclSuccess)
+        FAIL("%s returned %d (%s)", what, (int)r, ncclGetLastError(NULL));
+}
+
+/* An fp32 sum allreduce of @p count elements in buffers @p b; its result checked. */
+static void allreduce(int b, size_t count, ncclDataType_t dt, ncclComm_t comm, cudaStream_t stream)
+{
+    call_ok("ncclAllReduce", ncclAllReduce(bufs[b], bufs[b + 1], count, dt, ncclSum, comm, stream));
+}
+
+static void destroy(ncclComm_t comm)
+{
+    call_ok("ncclCommDestroy", ncclCommDestroy(comm));
+}
+
+/* ---- modes ---- */
+
+static void mode_routed(void)
+{
+    ncclComm_t comm = new_comm();
+    struct want w;
+    want_reset(&w);
+    clear_log();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    call_ok("ncclAllGather", ncclAllGather(bufs[2], bufs[3], 256, ncclFloat32, comm, S(1)));
+    call_ok("ncclReduceScatter", ncclReduceScatter(bufs[4], bufs[5], 768, ncclFloat32, ncclSum, comm, S(1)));
+    /* an argument error is the call's answer, as outside a group; the group goes on */
+    if (ncclAllReduce(bufs[0], bufs[1], 256, (ncclDataType_t)-1, ncclSum, comm, S(1)) != ncclInvalidArgument)
+        FAIL("a bad datatype in a group was not refused at the call");
+    allreduce(6, 1024, ncclFloat32, comm, S(1));
+    want_add(&w, "ncclGroupStart");
+    check_log("routed, before ncclGroupEnd", &w);
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 1024, S(1));
+    want_launch(&w, 1024, S(1));
+    want_launch(&w, 3072, S(1));
+    want_launch(&w, 4096, S(1));
+    check_log("routed", &w);
+    destroy(comm);
+    check_summary(comm, 4, "");
+}
+
+static void mode_mixed(void)
+{
+    ncclComm_t comm = new_comm();
+    struct want w;
+    char rec[2048];
+    want_reset(&w);
+    clear_log();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    allreduce(2, 1024, ncclFloat8e4m3, comm, S(1)); /* no mscx type */
+    /* through the profiler's name: it reaches NCCL's pncclAllReduce */
+    call_ok("pncclAllReduce", pncclAllReduce(bufs[4], bufs[5], 512, ncclFloat32, ncclSum, comm, S(1)));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_nccl_allreduce(&w, bufs[0], bufs[1], 256, ncclFloat32, comm, S(1));
+    want_nccl_allreduce(&w, bufs[2], bufs[3], 1024, ncclFloat8e4m3, comm, S(1));
+    rec_fmt_pncclAllReduce(rec, sizeof(rec), bufs[4], bufs[5], 512, ncclFloat32, ncclSum, comm, S(1));
+    want_add(&w, "%s", rec);
+    want_add(&w, "ncclGroupEnd");
+    check_log("mixed", &w);
+    destroy(comm);
+    check_summary(comm, 0, " group 2 dtype 1");
+}
+
+static void mode_send(void)
+{
+    ncclComm_t comm = new_comm();
+    ncclComm_t foreign = (ncclComm_t)(uintptr_t)0x7f00dead0000ull;
+    struct want w;
+    char rec[2048];
+    want_reset(&w);
+    clear_log();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    call_ok("ncclSend", ncclSend(bufs[2], 64, ncclFloat32, 0, comm, S(1)));
+    allreduce(4, 512, ncclFloat32, comm, S(1));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_nccl_allreduce(&w, bufs[0], bufs[1], 256, ncclFloat32, comm, S(1));
+    rec_fmt_ncclSend(rec, sizeof(rec), bufs[2], 64, ncclFloat32, 0, comm, S(1));
+    want_add(&w, "%s", rec);
+    want_nccl_allreduce(&w, bufs[4], bufs[5], 512, ncclFloat32, comm, S(1));
+    want_add(&w, "ncclGroupEnd");
+    /* a collective on a communicator that is not ours */
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    allreduce(2, 256, ncclFloat32, foreign, S(1));
+    allreduce(4, 512, ncclFloat32, comm, S(1));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_nccl_allreduce(&w, bufs[0], bufs[1], 256, ncclFloat32, comm, S(1));
+    want_nccl_allreduce(&w, bufs[2], bufs[3], 256, ncclFloat32, foreign, S(1));
+    want_nccl_allreduce(&w, bufs[4], bufs[5], 512, ncclFloat32, comm, S(1));
+    want_add(&w, "ncclGroupEnd");
+    check_log("send", &w);
+    destroy(comm);
+    check_summary(comm, 0, " group 4");
+}
+
+static void mode_streams(void)
+{
+    ncclComm_t comm = new_comm();
+    struct want w;
+    want_reset(&w);
+    clear_log();
+    for (int round = 0; round < 2; round++) {
+        call_ok("ncclGroupStart", ncclGroupStart());
+        allreduce(0, 256, ncclFloat32, comm, S(1));
+        allreduce(2, 512, ncclFloat32, comm, S(2));
+        allreduce(4, 768, ncclFloat32, comm, S(1));
+        allreduce(6, 1024, ncclFloat32, comm, S(3));
+        call_ok("ncclGroupEnd", ncclGroupEnd());
+        want_add(&w, "ncclGroupStart");
+        if (round == 0)
+            want_add(&w, "cudaEventCreate ev0 0"); /* once per thread and device */
+        want_add(&w, "ncclGroupEnd");
+        want_add(&w, "cudaEventRecord ev0 %p", (void *)S(2));
+        want_add(&w, "cudaStreamWaitEvent %p ev0", (void *)S(1));
+        want_add(&w, "cudaEventRecord ev0 %p", (void *)S(3));
+        want_add(&w, "cudaStreamWaitEvent %p ev0", (void *)S(1));
+        for (int k = 1; k <= 4; k++)
+            want_launch(&w, 1024 * k, S(1));
+        want_add(&w, "cudaEventRecord ev0 %p", (void *)S(1));
+        want_add(&w, "cudaStreamWaitEvent %p ev0", (void *)S(2));
+        want_add(&w, "cudaStreamWaitEvent %p ev0", (void *)S(3));
+    }
+    check_log("streams", &w);
+    destroy(comm);
+    check_summary(comm, 8, "");
+}
+
+static void mode_comms(void)
+{
+    ncclComm_t a = new_comm(), b = new_comm();
+    struct want w;
+    want_reset(&w);
+    clear_log();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, a, S(1));
+    allreduce(2, 512, ncclFloat32, b, S(5));
+    allreduce(4, 768, ncclFloat32, a, S(2));
+    allreduce(6, 1024, ncclFloat32, b, S(5));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_add(&w, "cudaEventCreate ev0 0");
+    want_add(&w, "ncclGroupEnd");
+    want_add(&w, "cudaEventRecord ev0 %p", (void *)S(2));
+    want_add(&w, "cudaStreamWaitEvent %p ev0", (void *)S(1));
+    want_launch(&w, 1024, S(1));
+    want_launch(&w, 2048, S(5));
+    want_launch(&w, 3072, S(1));
+    want_launch(&w, 4096, S(5));
+    want_add(&w, "cudaEventRecord ev0 %p", (void *)S(1));
+    want_add(&w, "cudaStreamWaitEvent %p ev0", (void *)S(2));
+    check_log("comms", &w);
+    destroy(a);
+    destroy(b);
+    check_summary(a, 2, "");
+    check_summary(b, 2, "");
+}
+
+struct other_thread {
+    ncclComm_t comm;
+    ncclResult_t res;
+};
+
+static void *other_main(void *arg)
+{
+    struct other_thread *t = arg;
+    t->res = ncclAllReduce(bufs[2], bufs[3], 512, ncclFloat32, ncclSum, t->comm, S(2));
+    return NULL;
+}
+
+static void mode_threads(void)
+{
+    ncclComm_t comm = new_comm();
+    struct want w;
+    want_reset(&w);
+    clear_log();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    /* another thread is in no group: its call launches at once */
+    struct other_thread t = {comm, ncclInternalError};
+    pthread_t tid;
+    if (pthread_create(&tid, NULL, other_main, &t) != 0 || pthread_join(tid, NULL) != 0)
+        FAIL("cannot run the other thread");
+    call_ok("the other thread's ncclAllReduce", t.res);
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_launch(&w, 2048, S(2));
+    want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 1024, S(1));
+    check_log("threads", &w);
+    destroy(comm);
+    check_summary(comm, 2, "");
+}
+
+static void mode_nested(void)
+{
+    ncclComm_t comm = new_comm();
+    struct want w;
+    want_reset(&w);
+    clear_log();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(2, 512, ncclFloat32, comm, S(1));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_add(&w, "ncclGroupStart");
+    want_add(&w, "ncclGroupEnd");
+    check_log("nested, after the inner ncclGroupEnd", &w);
+    allreduce(4, 768, ncclFloat32, comm, S(1));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 1024, S(1));
+    want_launch(&w, 2048, S(1));
+    want_launch(&w, 3072, S(1));
+    /* the group is over: a call launches at once */
+    allreduce(6, 1024, ncclFloat32, comm, S(1));
+    want_launch(&w, 4096, S(1));
+    check_log("nested", &w);
+    destroy(comm);
+    check_summary(comm, 4, "");
+}
+
+static void mode_end_fails(void)
+{
+    ncclComm_t comm = new_comm();
+    struct want w;
+    want_reset(&w);
+    clear_log();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    allreduce(2, 512, ncclFloat32, comm, S(2));
+    setenv("FAKE_NCCL_RESULT", "2", 1); /* the fake's ncclGroupEnd fails with ncclSystemError */
+    ncclResult_t r = ncclGroupEnd();
+    unsetenv("FAKE_NCCL_RESULT");
+    if (r != ncclSystemError)
+        FAIL("ncclGroupEnd returned %d, expected the real one's ncclSystemError", (int)r);
+    want_add(&w, "ncclGroupStart");
+    want_add(&w, "cudaEventCreate ev0 0");
+    want_add(&w, "ncclGroupEnd");
+    /* nothing kept is left: the next call and the next group run alone */
+    allreduce(4, 768, ncclFloat32, comm, S(1));
+    want_launch(&w, 3072, S(1));
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(6, 1024, ncclFloat32, comm, S(1));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 4096, S(1));
+    check_log("end-fails", &w);
+    destroy(comm);
+    check_summary(comm, 2, "");
+}
+
+static void mode_refused(void)
+{
+    ncclComm_t comm = new_comm();
+    struct want w;
+    want_reset(&w);
+    clear_log();
+    refuse_bytes = 2048;
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    allreduce(2, 512, ncclFloat32, comm, S(2));
+    allreduce(4, 768, ncclFloat32, comm, S(1));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_add(&w, "cudaEventCreate ev0 0");
+    want_add(&w, "ncclGroupEnd");
+    want_add(&w, "cudaEventRecord ev0 %p", (void *)S(2));
+    want_add(&w, "cudaStreamWaitEvent %p ev0", (void *)S(1));
+    want_launch(&w, 1024, S(1));
+    want_add(&w, "mscx_exec_launch_failed 2048 %p", (void *)S(1));
+    /* to NCCL outside the group, in its place on the joined stream */
+    want_nccl_allreduce(&w, bufs[2], bufs[3], 512, ncclFloat32, comm, S(1));
+    want_launch(&w, 3072, S(1));
+    want_add(&w, "cudaEventRecord ev0 %p", (void *)S(1));
+    want_add(&w, "cudaStreamWaitEvent %p ev0", (void *)S(2));
+    /* any other launch error is the group's result; the other calls still run */
+    fail_bytes = 1024;
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    allreduce(4, 768, ncclFloat32, comm, S(1));
+    ncclResult_t r = ncclGroupEnd();
+    if (r != ncclUnhandledCudaError || !strstr(ncclGetLastError(NULL), "launch failed"))
+        FAIL("a failed launch at ncclGroupEnd returned %d (%s), expected ncclUnhandledCudaError", (int)r,
+             ncclGetLastError(NULL));
+    want_add(&w, "ncclGroupStart");
+    want_add(&w, "ncclGroupEnd");
+    want_add(&w, "mscx_exec_launch_failed 1024 %p", (void *)S(1));
+    want_launch(&w, 3072, S(1));
+    check_log("refused", &w);
+    destroy(comm);
+    check_summary(comm, 3, " launch 1");
+}
+
+static void mode_no_events(void)
+{
+    ncclComm_t comm = new_comm();
+    struct want w;
+    want_reset(&w);
+    clear_log();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    allreduce(2, 512, ncclFloat32, comm, S(2));
+    allreduce(4, 768, ncclFloat32, comm, S(1));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_nccl_allreduce(&w, bufs[0], bufs[1], 256, ncclFloat32, comm, S(1));
+    want_nccl_allreduce(&w, bufs[2], bufs[3], 512, ncclFloat32, comm, S(2));
+    want_nccl_allreduce(&w, bufs[4], bufs[5], 768, ncclFloat32, comm, S(1));
+    want_add(&w, "ncclGroupEnd");
+    check_log("no-events", &w);
+    destroy(comm);
+    check_summary(comm, 0, " group 3");
+}
+
+static void mode_simulate(void)
+{
+    ncclComm_t comm = new_comm();
+    struct want w;
+    char rec[2048];
+    ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+    want_reset(&w);
+    clear_log();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    allreduce(2, 512, ncclFloat32, comm, S(1));
+    call_ok("ncclGroupSimulateEnd", ncclGroupSimulateEnd(&info));
+    want_add(&w, "ncclGroupStart");
+    want_nccl_allreduce(&w, bufs[0], bufs[1], 256, ncclFloat32, comm, S(1));
+    want_nccl_allreduce(&w, bufs[2], bufs[3], 512, ncclFloat32, comm, S(1));
+    ncclSimInfo_t *infop = &info;
+    rec_fmt_ncclGroupSimulateEnd(rec, sizeof(rec), infop);
+    want_add(&w, "%s", rec);
+    /* the group is over */
+    allreduce(4, 768, ncclFloat32, comm, S(1));
+    want_launch(&w, 3072, S(1));
+    check_log("simulate", &w);
+    destroy(comm);
+    check_summary(comm, 1, " group 2");
+}
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+} modes[] = {
+    {"routed", mode_routed},       {"mixed", mode_mixed},     {"send", mode_send},
+    {"streams", mode_streams},     {"comms", mode_comms},     {"nested", mode_nested},
+    {"end-fails", mode_end_fails}, {"refused", mode_refused}, {"no-events", mode_no_events},
+    {"simulate", mode_simulate},   {"threads", mode_threads},
+};
+
+int main(int argc, char **argv)
+{
+    if (argc != 2 || !getenv("FAKE_NCCL_LOG") || !getenv("MSCX_DEBUG_FILE")) {
+        fprintf(stderr, "usage: FAKE_NCCL_LOG=... MSCX_DEBUG_FILE=... %s MODE\n", argv[0]);
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        if (strcmp(argv[1], modes[i].name) != 0)
+            continue;
+        modes[i].run();
+        if (failures)
+            return 1;
+        printf("%s: ok\n", argv[1]);
+        return 0;
+    }
+    fprintf(stderr, "unknown mode %s\n", argv[1]);
+    return 2;
+}

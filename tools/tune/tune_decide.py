@@ -1,0 +1,477 @@
+# SPDX-License-Identifier: MIT
+"""mscx-tune's decision, its results file and its plan directory (python3 stdlib only).
+
+Everything here is a pure function of OUT/tune.json, so the same measurements
+always give the same plans, byte for byte: that is what makes every rank's
+plan set identical.
+
+Terms:
+- run: one mscx-perf invocation for (collective, mode, side, repetition);
+  side is "nccl", "nccl-window" or a candidate plan's name. Its "times" hold,
+  per measured dtype ("half", "float") and size, [out-of-place us, in-place
+  us], null where the side could not run the size or the shim's summary does
+  not prove the route.
+- baselines: "nccl" always; "nccl-window" (NCCL on buffers registered with
+  ncclCommWindowRegister) where the installed NCCL has it.
+- score of a candidate at a size: the largest, over the decision's modes and
+  both placements, of candidate median / fastest baseline median. The median
+  is over the alternated repetitions. A missing median scores nothing.
+- a candidate qualifies at a size when its score is at most 1 - margin and
+  below 1 (with the default margin 0.05 it takes at most 95% of the fastest
+  baseline's time, in every mode decided on, in place and out of place; a
+  tie never qualifies). A candidate with a failed run or wrong results never
+  qualifies.
+- a measured size goes to the qualifying candidate of lowest score (ties: the
+  name); the open interval between two neighbouring measured sizes goes to the
+  candidate that qualifies at both of them with the lowest larger score of the
+  two (ties: the name), else to NCCL. Sizes below the first and above the last
+  measured size stay on NCCL.
+
+In-process mode (config "executor": N, from mscx-tune --executor N) there is no
+NCCL run: the sides are the candidates alone, and the reference at a size is
+the fastest candidate median there (per mode and placement). Every candidate
+measured at a size qualifies (the margin does not apply), so the same rules
+give each measured size to the fastest candidate by worst ratio. The plans it
+writes are a choice among mscx plans, not against NCCL.
+"""
+import hashlib
+import json
+import math
+import os
+import re
+
+TOOL = "mscx-tune"
+VERSION = 1
+# dtype class -> (the mscx-perf type that times it, the plan dtypes it decides)
+CLASSES = (("16", "half", ("fp16", "bf16")), ("32", "float", ("fp32", "int32", "uint32")))
+MODES = ("eager", "graph")
+PLACEMENTS = ("out_of_place", "in_place")
+BASELINES = ("nccl", "nccl-window")
+INPROC_LABEL = "choice among mscx plans, not against NCCL"
+LABEL_FILE = "CHOICE.txt"  # in-process mode: says what the plan folder is (the shim reads *.json only)
+RUN_STATUS = ("ok", "failed", "wrong", "unavailable")
+
+
+class TuneError(Exception):
+    pass
+
+
+def fmt_size(b):
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if b >= div and b % div == 0:
+            return "%d%s" % (b // div, unit)
+    return str(b)
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def decision_modes(mode):
+    return MODES if mode == "both" else (mode,)
+
+
+def run_key(coll, mode, side, rep):
+    return "%s/%s/%s/%d" % (coll, mode, side, rep)
+
+
+# ---------------------------------------------------------------- the results file
+
+def _need(cond, where, what):
+    if not cond:
+        raise TuneError("%s: %s" % (where, what))
+
+
+def _check_times(times, where):
+    _need(isinstance(times, dict), where, "'times' must be an object dtype -> {size: [oop, ip]}")
+    for t, per in times.items():
+        _need(isinstance(per, dict), "%s.%s" % (where, t), "expected an object size -> [oop us, in-place us]")
+        for s, v in per.items():
+            w = "%s.%s.%s" % (where, t, s)
+            _need(re.fullmatch(r"[1-9][0-9]*", s) is not None, w, "a size must be a positive whole number")
+            _need(v is None or (isinstance(v, list) and len(v) == 2), w,
+                  "expected null or [oop us, in-place us]")
+            for x in v or ():
+                _need(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+                                    and math.isfinite(x)), w, "a time must be a positive number or null")
+
+
+def _check_run(r, where):
+    _need(isinstance(r, dict), where, "a run must be an object")
+    for k, typ in (("coll", str), ("mode", str), ("side", str), ("rep", int), ("status", str)):
+        _need(isinstance(r.get(k), typ) and not isinstance(r.get(k), bool), where,
+              "field '%s' missing or not a %s" % (k, typ.__name__))
+    _need(r["mode"] in MODES, where, "field 'mode' must be eager or graph, not %r" % r["mode"])
+    _need(r["status"] in RUN_STATUS, where, "field 'status' must be one of %s" % ", ".join(RUN_STATUS))
+    _need(r["rep"] >= 0, where, "field 'rep' must be >= 0")
+    _check_times(r.get("times", {}), where + ".times")
+
+
+def check_tune(d, path):
+    """Raise TuneError naming @p path and the field when @p d is not a complete tune.json."""
+    _need(isinstance(d, dict), path, "not a JSON object")
+    _need(d.get("tool") == TOOL and d.get("version") == VERSION, path,
+          "not an %s results file (\"tool\": \"%s\", \"version\": %d)" % (TOOL, TOOL, VERSION))
+    for k, typ in (("config", dict), ("candidates", dict), ("runs", list), ("sizes", dict)):
+        _need(isinstance(d.get(k), typ), path, "field '%s' missing or not a%s %s"
+              % (k, "n" if typ is list else "", "array" if typ is list else "object"))
+    cfg = d["config"]
+    for k in ("nranks", "ranks_per_node"):
+        _need(isinstance(cfg.get(k), int) and cfg[k] >= 1, path + ": config", "field '%s' must be >= 1" % k)
+    if "executor" in cfg:
+        _need(isinstance(cfg["executor"], int) and cfg["executor"] >= 2 and cfg["executor"] == cfg["nranks"]
+              == cfg["ranks_per_node"], path + ": config",
+              "field 'executor' must be the rank count (>= 2, all on one node)")
+    for coll, sizes in d["sizes"].items():
+        _need(isinstance(sizes, list) and sizes and all(isinstance(s, int) and s > 0 for s in sizes)
+              and sizes == sorted(set(sizes)), "%s: sizes.%s" % (path, coll),
+              "expected increasing positive sizes")
+    for name, c in d["candidates"].items():
+        w = "%s: candidates.%s" % (path, name)
+        _need(isinstance(c, dict), w, "a candidate must be an object")
+        for k, typ in (("coll", str), ("file", str), ("sha256", str), ("min", int), ("max", int)):
+            _need(isinstance(c.get(k), typ), w, "field '%s' missing or not a %s" % (k, typ.__name__))
+        _need(isinstance(c.get("dtypes", []), list), w, "field 'dtypes' must be an array")
+    seen = set()
+    for i, r in enumerate(d["runs"]):
+        where = "%s: runs[%d]" % (path, i)
+        _check_run(r, where)
+        key = run_key(r["coll"], r["mode"], r["side"], r["rep"])
+        _need(key not in seen, where, "run %s appears twice" % key)
+        seen.add(key)
+        _need(r["side"] in d["candidates"] or (r["side"] in BASELINES and "executor" not in cfg), where,
+              "side '%s' is neither a %slisted candidate" % (r["side"], "" if "executor" in cfg else
+                                                             "baseline nor a "))
+        _need(r["coll"] in d["sizes"], where, "collective '%s' has no 'sizes' entry" % r["coll"])
+
+
+def load_tune(path):
+    """The tune.json at @p path, checked; TuneError names the file and the problem."""
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError as e:
+        raise TuneError("%s: cannot read: %s" % (path, e.strerror))
+    try:
+        d = json.loads(text)
+    except ValueError as e:
+        raise TuneError("%s: not valid JSON (truncated or corrupt?): %s" % (path, e))
+    check_tune(d, path)
+    return d
+
+
+def dump_json(obj):
+    return json.dumps(obj, indent=1, sort_keys=True) + "\n"
+
+
+def write_atomic(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- medians and scores
+
+def medians(d):
+    """{(coll, cls, mode, side): {size: (oop, ip) or None}} over the runs whose status is ok."""
+    acc = {}
+    for r in d["runs"]:
+        if r["status"] != "ok":
+            continue
+        for cls, ptype, _ in CLASSES:
+            for s, v in r.get("times", {}).get(ptype, {}).items():
+                key = (r["coll"], cls, r["mode"], r["side"])
+                acc.setdefault(key, {}).setdefault(int(s), []).append(v)
+    out = {}
+    for key, per in acc.items():
+        out[key] = {}
+        for s, vals in per.items():
+            # one run that could not time the size (n/a, route unproven) leaves the size unmeasured
+            if any(v is None or v[0] is None or v[1] is None for v in vals):
+                out[key][s] = None
+            else:
+                out[key][s] = (median([v[0] for v in vals]), median([v[1] for v in vals]))
+    return out
+
+
+def disqualified(d, coll):
+    """Candidates of @p coll with a failed or wrong run: never routed."""
+    return sorted({r["side"] for r in d["runs"] if r["coll"] == coll and r["side"] not in BASELINES
+                   and r["status"] in ("failed", "wrong")})
+
+
+def baselines_of(d, coll):
+    """The baselines measured for @p coll: nccl, and nccl-window when some run had a registered window."""
+    have = {r["side"] for r in d["runs"] if r["coll"] == coll and r["status"] == "ok"}
+    return [b for b in BASELINES if b in have]
+
+
+def executor_mode(d):
+    """The rank count of an in-process tuning (mscx-tune --executor N), else 0."""
+    return int(d.get("config", {}).get("executor", 0) or 0)
+
+
+def score(med, coll, cls, cand, size, modes, bases, need_all=True):
+    """The candidate's worst time ratio against the fastest of @p bases; None when the candidate's time or
+    (@p need_all) any reference time is missing. Without @p need_all, missing references are left out."""
+    worst = None
+    for mode in modes:
+        c = med.get((coll, cls, mode, cand), {}).get(size)
+        bs = [med.get((coll, cls, mode, b), {}).get(size) for b in bases]
+        if not need_all:
+            bs = [b for b in bs if b is not None]
+        if c is None or not bs or any(b is None for b in bs):
+            return None
+        for k in range(len(PLACEMENTS)):
+            r = c[k] / min(b[k] for b in bs)
+            worst = r if worst is None else max(worst, r)
+    return worst
+
+
+def _best(scored):
+    """The (score, name) pair of lowest score, ties by name; None for an empty list."""
+    return min(scored) if scored else None
+
+
+def decide_class(d, coll, cls, margin, mode):
+    """Per measured size of @p coll: {"size", "choice", "scores"}; and the ranges [(cand, lo, hi)]."""
+    med = medians(d)
+    modes = decision_modes(mode)
+    dq = set(disqualified(d, coll))
+    cands = sorted(n for n, c in d["candidates"].items() if c["coll"] == coll and n not in dq)
+    sizes = d["sizes"].get(coll, [])
+    inproc = executor_mode(d) > 0
+    bases = cands if inproc else baselines_of(d, coll)  # in process, the reference is the fastest candidate
+    limit = 1.0 - margin
+    points, qual = [], []
+    for s in sizes:
+        ok = inproc or "nccl" in bases
+        sc = {c: score(med, coll, cls, c, s, modes, bases, not inproc) if ok else None for c in cands}
+        q = {c: v for c, v in sc.items() if v is not None and (inproc or (v <= limit and v < 1.0))}
+        best = _best([(v, c) for c, v in q.items()])
+        points.append({"size": s, "choice": best[1] if best else None,
+                       "scores": {c: (None if v is None else round(v, 6)) for c, v in sc.items()}})
+        qual.append(q)
+    # segments in size order: the point, then the open interval up to the next point
+    segs = []
+    for i, s in enumerate(sizes):
+        segs.append((s, s, points[i]["choice"]))
+        if i + 1 < len(sizes) and sizes[i + 1] > s + 1:
+            both = [(max(qual[i][c], qual[i + 1][c]), c) for c in qual[i] if c in qual[i + 1]]
+            best = _best(both)
+            segs.append((s + 1, sizes[i + 1] - 1, best[1] if best else None))
+    ranges = []
+    for lo, hi, c in segs:
+        if c is None:
+            continue
+        if ranges and ranges[-1][0] == c and ranges[-1][2] + 1 == lo:
+            ranges[-1] = (c, ranges[-1][1], hi)
+        else:
+            ranges.append((c, lo, hi))
+    return points, ranges
+
+
+def decide(d, margin, mode):
+    """The whole decision: per collective and class the points and ranges; the plan files to write."""
+    out = {"margin": margin, "mode": mode, "collectives": {},
+           "against": "the fastest mscx plan (no NCCL)" if executor_mode(d) else "NCCL"}
+    for coll in sorted(d["sizes"]):
+        per = {"baselines": baselines_of(d, coll), "disqualified": disqualified(d, coll), "classes": {}}
+        for cls, _, _ in CLASSES:
+            points, ranges = decide_class(d, coll, cls, margin, mode)
+            per["classes"][cls] = {"points": points, "ranges": [list(r) for r in ranges]}
+        out["collectives"][coll] = per
+    out["plans"] = plan_files(d, out)
+    return out
+
+
+def plan_files(d, dec):
+    """[{"file", "candidate", "coll", "min", "max", "dtypes"}]: a file per range (equal ones merge)."""
+    cfg = d["config"]
+    files = []
+    for coll in sorted(dec["collectives"]):
+        merged = {}
+        for cls, _, dts in CLASSES:
+            for cand, lo, hi in dec["collectives"][coll]["classes"][cls]["ranges"]:
+                ok = [t for t in dts if t in d["candidates"][cand].get("dtypes", dts)]
+                if ok:
+                    merged.setdefault((lo, hi, cand), []).extend(ok)
+        for k, (lo, hi, cand) in enumerate(sorted(merged)):
+            stem = "%s_%s_n%d_rpn%d_%02d_%s_%s_%s" % ("choice" if executor_mode(d) else "tune", coll,
+                                                     cfg["nranks"], cfg["ranks_per_node"], k, cand, lo, hi)
+            order = [t for _, _, dts in CLASSES for t in dts]
+            files.append({"file": stem + ".json", "candidate": cand, "coll": coll, "min": lo, "max": hi,
+                          "dtypes": sorted(set(merged[(lo, hi, cand)]), key=order.index)})
+    return files
+
+
+# ---------------------------------------------------------------- the plan directory
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        h.update(fh.read())
+    return h.hexdigest()
+
+
+def rewrite_plan(src, stem, lo, hi, dtypes):
+    """The plan text of @p src with its name, size range and dtypes set; TuneError when it cannot be read."""
+    try:
+        with open(src) as fh:
+            plan = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise TuneError("%s: cannot read the candidate plan: %s" % (src, e))
+    if not isinstance(plan, dict):
+        raise TuneError("%s: a plan must be a JSON object" % src)
+    plan["name"] = stem
+    plan["min_message_size"] = lo
+    plan["max_message_size"] = hi
+    ext = plan.get("mscx")
+    if not isinstance(ext, dict):
+        ext = plan["mscx"] = {"version": 1}
+    ext["dtypes"] = list(dtypes)
+    return json.dumps(plan, indent=2) + "\n"
+
+
+def write_plan_dir(out, d, dec):
+    """OUT/plans: exactly the decided plan files (any other *.json there is removed). @return the paths."""
+    pdir = os.path.join(out, "plans")
+    os.makedirs(pdir, exist_ok=True)
+    want = {p["file"] for p in dec["plans"]}
+    for f in sorted(os.listdir(pdir)):
+        if f.endswith(".json") and f not in want:
+            os.unlink(os.path.join(pdir, f))
+    label = os.path.join(pdir, LABEL_FILE)
+    if executor_mode(d):
+        write_atomic(label, "%s: %d ranks in one process on one GPU (mscx-perf --executor %d).\n"
+                     "Each size goes to the fastest mscx plan measured there; NCCL was not measured.\n"
+                     % (INPROC_LABEL, executor_mode(d), executor_mode(d)))
+    elif os.path.exists(label):
+        os.unlink(label)
+    paths = []
+    for p in dec["plans"]:
+        src = os.path.join(out, d["candidates"][p["candidate"]]["file"])
+        text = rewrite_plan(src, p["file"][:-5], p["min"], p["max"], p["dtypes"])
+        path = os.path.join(pdir, p["file"])
+        write_atomic(path, text)
+        paths.append(path)
+    return paths
+
+
+def check_candidate_files(out, d):
+    """TuneError when a candidate tune.json names is missing from OUT or differs from its recorded hash."""
+    for name in sorted(d["candidates"]):
+        c = d["candidates"][name]
+        path = os.path.join(out, c["file"])
+        if not os.path.isfile(path):
+            raise TuneError("%s: candidate '%s' is listed in tune.json but missing (partial folder?)"
+                            % (path, name))
+        if sha256_file(path) != c["sha256"]:
+            raise TuneError("%s: candidate '%s' differs from the copy tune.json recorded (sha256)"
+                            % (path, name))
+
+
+# ---------------------------------------------------------------- the report
+
+def crossover_sizes(points):
+    """Measured sizes whose choice differs from the previous size's (the first size of a new route)."""
+    return [p["size"] for i, p in enumerate(points) if i > 0 and p["choice"] != points[i - 1]["choice"]]
+
+
+def _cell(v):
+    return "n/a" if v is None else "%.2f" % v
+
+
+def report_table(d, dec, coll, cls):
+    """Markdown: size, each baseline's and candidate's median times (decision modes), the route."""
+    med = medians(d)
+    modes = decision_modes(dec["mode"])
+    per = dec["collectives"][coll]
+    points = per["classes"][cls]["points"]
+    sides = per["baselines"] + sorted(points[0]["scores"]) if points else per["baselines"]
+    cross = set(crossover_sizes(points))
+    head = "| size | " + " | ".join("%s us" % s for s in sides) + " | route |"
+    lines = [head, "|---:|" + "---:|" * len(sides) + ":---|"]
+    for p in points:
+        cells = []
+        for side in sides:
+            v = [med.get((coll, cls, m, side), {}).get(p["size"]) for m in modes]
+            cells.append(" / ".join("n/a" if x is None else "%s, %s" % (_cell(x[0]), _cell(x[1])) for x in v))
+        route = p["choice"] or ("none measured" if executor_mode(d) else "NCCL")
+        if p["size"] in cross:
+            route += " (crossover)"
+        lines.append("| %s | %s | %s |" % (fmt_size(p["size"]), " | ".join(cells), route))
+    return "\n".join(lines) + "\n"
+
+
+def _report_head(d, dec):
+    cfg = d["config"]
+    m = d.get("machine", {})
+    cells = ("Each cell is the median of the alternated runs, out-of-place, in-place (us); with mode both, "
+             "eager / graph. ")
+    if executor_mode(d):
+        n = executor_mode(d)
+        return ["# mscx-tune report: %s" % INPROC_LABEL, "",
+                "%d ranks in one process on one GPU (mscx-perf --executor %d); GPU %s, driver %s. Decision "
+                "mode %s. NCCL was not measured: these plans are not known to beat NCCL." % (
+                    n, n, m.get("gpu", "?"), m.get("driver", "?"), dec["mode"]), "",
+                cells + "Each size goes to the fastest plan by its worst ratio to the fastest plan of each "
+                "cell (no margin); \"(crossover)\" marks where the route changes.", ""]
+    return ["# mscx-tune report", "",
+            "%d rank(s), %d per node; GPU %s, driver %s, NCCL %s. Decision mode %s, margin %g%%."
+            % (cfg["nranks"], cfg["ranks_per_node"], m.get("gpu", "?"), m.get("driver", "?"),
+               m.get("nccl_version", "?"), dec["mode"], dec["margin"] * 100), "",
+            cells + "A size goes to a plan only where it takes at most %g%% of the fastest baseline's "
+            "time in every cell; \"(crossover)\" marks where the route changes."
+            % ((1 - dec["margin"]) * 100), ""]
+
+
+def report_md(d, dec):
+    out = _report_head(d, dec)
+    for note in d.get("notes", []):
+        out.append("- " + note)
+    if d.get("notes"):
+        out.append("")
+    for coll in sorted(dec["collectives"]):
+        per = dec["collectives"][coll]
+        for cls, ptype, dts in CLASSES:
+            out.append("## %s, %s-bit (%s, timed with %s)" % (coll, cls, ", ".join(dts), ptype))
+            out.append("")
+            if per["disqualified"]:
+                out.append("Not routed (a run failed or had wrong results): %s."
+                           % ", ".join(per["disqualified"]))
+                out.append("")
+            out.append(report_table(d, dec, coll, cls))
+            rs = per["classes"][cls]["ranges"]
+            out.append("Ranges: %s." % ("; ".join("%s [%d, %d]" % tuple(r) for r in rs) if rs else
+                                        "none" if executor_mode(d) else "none: NCCL"))
+            out.append("")
+    out.append("Plans written: %s." % (", ".join(p["file"] for p in dec["plans"]) or "none"))
+    return "\n".join(out) + "\n"
+
+
+def plot_series(d, dec, coll, cls):
+    """(mode, [(name, {size: us}, wide)], [(size, label)]): out-of-place medians of the last decision mode per
+    baseline and candidate, the chosen route (wide) and a marker at each crossover."""
+    med = medians(d)
+    m = decision_modes(dec["mode"])[-1]
+    points = dec["collectives"][coll]["classes"][cls]["points"]
+    sides = dec["collectives"][coll]["baselines"] + (sorted(points[0]["scores"]) if points else [])
+    series = []
+    for side in sides:
+        v = {s: x[0] for s, x in med.get((coll, cls, m, side), {}).items() if x is not None}
+        if v:
+            series.append((side, v, False))
+    route = {}
+    for p in points:
+        x = med.get((coll, cls, m, p["choice"] or "nccl"), {}).get(p["size"])
+        if x is not None:
+            route[p["size"]] = x[0]
+    if route:
+        series.insert(0, ("chosen route", route, True))
+    cross = set(crossover_sizes(points))
+    marks = [(p["size"], "-> %s" % (p["choice"] or "NCCL")) for p in points if p["size"] in cross]
+    return m, series, marks
