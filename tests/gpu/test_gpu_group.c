@@ -87,8 +87,10 @@ static void dump(const char *name, const float *dev, const float *want, size_t n
         fprintf(stderr, "%s: wrong result\n", name);
         failed = 1;
     }
-    fprintf(out, "%s floats=%zu wrong=%d\n", name, n, wrong);
+    /* the dump format of nccl_compare.py: a header with the byte count, the bytes, a newline */
+    fprintf(out, "%s bytes=%zu wrong=%d\n", name, (n + GUARD) * sizeof(float), wrong);
     fwrite(h, sizeof(float), n + GUARD, out);
+    fputc('\n', out);
     free(h);
     free(w);
 }

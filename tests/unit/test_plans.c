@@ -361,7 +361,9 @@ START_TEST(test_plans_broadcast_roots)
                           "broadcast n%u rpn%u root %u: %llu bytes covered", n, p, root,
                           (unsigned long long)cover[n][p][root]);
     }
-    ck_assert_uint_eq(nplans, 56); /* one node: two ranges per root */
+    ck_assert_msg(cover[1][1][0] == (4u << 20) - 1024 + 1, "broadcast n1: %llu bytes covered",
+                  (unsigned long long)cover[1][1][0]);
+    ck_assert_uint_eq(nplans, 57); /* one node: two ranges per root; one rank: one copy */
 }
 END_TEST
 

@@ -104,6 +104,7 @@ static const struct pg_entry pg_shipped[] = {
      * up to 64K and the Simple direct puts, which need no scratch, above;
      * across nodes one LL range. Not measured yet.
      */
+    {"broadcast", "copy", 1, 1, K1, 4 * M1, 1, 512, 0, NULL},
     {"broadcast", "oneshot", 2, 2, K1, 64 * K1, 2, 512, 0, NULL},
     {"broadcast", "direct", 2, 2, 64 * K1 + 1, M1, 8, 1024, 0, NULL},
     {"broadcast", "oneshot", 4, 4, K1, 64 * K1, 1, 512, 0, NULL},

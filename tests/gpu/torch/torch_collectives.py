@@ -59,7 +59,12 @@ def main(outfile):
             if premul and dt.is_floating_point:
                 seed += 1
                 t = data(n, dt, seed)
+                want = t * 0.5  # exact: the inputs are multiples of 1/8 below 1000 in magnitude
                 dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+                bad = (t != want).nonzero().flatten().tolist()
+                if bad:
+                    print("premul_sum %s %d: %d elements are not input * 0.5, the first at %d"
+                          % (dt, n, len(bad), bad[0]))
                 dump("all_reduce premul_sum %s %d" % (dt, n), t)
             seed += 1
             x = data(n, dt, seed)

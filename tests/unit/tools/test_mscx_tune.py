@@ -37,6 +37,7 @@ FAKE = r'''#!/usr/bin/env python3
 import glob, json, os, sys
 args = sys.argv[1:]
 if "--help" in args:
+    print("  -o, --op OP             sum prod max min avg all; or a collective name (as --coll)")
     print("      --coll C            allreduce allgather reducescatter (or run as all_reduce_perf ...)")
     sys.exit(0)
 def opt(k):

@@ -567,8 +567,9 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
     if (par->root && !bcast)
         return pg_fail("--root is for broadcast", par);
     bool bcast_direct = bcast && strcmp(a, "direct") == 0;
-    if (bcast && (copy || (!hier && strcmp(a, "oneshot") != 0 && !bcast_direct)))
-        return pg_fail("broadcast runs oneshot or direct on one node and hier2 across nodes", par);
+    if (bcast && !copy && !hier && strcmp(a, "oneshot") != 0 && !bcast_direct)
+        return pg_fail("broadcast runs copy on one rank, oneshot or direct on one node and hier2 across nodes",
+                       par);
 
     bool inplace = par->coll == MSCX_COLL_ALLREDUCE;
     bool simple = copy || (par->coll == MSCX_COLL_ALLTOALL && strcmp(a, "direct") == 0) || bcast_direct;
