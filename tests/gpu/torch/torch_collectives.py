@@ -66,6 +66,7 @@ def main(outfile):
                     print("premul_sum %s %d: %d elements are not input * 0.5, the first at %d"
                           % (dt, n, len(bad), bad[0]))
                 dump("all_reduce premul_sum %s %d" % (dt, n), t)
+                dump("expect all_reduce premul_sum %s %d" % (dt, n), want)
             seed += 1
             x = data(n, dt, seed)
             out = torch.full((n,), 7, dtype=dt, device=dev)
