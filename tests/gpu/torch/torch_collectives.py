@@ -59,12 +59,16 @@ def main(outfile):
             if premul and dt.is_floating_point:
                 seed += 1
                 t = data(n, dt, seed)
-                want = t * 0.5  # exact: the inputs are multiples of 1/8 below 1000 in magnitude
+                # The scalar NCCL's API receives: PyTorch passes a float for bfloat16 too, whose first two
+                # bytes (0.5 is 0x3f000000) read as the bfloat16 0. The products are exact: the inputs are
+                # multiples of 1/8 below 1000 in magnitude.
+                scalar = 0.0 if dt == torch.bfloat16 else 0.5
+                want = t * scalar
                 dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
                 bad = (t != want).nonzero().flatten().tolist()
                 if bad:
-                    print("premul_sum %s %d: %d elements are not input * 0.5, the first at %d"
-                          % (dt, n, len(bad), bad[0]))
+                    print("premul_sum %s %d: %d elements are not input * %g, the first at %d"
+                          % (dt, n, len(bad), scalar, bad[0]))
                 dump("all_reduce premul_sum %s %d" % (dt, n), t)
                 dump("expect all_reduce premul_sum %s %d" % (dt, n), want)
             seed += 1
