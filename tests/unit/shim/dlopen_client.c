@@ -21,27 +21,10 @@
 
 #include <nccl.h>
 
+#define SHIM_CHECK_FILE_MAX (1 << 17)
+#include "shim_check.h"
+
 #define COUNT 256
-
-static int failures;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
-
-static const char *read_file(const char *path)
-{
-    static char buf[1 << 17];
-    FILE *f = path ? fopen(path, "r") : NULL;
-    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-    return buf;
-}
 
 struct api {
     ncclResult_t (*get_unique_id)(ncclUniqueId *);

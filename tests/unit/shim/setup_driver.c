@@ -29,39 +29,14 @@
 #include <string.h>
 #include <nccl.h>
 
+#include "shim_check.h"
+
 #define COUNT 256
 
-static int failures;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
-
-static char *read_log(void)
-{
-    static char buf[1 << 18];
-    FILE *f = fopen(getenv("FAKE_NCCL_LOG"), "r");
-    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-    return buf;
-}
-
-static void clear_log(void)
-{
-    FILE *f = fopen(getenv("FAKE_NCCL_LOG"), "w");
-    if (f)
-        fclose(f);
-}
-
-/* Lines of the log since clear_log() that start with @p what followed by a space or the end. */
+/* Lines of the log since fake_log_clear() that start with @p what followed by a space or the end. */
 static int count_lines(const char *what)
 {
-    const char *log = read_log();
+    const char *log = read_file(getenv("FAKE_NCCL_LOG"));
     size_t n = strlen(what);
     int k = 0;
     for (const char *p = log; *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
@@ -133,7 +108,7 @@ static void nonblocking_lifecycle(void)
 
 static void nonblocking(void)
 {
-    clear_log();
+    fake_log_clear();
     ncclComm_t comm = init_nonblocking();
     int polls = poll_init(comm);
     if (polls < 1)
@@ -156,7 +131,7 @@ static void nonblocking(void)
 
 static void nonblocking_early(void)
 {
-    clear_log();
+    fake_log_clear();
     ncclComm_t comm = init_nonblocking();
     allreduce(comm); /* before the init completed: a user error NCCL would answer */
     poll_init(comm);
@@ -168,7 +143,7 @@ static void nonblocking_early(void)
 
 static void nonblocking_group(void)
 {
-    clear_log();
+    fake_log_clear();
     ncclComm_t comm = init_nonblocking();
     poll_init(comm);
     ncclGroupStart();
@@ -200,7 +175,7 @@ static void several_initall(void)
 {
     ncclComm_t comms[2] = {NULL, NULL};
     int devs[2] = {0, 1};
-    clear_log();
+    fake_log_clear();
     if (ncclCommInitAll(comms, 2, devs) != ncclSuccess)
         FAIL("ncclCommInitAll failed");
     check_several(comms, 2, "ncclCommInitAll of 2");
@@ -210,7 +185,7 @@ static void several_group(void)
 {
     ncclComm_t comms[2] = {NULL, NULL};
     ncclUniqueId id;
-    clear_log();
+    fake_log_clear();
     ncclGetUniqueId(&id);
     ncclGroupStart();
     for (int i = 0; i < 2; i++)

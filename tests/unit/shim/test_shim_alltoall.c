@@ -25,15 +25,7 @@
 
 #include "mscx/status.h"
 #include "rec_gen.h"
-
-static int failures;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
+#include "shim_check.h"
 
 #define STREAM ((cudaStream_t)(uintptr_t)0x5100)
 #define LINE_LEN 2048
@@ -47,69 +39,15 @@ __attribute__((visibility("default"))) mscx_status_t mscxFakeExecLaunchResult(ui
     return MSCX_OK;
 }
 
-static char *read_file(const char *path)
-{
-    static char buf[1 << 18];
-    FILE *f = path ? fopen(path, "r") : NULL;
-    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-    return buf;
-}
-
-static void clear_log(void)
-{
-    FILE *f = fopen(getenv("FAKE_NCCL_LOG"), "w");
-    if (f)
-        fclose(f);
-}
-
-/* The log since clear_log() must be exactly the @p n lines of @p want. */
-static void check_log(const char *what, char want[][LINE_LEN], int n)
-{
-    char *log = read_file(getenv("FAKE_NCCL_LOG"));
-    char *save = NULL;
-    int i = 0, bad = 0;
-    for (char *line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save), i++)
-        if (i >= n || strcmp(line, want[i]) != 0)
-            bad = 1;
-    if (!bad && i == n)
-        return;
-    FAIL("%s: the log differs from what was expected", what);
-    fprintf(stderr, "expected:\n");
-    for (int k = 0; k < n; k++)
-        fprintf(stderr, "  %s\n", want[k]);
-    fprintf(stderr, "got:\n%s\n", read_file(getenv("FAKE_NCCL_LOG")));
-}
-
 /* The summary line of @p comm at its destroy must contain every string of @p has (NULL-terminated). */
 static void check_summary(ncclComm_t comm, const char *const *has)
 {
-    char *log = read_file(getenv("MSCX_DEBUG_FILE"));
-    char key[64];
-    snprintf(key, sizeof(key), "comm %p rank", (void *)comm);
-    char *save = NULL;
-    for (char *line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        if (!strstr(line, key) || !strstr(line, "destroy"))
-            continue;
-        for (int k = 0; has[k]; k++)
-            if (!strstr(line, has[k]))
-                FAIL("summary of comm %p: no '%s' in: %s", (void *)comm, has[k], line);
+    char *line = summary_line(comm);
+    if (!line)
         return;
-    }
-    FAIL("no summary of comm %p at its destroy in %s", (void *)comm, getenv("MSCX_DEBUG_FILE"));
-}
-
-static ncclComm_t new_comm(void)
-{
-    ncclUniqueId id;
-    ncclComm_t comm = NULL;
-    if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess || !comm) {
-        FAIL("ncclCommInitRank failed");
-        exit(1);
-    }
-    return comm;
+    for (int k = 0; has[k]; k++)
+        if (!strstr(line, has[k]))
+            FAIL("summary of comm %p: no '%s' in: %s", (void *)comm, has[k], line);
 }
 
 static void alltoall(size_t count, ncclDataType_t dt, ncclComm_t comm)
@@ -133,7 +71,7 @@ static void mode_routed(void)
 {
     static char want[8][LINE_LEN];
     ncclComm_t comm = new_comm();
-    clear_log();
+    fake_log_clear();
     alltoall(256, ncclFloat32, comm);
     alltoall(1 << 20, ncclFloat32, comm);
     alltoall((1 << 20) + 1, ncclFloat32, comm);
@@ -144,7 +82,7 @@ static void mode_routed(void)
     want_launch(want[1], 4 << 20);
     want_nccl(want[2], (1 << 20) + 1, ncclFloat32, comm);
     want_nccl(want[3], 1024, ncclFloat8e4m3, comm);
-    check_log("routed", want, 4);
+    check_log_lines("routed", want[0], LINE_LEN, 4);
     if (ncclCommDestroy(comm) != ncclSuccess)
         FAIL("ncclCommDestroy failed");
     static const char *const has[] = {"routed 2, sent 2", "alltoall<=1K routed 1 fallback 1",
@@ -157,17 +95,17 @@ static void mode_forced(void)
 {
     static char want[1][LINE_LEN];
     ncclComm_t comm = new_comm();
-    clear_log();
+    fake_log_clear();
     alltoall(256, ncclFloat32, comm);
     want_nccl(want[0], 256, ncclFloat32, comm);
-    check_log("forced", want, 1);
+    check_log_lines("forced", want[0], LINE_LEN, 1);
     if (ncclCommDestroy(comm) != ncclSuccess)
         FAIL("ncclCommDestroy failed");
     static const char *const has[] = {"alltoall<=1K routed 0 fallback 1", "forced 1", NULL};
     check_summary(comm, has);
 }
 
-/* The log lines since clear_log() that are exactly @p line. */
+/* The log lines since fake_log_clear() that are exactly @p line. */
 static int count_exact(const char *line)
 {
     char *log = read_file(getenv("FAKE_NCCL_LOG"));
@@ -190,7 +128,7 @@ static void mode_ranks2(void)
         return;
     }
     for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
-        clear_log();
+        fake_log_clear();
         for (int i = 0; i < 2; i++)
             alltoall(counts[k], ncclFloat32, comms[i]);
         want_launch(line, (uint64_t)counts[k] * 2 * sizeof(float));
@@ -217,10 +155,8 @@ static void mode_ranks2(void)
     check_summary(comms[0], has);
 }
 
-static const struct {
-    const char *name;
-    void (*run)(void);
-} modes[] = {{"routed", mode_routed}, {"forced", mode_forced}, {"ranks2", mode_ranks2}};
+static const struct shim_mode modes[] = {
+    {"routed", mode_routed}, {"forced", mode_forced}, {"ranks2", mode_ranks2}};
 
 int main(int argc, char **argv)
 {
@@ -228,15 +164,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: FAKE_NCCL_LOG=... MSCX_DEBUG_FILE=... %s MODE\n", argv[0]);
         return 2;
     }
-    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
-        if (strcmp(argv[1], modes[i].name) != 0)
-            continue;
-        modes[i].run();
-        if (failures)
-            return 1;
-        printf("%s: ok\n", argv[1]);
-        return 0;
-    }
-    fprintf(stderr, "unknown mode %s\n", argv[1]);
-    return 2;
+    return run_mode(argv[1], modes, sizeof(modes) / sizeof(modes[0]));
 }

@@ -21,58 +21,15 @@
 
 #include "mscx/status.h"
 #include "rec_gen.h"
-
-static int failures;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
+#include "shim_check.h"
 
 #define STREAM ((cudaStream_t)(uintptr_t)0x5100)
 #define LINE_LEN 2048
 
 static float sendb[1 << 19], recvb[1 << 19];
 
-static char *read_file(const char *path)
-{
-    static char buf[1 << 18];
-    FILE *f = path ? fopen(path, "r") : NULL;
-    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-    return buf;
-}
-
-static void clear_log(void)
-{
-    FILE *f = fopen(getenv("FAKE_NCCL_LOG"), "w");
-    if (f)
-        fclose(f);
-}
-
-/* The log since clear_log() must be exactly the @p n lines of @p want. */
-static void check_log(const char *what, char want[][LINE_LEN], int n)
-{
-    char *log = read_file(getenv("FAKE_NCCL_LOG"));
-    char *save = NULL;
-    int i = 0, bad = 0;
-    for (char *line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save), i++)
-        if (i >= n || strcmp(line, want[i]) != 0)
-            bad = 1;
-    if (!bad && i == n)
-        return;
-    FAIL("%s: the log differs from what was expected", what);
-    fprintf(stderr, "expected:\n");
-    for (int k = 0; k < n; k++)
-        fprintf(stderr, "  %s\n", want[k]);
-    fprintf(stderr, "got:\n%s\n", read_file(getenv("FAKE_NCCL_LOG")));
-}
-
-static ncclComm_t new_comm(int nranks, int rank)
+/* Rank @p rank of a world of @p nranks processes. */
+static ncclComm_t new_world_comm(int nranks, int rank)
 {
     ncclUniqueId id;
     ncclComm_t comm = NULL;
@@ -97,9 +54,9 @@ static void want_launch(char *line, uint64_t bytes)
 static void mode_bad_root(void)
 {
     static char want[1][LINE_LEN];
-    ncclComm_t comm = new_comm(1, 0);
+    ncclComm_t comm = new_world_comm(1, 0);
     static const int bad[] = {1, -1};
-    clear_log();
+    fake_log_clear();
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ncclResult_t r = bcast(256, bad[i], comm);
         const char *e = ncclGetLastError(comm);
@@ -113,7 +70,7 @@ static void mode_bad_root(void)
     if (bcast(256, 0, comm) != ncclSuccess)
         FAIL("root 0 failed");
     want_launch(want[0], 256 * sizeof(float));
-    check_log("bad-root", want, 1);
+    check_log_lines("bad-root", want[0], LINE_LEN, 1);
     if (ncclCommDestroy(comm) != ncclSuccess)
         FAIL("ncclCommDestroy failed");
 }
@@ -122,8 +79,8 @@ static void mode_roots(void)
 {
     static char want[8][LINE_LEN];
     const char *rk = getenv("FAKE_NCCL_RANK");
-    ncclComm_t comm = new_comm(2, rk ? atoi(rk) : 0);
-    clear_log();
+    ncclComm_t comm = new_world_comm(2, rk ? atoi(rk) : 0);
+    fake_log_clear();
     for (int root = 0; root < 2; root++)
         if (bcast(1024, root, comm) != ncclSuccess)
             FAIL("4 KB from root %d failed: %s", root, ncclGetLastError(comm));
@@ -137,15 +94,12 @@ static void mode_roots(void)
     want_launch(want[1], 4096);
     want_launch(want[2], 4096);
     rec_fmt_ncclBroadcast(want[3], LINE_LEN, sendb, recvb, 1 << 19, ncclFloat32, 1, comm, STREAM);
-    check_log("roots", want, 4);
+    check_log_lines("roots", want[0], LINE_LEN, 4);
     if (ncclCommDestroy(comm) != ncclSuccess)
         FAIL("ncclCommDestroy failed");
 }
 
-static const struct {
-    const char *name;
-    void (*run)(void);
-} modes[] = {{"bad-root", mode_bad_root}, {"roots", mode_roots}};
+static const struct shim_mode modes[] = {{"bad-root", mode_bad_root}, {"roots", mode_roots}};
 
 int main(int argc, char **argv)
 {
@@ -153,15 +107,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: FAKE_NCCL_LOG=... %s MODE\n", argv[0]);
         return 2;
     }
-    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
-        if (strcmp(argv[1], modes[i].name) != 0)
-            continue;
-        modes[i].run();
-        if (failures)
-            return 1;
-        printf("%s: ok\n", argv[1]);
-        return 0;
-    }
-    fprintf(stderr, "unknown mode %s\n", argv[1]);
-    return 2;
+    return run_mode(argv[1], modes, sizeof(modes) / sizeof(modes[0]));
 }

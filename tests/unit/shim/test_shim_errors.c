@@ -38,46 +38,8 @@
 
 #include <nccl.h>
 
-static int failures;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
-
-static char *read_file(const char *path)
-{
-    static char buf[1 << 16];
-    buf[0] = '\0';
-    FILE *f = path ? fopen(path, "r") : NULL;
-    if (f) {
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        buf[n] = '\0';
-        fclose(f);
-    }
-    return buf;
-}
-
-static void fake_log_clear(void)
-{
-    const char *p = getenv("FAKE_NCCL_LOG");
-    FILE *f = p ? fopen(p, "w") : NULL;
-    if (f)
-        fclose(f);
-}
-
-/* Non-zero when the fake logged a call of @p fn since fake_log_clear(). */
-static int fake_got(const char *fn)
-{
-    char *log = read_file(getenv("FAKE_NCCL_LOG"));
-    size_t n = strlen(fn);
-    for (char *p = log; (p = strstr(p, fn)) != NULL; p += n)
-        if ((p == log || p[-1] == '\n') && (p[n] == ' ' || p[n] == '\n'))
-            return 1;
-    return 0;
-}
+#define SHIM_CHECK_FILE_MAX (1 << 16)
+#include "shim_check.h"
 
 static int count_lines_with(const char *text, const char *a, const char *b, const char *c)
 {

@@ -34,15 +34,7 @@
 
 #include "mscx/status.h"
 #include "rec_gen.h"
-
-static int failures;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
+#include "shim_check.h"
 
 #define S(n) ((cudaStream_t)(uintptr_t)(0x5000 + 0x100 * (n)))
 #define MAX_WANT 32
@@ -66,25 +58,7 @@ __attribute__((visibility("default"))) mscx_status_t mscxFakeExecLaunchResult(ui
 
 /* ---- the logs ---- */
 
-static char *read_file(const char *path)
-{
-    static char buf[1 << 18];
-    FILE *f = path ? fopen(path, "r") : NULL;
-    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-    return buf;
-}
-
-static void clear_log(void)
-{
-    FILE *f = fopen(getenv("FAKE_NCCL_LOG"), "w");
-    if (f)
-        fclose(f);
-}
-
-/* The expected log lines since clear_log(). */
+/* The expected log lines since fake_log_clear(). */
 struct want {
     char line[MAX_WANT][LINE_MAX_LEN];
     int n;
@@ -118,22 +92,10 @@ static void want_launch(struct want *w, uint64_t bytes, cudaStream_t stream)
     want_add(w, "mscx_exec_launch %llu %p", (unsigned long long)bytes, (void *)stream);
 }
 
-/* The log since clear_log() must be exactly @p w, line by line. */
+/* The log since fake_log_clear() must be exactly @p w, line by line. */
 static void check_log(const char *what, const struct want *w)
 {
-    char *log = read_file(getenv("FAKE_NCCL_LOG"));
-    char *save = NULL;
-    int i = 0, bad = 0;
-    for (char *line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save), i++)
-        if (i >= w->n || strcmp(line, w->line[i]) != 0)
-            bad = 1;
-    if (!bad && i == w->n)
-        return;
-    FAIL("%s: the log differs from what was expected", what);
-    fprintf(stderr, "expected:\n");
-    for (int k = 0; k < w->n; k++)
-        fprintf(stderr, "  %s\n", w->line[k]);
-    fprintf(stderr, "got:\n%s\n", read_file(getenv("FAKE_NCCL_LOG")));
+    check_log_lines(what, w->line[0], LINE_MAX_LEN, w->n);
 }
 
 /*
@@ -142,40 +104,23 @@ static void check_log(const char *what, const struct want *w)
  */
 static void check_summary(ncclComm_t comm, int routed, const char *reasons)
 {
-    char *log = read_file(getenv("MSCX_DEBUG_FILE"));
-    char key[64], info[64], warn[64];
-    snprintf(key, sizeof(key), "comm %p rank", (void *)comm);
+    char *line = summary_line(comm);
+    if (!line)
+        return;
+    char info[64], warn[64];
     snprintf(info, sizeof(info), ": routed %d fallback", routed);
     snprintf(warn, sizeof(warn), ": routed %d, sent", routed);
-    char *save = NULL;
-    for (char *line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        if (!strstr(line, key) || !strstr(line, "destroy"))
-            continue;
-        char *r = strstr(line, " reasons:");
-        const char *tail = r ? r + strlen(" reasons:") : "";
-        const char *hint = strstr(tail, " (");
-        size_t len = hint ? (size_t)(hint - tail) : strlen(tail);
-        if ((!strstr(line, info) && !strstr(line, warn)) || len != strlen(reasons) ||
-            strncmp(tail, reasons, len) != 0)
-            FAIL("summary of comm %p: expected routed %d and reasons:%s, got: %s", (void *)comm, routed,
-                 reasons, line);
-        return;
-    }
-    FAIL("no summary of comm %p at its destroy in %s", (void *)comm, getenv("MSCX_DEBUG_FILE"));
+    char *r = strstr(line, " reasons:");
+    const char *tail = r ? r + strlen(" reasons:") : "";
+    const char *hint = strstr(tail, " (");
+    size_t len = hint ? (size_t)(hint - tail) : strlen(tail);
+    if ((!strstr(line, info) && !strstr(line, warn)) || len != strlen(reasons) ||
+        strncmp(tail, reasons, len) != 0)
+        FAIL("summary of comm %p: expected routed %d and reasons:%s, got: %s", (void *)comm, routed, reasons,
+             line);
 }
 
 /* ---- calls ---- */
-
-static ncclComm_t new_comm(void)
-{
-    ncclUniqueId id;
-    ncclComm_t comm = NULL;
-    if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess || !comm) {
-        FAIL("ncclCommInitRank failed");
-        exit(1);
-    }
-    return comm;
-}
 
 static void call_ok(const char *what, ncclResult_t r)
 {
@@ -201,7 +146,7 @@ static void mode_routed(void)
     ncclComm_t comm = new_comm();
     struct want w;
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     call_ok("ncclAllGather", ncclAllGather(bufs[2], bufs[3], 256, ncclFloat32, comm, S(1)));
@@ -229,7 +174,7 @@ static void mode_mixed(void)
     struct want w;
     char rec[2048];
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     allreduce(2, 1024, ncclFloat8e4m3, comm, S(1)); /* no mscx type */
@@ -254,7 +199,7 @@ static void mode_send(void)
     struct want w;
     char rec[2048];
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     call_ok("ncclSend", ncclSend(bufs[2], 64, ncclFloat32, 0, comm, S(1)));
@@ -287,7 +232,7 @@ static void mode_streams(void)
     ncclComm_t comm = new_comm();
     struct want w;
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     for (int round = 0; round < 2; round++) {
         call_ok("ncclGroupStart", ncclGroupStart());
         allreduce(0, 256, ncclFloat32, comm, S(1));
@@ -319,7 +264,7 @@ static void mode_comms(void)
     ncclComm_t a = new_comm(), b = new_comm();
     struct want w;
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, a, S(1));
     allreduce(2, 512, ncclFloat32, b, S(5));
@@ -361,7 +306,7 @@ static void mode_threads(void)
     ncclComm_t comm = new_comm();
     struct want w;
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     /* another thread is in no group: its call launches at once */
@@ -385,7 +330,7 @@ static void mode_nested(void)
     ncclComm_t comm = new_comm();
     struct want w;
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     call_ok("ncclGroupStart", ncclGroupStart());
@@ -414,7 +359,7 @@ static void mode_end_fails(void)
     ncclComm_t comm = new_comm();
     struct want w;
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     allreduce(2, 512, ncclFloat32, comm, S(2));
@@ -445,7 +390,7 @@ static void mode_refused(void)
     ncclComm_t comm = new_comm();
     struct want w;
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     refuse_bytes = 2048;
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
@@ -487,7 +432,7 @@ static void mode_no_events(void)
     ncclComm_t comm = new_comm();
     struct want w;
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     allreduce(2, 512, ncclFloat32, comm, S(2));
@@ -510,7 +455,7 @@ static void mode_simulate(void)
     char rec[2048];
     ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
     want_reset(&w);
-    clear_log();
+    fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     allreduce(2, 512, ncclFloat32, comm, S(1));
@@ -529,10 +474,7 @@ static void mode_simulate(void)
     check_summary(comm, 1, " group 2");
 }
 
-static const struct {
-    const char *name;
-    void (*run)(void);
-} modes[] = {
+static const struct shim_mode modes[] = {
     {"routed", mode_routed},       {"mixed", mode_mixed},     {"send", mode_send},
     {"streams", mode_streams},     {"comms", mode_comms},     {"nested", mode_nested},
     {"end-fails", mode_end_fails}, {"refused", mode_refused}, {"no-events", mode_no_events},
@@ -545,15 +487,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: FAKE_NCCL_LOG=... MSCX_DEBUG_FILE=... %s MODE\n", argv[0]);
         return 2;
     }
-    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
-        if (strcmp(argv[1], modes[i].name) != 0)
-            continue;
-        modes[i].run();
-        if (failures)
-            return 1;
-        printf("%s: ok\n", argv[1]);
-        return 0;
-    }
-    fprintf(stderr, "unknown mode %s\n", argv[1]);
-    return 2;
+    return run_mode(argv[1], modes, sizeof(modes) / sizeof(modes[0]));
 }

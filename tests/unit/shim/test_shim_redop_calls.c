@@ -15,47 +15,8 @@
 
 #include <nccl.h>
 
-static int failures;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
-
-static char *read_file(const char *path)
-{
-    static char buf[1 << 16];
-    buf[0] = '\0';
-    FILE *f = path ? fopen(path, "r") : NULL;
-    if (f) {
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        buf[n] = '\0';
-        fclose(f);
-    }
-    return buf;
-}
-
-static void fake_log_clear(void)
-{
-    const char *p = getenv("FAKE_NCCL_LOG");
-    FILE *f = p ? fopen(p, "w") : NULL;
-    if (f)
-        fclose(f);
-}
-
-/* Non-zero when a line of the fake's log since fake_log_clear() starts with @p text, then a space or its end.
- */
-static int fake_got(const char *text)
-{
-    char *log = read_file(getenv("FAKE_NCCL_LOG"));
-    size_t n = strlen(text);
-    for (char *p = log; (p = strstr(p, text)) != NULL; p += n)
-        if ((p == log || p[-1] == '\n') && (p[n] == ' ' || p[n] == '\n'))
-            return 1;
-    return 0;
-}
+#define SHIM_CHECK_FILE_MAX (1 << 16)
+#include "shim_check.h"
 
 /* A call that must run on the executor: plain (@p scaled NULL) or with the scale line @p scaled. */
 static void expect_routed(const char *what, ncclResult_t r, const char *scaled)
