@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "mscx/env.h"
 #include "mscx/exec.h"
@@ -58,6 +59,13 @@ struct shim_comm {
     uint8_t secret[SHIM_SECRET_BYTES]; /* rank 0's random draw, shared by the fixed exchange */
     _Atomic uint64_t counts[NSTAT_COLL][SHIM_NBUCKETS][SHIM_WHY_COUNT]; /* as struct shim_stats */
     _Atomic int err; /* mscx_status_t of the first failed kernel: the communicator's sticky error, 0: none */
+    /* sends and recvs, counted from the init on (a blocking setup with an executor), else NULL */
+    int p2p_counted;                       /* set before the build: the count starts with the communicator */
+    _Atomic uint64_t *p2p_sent;            /* [nranks]: sends to rank j handed to NCCL or run as an AlltoAll */
+    _Atomic uint64_t *p2p_received;        /* [nranks]: recvs from rank j */
+    struct shim_p2p_agree *p2p_agree;      /* opened at the first vote, by the thread of the group */
+    pthread_mutex_t p2p_lock;              /* guards p2p_agree's opening */
+    _Atomic int p2p_gave_up;               /* a vote timed out: this rank votes no from then on */
 };
 
 /*
@@ -136,6 +144,9 @@ static void comm_release(struct shim_comm *c)
     free(c->route);
     free(c->exec_id);
     free(c->route_name);
+    free((void *)c->p2p_sent);
+    free((void *)c->p2p_received);
+    shim_p2p_agree_close(c->p2p_agree);
     pthread_mutex_lock(&free_lock);
     c->next_free = free_list;
     free_list = c;
@@ -592,6 +603,29 @@ static int comm_publish(struct shim_comm *c)
 }
 
 /*
+ * Count the sends and recvs of @p c when a group of them may become an
+ * AlltoAll: its count starts with the communicator, it has an executor and
+ * an AlltoAll plan, and its ranks share this host (their agreement is in
+ * shared memory). The same on every rank but the count's start.
+ */
+static void p2p_track(struct shim_comm *c)
+{
+    if (!c->p2p_counted || !c->exec || c->win[MSCX_COLL_ALLTOALL].nplans == 0)
+        return;
+    if (c->nranks > 1 && (c->rpn != c->nranks || c->nranks > SHIM_P2P_AGREE_MAX_RANKS))
+        return;
+    c->p2p_sent = calloc(c->nranks, sizeof(*c->p2p_sent));
+    c->p2p_received = calloc(c->nranks, sizeof(*c->p2p_received));
+    if (!c->p2p_sent || !c->p2p_received) {
+        free((void *)c->p2p_sent);
+        free((void *)c->p2p_received);
+        c->p2p_sent = c->p2p_received = NULL;
+        return;
+    }
+    pthread_mutex_init(&c->p2p_lock, NULL);
+}
+
+/*
  * The setup of @p c (from comm_new()): the plans, the fixed exchange when
  * @p exchange, the executor, the routing windows. @p stop (NULL: none) ends
  * a wait of the exchanges for a non-blocking NCCL call when it becomes
@@ -647,6 +681,7 @@ static ncclResult_t comm_build(struct shim_comm *c, const struct mscx_config *cf
     }
     for (int k = 0; k < MSCX_COLL_COUNT; k++)
         shim_route_window_init(&c->win[k], c->route, c->nroute, (enum mscx_coll)k, c->nranks, c->rpn);
+    p2p_track(c);
     shim_summary_note_comm(c->rank, c->nranks);
     MSCX_INFO(MSCX_SUB_SHIM, "mscx %s comm %p (%s) rank %u/%u ranks/node %u: real NCCL %s version %d; %zu plans "
               "from %s, %zu usable here%s", MSCX_VERSION, (void *)comm, c->how, c->rank, c->nranks, c->rpn,
@@ -667,7 +702,10 @@ static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int e
         return ncclSuccess;
     }
     struct shim_comm *c = comm_new(prof, comm, how, cfg);
-    if (!c || comm_publish(c) != 0)
+    if (!c)
+        return ncclSuccess;
+    c->p2p_counted = exchange; /* set up at its init: no send or recv can have come before */
+    if (comm_publish(c) != 0)
         return ncclSuccess;
     return comm_build(c, cfg, exchange, NULL);
 }
@@ -937,9 +975,20 @@ static int decide(const struct shim_comm *c, const struct shim_coll_call *call, 
         .dtype = call->dtype, .op = call->op, .root = call->root, .forced_mask = c->forced,
         .group_fallback = shim_group_depth() > 0 && !shim_group_collecting, .comm = call->comm,
     };
-    if ((unsigned)call->coll < MSCX_COLL_COUNT)
-        return shim_route_pick_windowed(&q, c->route, c->nroute, &c->win[call->coll], why_p);
-    return shim_route_pick(&q, c->route, c->nroute, why_p);
+    int pick = (unsigned)call->coll < MSCX_COLL_COUNT
+                   ? shim_route_pick_windowed(&q, c->route, c->nroute, &c->win[call->coll], why_p)
+                   : shim_route_pick(&q, c->route, c->nroute, why_p);
+    /*
+     * A buffer in a registered NCCL window may take NCCL's symmetric kernels, faster than the NCCL
+     * our plans' ranges were measured against: only a plan measured faster than those takes it. A
+     * local fact, but rank-uniform as NCCL's own choice of those kernels is: they need every rank to
+     * pass registered buffers at the same offsets.
+     */
+    if (pick >= 0 && !c->route[pick].beats_nccl_window && shim_window_covers_call(call, c->nranks)) {
+        *why_p = SHIM_WHY_WINDOW;
+        return -1;
+    }
+    return pick;
 }
 
 /*
@@ -1072,6 +1121,116 @@ int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
     return answered;
 }
 
+/* ---- sends and recvs ---- */
+
+/* How long a rank waits for the others' votes on one send/recv group: it waits only under capture. */
+#define P2P_VOTE_WAIT_MS 2000
+
+void shim_comm_p2p_count(ncclComm_t comm, int is_send, int peer)
+{
+    struct shim_comm *c = shim_comm_get(comm);
+    if (!c)
+        return;
+    _Atomic uint64_t *n = is_send ? c->p2p_sent : c->p2p_received;
+    if (n && peer >= 0 && (uint32_t)peer < c->nranks)
+        atomic_fetch_add_explicit(&n[peer], 1, memory_order_relaxed);
+    shim_comm_put(c);
+}
+
+int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p, int *device_p)
+{
+    struct shim_comm *c = shim_comm_get(comm);
+    int ok = c && c->p2p_sent && !atomic_load_explicit(&c->deferred, memory_order_relaxed);
+    if (ok) {
+        *rank_p = c->rank;
+        *nranks_p = c->nranks;
+        *device_p = c->device;
+    }
+    shim_comm_put(c);
+    return ok ? 0 : -1;
+}
+
+/* The agreement segment of @p c, opened on first use. NULL when it cannot be. */
+static struct shim_p2p_agree *p2p_agreement(struct shim_comm *c)
+{
+    pthread_mutex_lock(&c->p2p_lock);
+    if (!c->p2p_agree) {
+        mscx_status_t st = shim_p2p_agree_open(c->secret, c->rank, c->nranks, &c->p2p_agree);
+        if (st != MSCX_OK) {
+            shim_warn_once("p2p-agree", "mscx: no shared memory for the agreement on send/recv groups (%s); "
+                           "such groups go to NCCL", mscx_status_str(st));
+            atomic_store_explicit(&c->p2p_gave_up, 1, memory_order_relaxed);
+        }
+    }
+    pthread_mutex_unlock(&c->p2p_lock);
+    return c->p2p_agree;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* The vote of this rank on @p a2a's group. @return 1 when every rank runs it */
+static int p2p_vote(struct shim_comm *c, const struct shim_coll_call *a2a, uint64_t msg, int yes)
+{
+    uint64_t sent[SHIM_P2P_AGREE_MAX_RANKS], received[SHIM_P2P_AGREE_MAX_RANKS];
+    for (uint32_t j = 0; j < c->nranks; j++) {
+        sent[j] = atomic_load_explicit(&c->p2p_sent[j], memory_order_relaxed);
+        received[j] = atomic_load_explicit(&c->p2p_received[j], memory_order_relaxed);
+    }
+    struct shim_p2p_agree *a = p2p_agreement(c);
+    if (!a)
+        return 0; /* the others, waiting for this rank's vote, give up in time */
+    struct shim_p2p_point pt = {
+        .bytes = msg / c->nranks, .dtype = (int32_t)a2a->dtype, .yes = yes && !c->p2p_gave_up,
+        .sent = sent, .received = received,
+    };
+    uint64_t t0 = now_ms();
+    int run = shim_p2p_agree_vote(a, &pt, P2P_VOTE_WAIT_MS);
+    if (!run && pt.yes && now_ms() - t0 >= P2P_VOTE_WAIT_MS) {
+        /* a rank that never votes: stop waiting for it, here and, through this rank's no, everywhere */
+        atomic_store_explicit(&c->p2p_gave_up, 1, memory_order_relaxed);
+        MSCX_WARN("mscx: comm %p rank %u/%u: a send/recv group waited %d ms for the other ranks' agreement; "
+                  "such groups of this communicator go to NCCL from now on", (void *)c->comm, c->rank,
+                  c->nranks, P2P_VOTE_WAIT_MS);
+    }
+    return run;
+}
+
+int shim_comm_p2p_agree(const struct shim_coll_call *a2a, int yes)
+{
+    struct shim_comm *c = shim_comm_get(a2a->comm);
+    if (!c)
+        return 0;
+    int run = 0;
+    if (c->p2p_sent) {
+        uint64_t msg = (uint64_t)a2a->count * shim_dtype_bytes(a2a->dtype) * c->nranks;
+        enum shim_reason why = SHIM_WHY_SENDRECV;
+        int pick = decide(c, a2a, msg, &why);
+#ifdef SHIM_HAVE_ncclAlltoAll
+        /* a launch the executor refuses goes to NCCL's AlltoAll, the same on every rank */
+        yes = yes && shim_real_fn(a2a->prof ? SHIM_FN_pncclAlltoAll : SHIM_FN_ncclAlltoAll);
+#else
+        yes = 0;
+#endif
+        yes = yes && pick >= 0 && comm_error(c) == MSCX_OK;
+        run = c->nranks == 1 ? yes : p2p_vote(c, a2a, msg, yes);
+        if (run) {
+            for (uint32_t j = 0; j < c->nranks; j++) {
+                atomic_fetch_add_explicit(&c->p2p_sent[j], j != c->rank, memory_order_relaxed);
+                atomic_fetch_add_explicit(&c->p2p_received[j], j != c->rank, memory_order_relaxed);
+            }
+        } else {
+            stats_add(c, MSCX_COLL_ALLTOALL, msg, pick >= 0 ? SHIM_WHY_SENDRECV : why);
+        }
+    }
+    shim_comm_put(c);
+    return run;
+}
+
 /* ---- teardown, async errors ---- */
 
 /*
@@ -1085,6 +1244,7 @@ int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
 struct shim_comm *shim_comm_stop(ncclComm_t comm)
 {
     shim_redop_forget_comm(comm);
+    shim_window_forget_comm(comm);
     struct shim_comm *c = table_remove(comm);
     if (!c)
         return NULL;
@@ -1112,6 +1272,7 @@ void shim_comm_teardown(ncclComm_t comm, int abort)
         return;
     }
     shim_redop_forget_comm(comm);
+    shim_window_forget_comm(comm);
     struct shim_comm *c = table_remove(comm);
     if (!c)
         return;

@@ -29,8 +29,10 @@ INTERCEPTED = [
     'ncclCommSplit', 'ncclCommShrink', 'ncclCommRevoke', 'ncclCommFinalize', 'ncclCommDestroy',
     'ncclCommAbort',
     'ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadcast', 'ncclBcast', 'ncclAlltoAll',
+    'ncclSend', 'ncclRecv',
     'ncclGroupStart', 'ncclGroupEnd', 'ncclGroupSimulateEnd', 'ncclCommGetAsyncError', 'ncclGetLastError',
     'ncclGetErrorString', 'ncclGetVersion', 'ncclRedOpCreatePreMulSum', 'ncclRedOpDestroy',
+    'ncclCommWindowRegister', 'ncclCommWindowDeregister',
 ]
 
 # Fake library: functions that also write their outputs (hook in fake_special.c).
@@ -39,13 +41,16 @@ FAKE_HOOKS = [
     'ncclCommInitAll', 'ncclCommSplit', 'ncclCommShrink', 'ncclCommCount', 'ncclCommUserRank',
     'ncclCommCuDevice', 'ncclGetUniqueId', 'ncclMemAlloc', 'ncclCommGetAsyncError', 'ncclAllGather',
     'ncclCommAbort', 'ncclCommRevoke', 'ncclAllReduce', 'ncclRedOpCreatePreMulSum',
+    'ncclCommWindowRegister',
 ]
 
 # Functions taking a communicator that leave a collecting group alone: the collectives whose
-# intercepts decide themselves (shim_comm_try_route; only while in INTERCEPTED) and the queries,
+# intercepts decide themselves (shim_comm_try_route; only while in INTERCEPTED), ncclSend and ncclRecv
+# (sendrecv.c keeps or forwards them) and the queries,
 # which enqueue nothing. Every other one first sends the group to NCCL (shim_group_before_forward).
 GROUP_ROUTED = {
     'ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadcast', 'ncclBcast', 'ncclAlltoAll',
+    'ncclSend', 'ncclRecv',
 }
 GROUP_QUERIES = {
     'ncclCommCount', 'ncclCommCuDevice', 'ncclCommUserRank', 'ncclCommGetAsyncError', 'ncclGetLastError',
@@ -312,7 +317,7 @@ def main():
     names = {f.name for f in funcs}
     # newer than some headers
     optional = ('ncclCommShrink', 'ncclCommRevoke', 'ncclCommInitRankScalable', 'ncclGroupSimulateEnd',
-                'ncclAlltoAll')
+                'ncclAlltoAll', 'ncclCommWindowRegister', 'ncclCommWindowDeregister')
     missing = [n for n in INTERCEPTED if n not in names and n not in optional]
     if missing:
         raise SystemExit(f'gen_nccl_api: {a.header} lacks {", ".join(missing)}')

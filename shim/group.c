@@ -13,6 +13,9 @@
  * ours (a collective that does not route, any other call that takes a
  * communicator), the kept calls are forwarded to NCCL in issue order and the
  * rest of the group follows them there ("the group goes to NCCL").
+ * The sends and recvs of a group that keeps no collective are kept by
+ * sendrecv.c and decided before NCCL's group ends (shim_group_before_end):
+ * one kept AlltoAll, or NCCL.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -274,9 +277,20 @@ static int forwardable(enum shim_fn api)
     }
 }
 
+int shim_group_nkept(void)
+{
+    return nkept;
+}
+
+int shim_group_reserve(void)
+{
+    return nkept < cap_kept || grow_kept() == 0 ? 0 : -1;
+}
+
 int shim_group_keep(const struct shim_coll_call *call, int device)
 {
-    if (!forwardable(call->api) || (nkept == cap_kept && grow_kept() != 0))
+    /* a collective after kept sends and recvs: the group goes to NCCL */
+    if (!forwardable(call->api) || shim_p2p_nkept() > 0 || shim_group_reserve() != 0)
         return -1;
     struct kept *k = &kept[nkept];
     k->call = *call;
@@ -303,6 +317,9 @@ void shim_group_to_nccl(void)
     int n = nkept;
     shim_group_collecting = 0;
     nkept = 0;
+    ncclResult_t p2p = shim_p2p_to_nccl(); /* kept only while no collective is */
+    if (p2p != ncclSuccess && group_err == ncclSuccess)
+        group_err = p2p;
     for (int i = 0; i < n; i++) {
         ncclResult_t r;
         /* counted there as sent to NCCL with the group */
@@ -317,6 +334,15 @@ void shim_group_before_forward(void)
 {
     if (shim_group_collecting)
         shim_group_to_nccl();
+}
+
+void shim_group_before_end(void)
+{
+    if (group_depth != 1 || !shim_group_collecting)
+        return;
+    ncclResult_t r = shim_p2p_group_end();
+    if (r != ncclSuccess && group_err == ncclSuccess)
+        group_err = r;
 }
 
 /* Make @p device current, as NCCL does for each communicator of a group. */

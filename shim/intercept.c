@@ -145,6 +145,28 @@ ncclResult_t shim_ncclAlltoAll(int prof, const void *sendbuff, void *recvbuff, s
 }
 #endif
 
+/* ---- point to point ---- */
+
+ncclResult_t shim_ncclSend(int prof, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                           ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_p2p_call p = {
+        .prof = prof, .is_send = 1, .sendbuf = sendbuff, .count = count, .dtype = datatype, .peer = peer,
+        .comm = comm, .stream = stream,
+    };
+    return shim_p2p_call(&p);
+}
+
+ncclResult_t shim_ncclRecv(int prof, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                           ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_p2p_call p = {
+        .prof = prof, .is_send = 0, .recvbuf = recvbuff, .count = count, .dtype = datatype, .peer = peer,
+        .comm = comm, .stream = stream,
+    };
+    return shim_p2p_call(&p);
+}
+
 /* ---- groups ---- */
 
 ncclResult_t shim_ncclGroupStart(int prof)
@@ -159,6 +181,7 @@ ncclResult_t shim_ncclGroupStart(int prof)
 ncclResult_t shim_ncclGroupEnd(int prof)
 {
     REAL_OR_FAIL(fn, prof, ncclGroupEnd);
+    shim_group_before_end();
     return shim_group_end(prof, fn());
 }
 

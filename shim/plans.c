@@ -95,6 +95,7 @@ static void fill_route(struct shim_plan_entry *e)
     mscx_plan_size_range(e->plan, &r->min_bytes, &r->max_bytes);
     r->elem_multiple = mscx_plan_elem_multiple(e->plan);
     r->root = mscx_plan_root(e->plan);
+    r->beats_nccl_window = mscx_plan_beats_nccl_window(e->plan) != 0;
     for (int d = 0; d < MSCX_DT_COUNT; d++)
         for (int o = 0; o < MSCX_REDOP_COUNT; o++)
             r->supports[d][o] = mscx_plan_supports(e->plan, (enum mscx_dtype)d, (enum mscx_redop)o) != 0;

@@ -84,6 +84,8 @@ enum shim_reason {
     SHIM_WHY_ROOT,          /* no broadcast plan for this root */
     SHIM_WHY_NO_PLAN,       /* no plan for this collective and communicator */
     SHIM_WHY_LAUNCH,        /* the executor refused the launch before enqueueing anything */
+    SHIM_WHY_WINDOW,        /* a buffer is in a registered NCCL window, where the plan does not beat NCCL */
+    SHIM_WHY_SENDRECV,      /* a send/recv group shaped as an alltoall that not every rank ran as one */
     SHIM_WHY_COUNT
 };
 
@@ -95,6 +97,7 @@ struct shim_route_plan {
     uint64_t min_bytes, max_bytes;                  /* inclusive */
     uint64_t elem_multiple;                         /* mscx_plan_elem_multiple(); 0 or 1: any count */
     uint32_t root;                                  /* broadcast: the root the plan serves (mscx_plan_root()) */
+    uint8_t beats_nccl_window;                      /* mscx_plan_beats_nccl_window() */
     uint8_t supports[MSCX_DT_COUNT][MSCX_REDOP_COUNT]; /* mscx_plan_supports() */
 };
 
@@ -239,6 +242,25 @@ void *shim_table_remove(uintptr_t key);
 /** Call @p fn on every mapped object, the writers held off until it returns. */
 void shim_table_each(void (*fn)(void *obj, void *ctx), void *ctx);
 
+/* ---- window.c: the NCCL windows the application registered ---- */
+
+/**
+ * 1 when [@p p, @p p + @p bytes) overlaps a window registered on @p comm
+ * (ncclCommWindowRegister), or may: a communicator whose windows could not
+ * all be kept counts every buffer as registered. One relaxed atomic load
+ * and no lock while no window is registered anywhere.
+ */
+int shim_window_covers(ncclComm_t comm, const void *p, size_t bytes);
+struct shim_coll_call;
+/**
+ * 1 when a buffer of @p call that every rank uses (both of most
+ * collectives; a broadcast's receive buffer) is registered on its
+ * communicator of @p nranks ranks (shim_window_covers()).
+ */
+int shim_window_covers_call(const struct shim_coll_call *call, uint32_t nranks);
+/** Forget every window of @p comm (it ended): a later communicator at its address starts with none. */
+void shim_window_forget_comm(ncclComm_t comm);
+
 /* ---- comm.c: side table ---- */
 
 struct shim_comm;
@@ -308,6 +330,41 @@ int shim_group_keep(const struct shim_coll_call *call, int device);
 void shim_group_to_nccl(void);
 /** A forwarder's hook: a call that takes a communicator sends a collecting group to NCCL. */
 void shim_group_before_forward(void);
+/** Before the real ncclGroupEnd: at the outermost one, decide what the kept sends and recvs become. */
+void shim_group_before_end(void);
+/** How many collectives the collecting group keeps. */
+int shim_group_nkept(void);
+/** Make room for one more kept call. @return 0, or -1 without memory */
+int shim_group_reserve(void);
+
+/* ---- sendrecv.c: ncclSend and ncclRecv, and send/recv groups of an alltoall's shape ---- */
+
+/** One ncclSend (sendbuf) or ncclRecv (recvbuf). */
+struct shim_p2p_call {
+    int prof;
+    int is_send;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    ncclDataType_t dtype;
+    int peer;
+    ncclComm_t comm;
+    cudaStream_t stream;
+};
+/** The intercepts of ncclSend and ncclRecv: kept in a collecting group, or forwarded and counted. */
+ncclResult_t shim_p2p_call(const struct shim_p2p_call *p);
+/** How many sends and recvs the collecting group keeps (all of one communicator). */
+int shim_p2p_nkept(void);
+/** The group goes to NCCL: forward the kept sends and recvs in issue order. @return the first error */
+ncclResult_t shim_p2p_to_nccl(void);
+/**
+ * At the outermost ncclGroupEnd, before NCCL's: the kept sends and recvs
+ * become one kept AlltoAll when they have its shape and every rank agrees
+ * (shim_comm_p2p_agree()); otherwise they go to NCCL in issue order.
+ * @return the first error of a forwarded call
+ */
+ncclResult_t shim_p2p_group_end(void);
+
 /**
  * Before a real ncclCommAbort, ncclCommRevoke or ncclCommShrink with
  * NCCL_SHRINK_ABORT: unlink our state of @p comm (its later calls go to
@@ -350,6 +407,20 @@ struct shim_coll_call {
  * 0 when it must go to NCCL.
  */
 int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
+/** A send (@p is_send) or recv with @p peer on @p comm was handed to NCCL: count it in the positions. */
+void shim_comm_p2p_count(ncclComm_t comm, int is_send, int peer);
+/** Rank, size and device of @p comm when its sends and recvs are counted (a blocking setup). @return 0, or -1 */
+int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p, int *device_p);
+/**
+ * Whether the AlltoAll @p a2a, made of one send/recv group whose local
+ * conditions are @p yes (self included, one contiguous buffer per side,
+ * under capture when ranks > 1), runs on our executor: with one rank, when
+ * a plan takes it; with more, when every rank agrees (p2p_agree.c) on the
+ * same group. On 1 the positions advance past the group; on 0 it is
+ * counted as an AlltoAll that fell back (reason "sendrecv") and the caller
+ * forwards the sends and recvs.
+ */
+int shim_comm_p2p_agree(const struct shim_coll_call *a2a, int yes);
 /** Forward a collective to the real NCCL (the function and name it was called by). */
 ncclResult_t shim_coll_forward(const struct shim_coll_call *call);
 
@@ -395,5 +466,49 @@ uint64_t shim_boot_rounds(const struct mscx_bootstrap *bs);
  * @p mine into @p all ([nranks] records), with no header round.
  */
 mscx_status_t shim_boot_fixed(struct mscx_bootstrap *bs, const void *mine, void *all);
+
+/* ---- p2p_agree.c: host-side agreement to run a send/recv group as an alltoall ---- */
+
+/** The most ranks an agreement segment serves (one bit each in a 64-bit mask). */
+#define SHIM_P2P_AGREE_MAX_RANKS 64
+
+struct shim_p2p_agree;
+
+/**
+ * What one rank brings to the agreement for one send/recv group. Give the
+ * positions with a no too: a rank that comes after that round then gives up
+ * at once. Vote once per group.
+ */
+struct shim_p2p_point {
+    uint64_t bytes;           /* bytes of every send and recv of the group */
+    int32_t dtype;            /* ncclDataType_t of the group */
+    int yes;                  /* 0: this rank will not run the plan for this group (the others must not either) */
+    const uint64_t *sent;     /* [nranks]: sends to rank j this rank issued on the communicator before the group */
+    const uint64_t *received; /* [nranks]: recvs from rank j this rank issued before the group */
+};
+
+/**
+ * Map the agreement segment of a communicator whose @p nranks ranks are all
+ * on this host; its name is derived from @p secret (the same on every rank),
+ * never holding it. The first rank to come creates it, the others map it;
+ * the last of the nranks to map it unlinks the name (the mappings stay).
+ * @return MSCX_OK, MSCX_ERR_UNSUPPORTED (nranks > SHIM_P2P_AGREE_MAX_RANKS),
+ * MSCX_ERR_SYSTEM, MSCX_ERR_NO_MEMORY or MSCX_ERR_INVALID_ARG
+ */
+mscx_status_t shim_p2p_agree_open(const uint8_t secret[SHIM_SECRET_BYTES], uint32_t rank, uint32_t nranks,
+                                  struct shim_p2p_agree **a_p);
+/**
+ * Vote on one send/recv group; waits at most about @p timeout_ms for the
+ * other ranks. @return 1 when every rank of the communicator posted yes for
+ * the same logical group: run the plan; 0 when not (a no, positions that
+ * disagree, a broken segment, or a round not complete in time). Every rank
+ * that posted in one round gets the same answer.
+ */
+int shim_p2p_agree_vote(struct shim_p2p_agree *a, const struct shim_p2p_point *p, uint64_t timeout_ms);
+/**
+ * Unmap; rank 0 (and the last handle to close) also unlinks the name, which
+ * is gone already once every rank has opened it. NULL is accepted.
+ */
+void shim_p2p_agree_close(struct shim_p2p_agree *a);
 
 #endif /* MSCX_SHIM_INT_H */

@@ -164,6 +164,11 @@ uint32_t mscx_plan_root(const struct mscx_plan *plan)
     return plan->root;
 }
 
+int mscx_plan_beats_nccl_window(const struct mscx_plan *plan)
+{
+    return plan->beats_nccl_window ? 1 : 0;
+}
+
 int mscx_plan_inplace(const struct mscx_plan *plan)
 {
     return plan->inplace ? 1 : 0;

@@ -91,6 +91,7 @@ struct mscx_plan {
     bool ranks_per_node_given;
     uint32_t root;            /* broadcast root: the extension's "root", else 0 */
     bool root_given;
+    bool beats_nccl_window;   /* the extension's "beats_nccl_window", else false */
     uint32_t dtype_mask;      /* 1u << enum mscx_dtype allowed */
     uint32_t redop_mask;      /* 1u << enum mscx_redop allowed */
     bool masks_given;

@@ -392,6 +392,8 @@ static int parse_extension(struct pctx *c, const json_t *root, struct mscx_plan 
             return -1;
         p->root_given = true;
     }
+    if (mscx_pj_bool(c, ext, "beats_nccl_window", false, &p->beats_nccl_window))
+        return -1;
     p->dtype_mask = (1u << MSCX_DT_COUNT) - 1;
     p->redop_mask = (1u << MSCX_REDOP_COUNT) - 1;
     rc = parse_name_list(c, ext, "dtypes", true, &p->dtype_mask);

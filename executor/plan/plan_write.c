@@ -383,7 +383,8 @@ err:
 
 static bool plan_has_extension(const struct mscx_plan *plan)
 {
-    return plan->ranks_per_node_given || plan->root_given || plan->masks_given || plan->fused;
+    return plan->ranks_per_node_given || plan->root_given || plan->masks_given || plan->fused ||
+           plan->beats_nccl_window;
 }
 
 static json_t *write_extension(const struct mscx_plan *plan)
@@ -396,6 +397,8 @@ static json_t *write_extension(const struct mscx_plan *plan)
     if (plan->ranks_per_node_given && set_new(ext, "ranks_per_node", jint(plan->ranks_per_node)))
         goto err;
     if (plan->root_given && set_new(ext, "root", jint(plan->root)))
+        goto err;
+    if (plan->beats_nccl_window && set_new(ext, "beats_nccl_window", json_true()))
         goto err;
     if (plan->masks_given) {
         json_t *dt = json_array(), *ro = json_array();

@@ -11,6 +11,9 @@
  *            goes to NCCL)
  *   graph    a group of three calls captured in a CUDA graph, replayed
  *            three times with new inputs
+ *   sendrecv a group of one ncclSend and one ncclRecv to itself (an AlltoAll
+ *            of one rank) at 400 B, 1 KB, 16 KB and 1 MB, and captured in a
+ *            graph replayed three times
  *
  *   test-gpu-group OUTFILE
  *
@@ -181,6 +184,43 @@ static void run_graph(ncclComm_t comm, cudaStream_t s1)
     CUDA_OK(cudaGraphDestroy(graph));
 }
 
+/* One ncclSend and one ncclRecv of @p b to and from this rank, in a group: an AlltoAll of one rank. */
+static void self_pair(struct buf *b, ncclComm_t comm, cudaStream_t s)
+{
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclSend(b->in, b->n, ncclFloat32, 0, comm, s));
+    NCCL_OK(ncclRecv(b->out, b->n, ncclFloat32, 0, comm, s));
+    NCCL_OK(ncclGroupEnd());
+}
+
+static void run_sendrecv(ncclComm_t comm, cudaStream_t s1)
+{
+    /* 400 B has no plan (NCCL); 1 KB, 16 KB and 1 MB run as the one-rank AlltoAll */
+    static const size_t n[4] = {100, 256, 4096, 262144};
+    for (int i = 0; i < 4; i++) {
+        buf_init(&bufs[i], n[i], 50 + i);
+        self_pair(&bufs[i], comm, s1);
+    }
+    CUDA_OK(cudaStreamSynchronize(s1));
+    for (int i = 0; i < 4; i++)
+        dump("sendrecv", bufs[i].out, bufs[i].in, bufs[i].n);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    buf_init(&bufs[0], 1024, 60);
+    CUDA_OK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+    self_pair(&bufs[0], comm, s1);
+    CUDA_OK(cudaStreamEndCapture(s1, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; rep++) {
+        buf_init(&bufs[0], bufs[0].n, 61 + rep);
+        CUDA_OK(cudaGraphLaunch(exec, s1));
+        CUDA_OK(cudaStreamSynchronize(s1));
+        dump("sendrecv-graph", bufs[0].out, bufs[0].in, bufs[0].n);
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+}
+
 int main(int argc, char **argv)
 {
     int ndev = 0;
@@ -204,6 +244,7 @@ int main(int argc, char **argv)
     run_streams(comm, s1, s2);
     run_mixed(comm, s1);
     run_graph(comm, s1);
+    run_sendrecv(comm, s1);
     NCCL_OK(ncclCommDestroy(comm));
     for (int i = 0; i < NBUF; i++) {
         cudaFree(bufs[i].in);

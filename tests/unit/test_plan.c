@@ -472,6 +472,61 @@ START_TEST(test_broadcast_root)
 }
 END_TEST
 
+/* mscx.beats_nccl_window: false when absent, written back only when true; a non-boolean is refused. */
+START_TEST(test_beats_nccl_window)
+{
+    size_t len;
+    char *json = mscx_test_read_file(mscx_test_src("plans/allreduce_n1_rpn1_copy_1K_4M.json"), &len);
+    ck_assert_ptr_nonnull(json);
+    struct mscx_plan *p = load_str(json);
+    ck_assert_int_eq(mscx_plan_beats_nccl_window(p), 0);
+    char *out = NULL;
+    ck_assert_int_eq(mscx_plan_to_json(p, &out), MSCX_OK);
+    ck_assert_ptr_null(strstr(out, "beats_nccl_window"));
+    free(out);
+    mscx_plan_destroy(p);
+
+    char *yes = str_subst(json, "\"mscx\": {", "\"mscx\": {\"beats_nccl_window\": true,");
+    p = load_str(yes);
+    ck_assert_int_eq(mscx_plan_beats_nccl_window(p), 1);
+    ck_assert_int_eq(mscx_plan_to_json(p, &out), MSCX_OK);
+    ck_assert_ptr_nonnull(strstr(out, "\"beats_nccl_window\": true"));
+    struct mscx_plan *q = load_str(out);
+    ck_assert_int_eq(mscx_plan_beats_nccl_window(q), 1);
+    mscx_plan_destroy(q);
+    free(out);
+    struct mscx_plan *copy = NULL;
+    ck_assert_int_eq(mscx_plan_clone(p, &copy), MSCX_OK);
+    ck_assert_int_eq(mscx_plan_beats_nccl_window(copy), 1);
+    mscx_plan_destroy(copy);
+    mscx_plan_destroy(p);
+    free(yes);
+
+    char *no = str_subst(json, "\"mscx\": {", "\"mscx\": {\"beats_nccl_window\": false,");
+    p = load_str(no);
+    ck_assert_int_eq(mscx_plan_beats_nccl_window(p), 0);
+    mscx_plan_destroy(p);
+    free(no);
+
+    /* not a boolean: refused, naming the file, the field and its place */
+    static const char *const bad[] = {"1", "\"true\"", "null", "{}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char to[96], err[MSCX_PLAN_ERR_LEN];
+        snprintf(to, sizeof(to), "\"mscx\": {\"beats_nccl_window\": %s,", bad[i]);
+        char *b = str_subst(json, "\"mscx\": {", to);
+        p = NULL;
+        ck_assert_int_eq(mscx_plan_load_buffer(b, strlen(b), "w.json", &p, err, sizeof(err)), MSCX_ERR_PLAN);
+        ck_assert_ptr_null(p);
+        const char *at = strstr(err, "w.json:");
+        unsigned line = 0, col = 0;
+        ck_assert_msg(at && sscanf(at, "w.json:%u:%u:", &line, &col) == 2 && line > 1 && col > 1, "%s", err);
+        ck_assert_msg(strstr(err, "mscx.beats_nccl_window: expected true or false"), "%s: %s", bad[i], err);
+        free(b);
+    }
+    free(json);
+}
+END_TEST
+
 static void geom_ok(const struct mscx_plan *p, uint64_t in, uint64_t out, enum mscx_dtype dt, struct mscx_geom *g)
 {
     char err[256];
@@ -724,6 +779,7 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_tbg_peer_write_refused);
     tcase_add_test(tc, test_ranks_per_node);
     tcase_add_test(tc, test_broadcast_root);
+    tcase_add_test(tc, test_beats_nccl_window);
     tcase_add_test(tc, test_historical_names);
     tcase_add_test(tc, test_clone_and_revalidate);
     tcase_add_test(tc, test_describe);

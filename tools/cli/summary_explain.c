@@ -25,6 +25,11 @@ static const struct reason_text reasons[] = {
     {"root", "no broadcast plan for this root (each broadcast plan serves one root)"},
     {"no-plan", "no plan for this collective and rank count"},
     {"launch", "the executor refused the launch before enqueueing anything"},
+    {"window", "a buffer lies in an NCCL window the application registered (ncclCommWindowRegister), and the "
+               "plan was not measured faster than NCCL's symmetric kernels there"},
+    {"sendrecv", "a group of one ncclSend and one ncclRecv per rank, counted as an AlltoAll, went to NCCL: it "
+                 "was not captured in a CUDA graph, its buffers were not one contiguous block per side with "
+                 "the rank itself included, or not every rank agreed to run the same group"},
 };
 
 static const char *reason_text(const char *name)

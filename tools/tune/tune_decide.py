@@ -26,6 +26,10 @@ Terms:
   candidate that qualifies at both of them with the lowest larger score of the
   two (ties: the name), else to NCCL. Sizes below the first and above the last
   measured size stay on NCCL.
+- plan files: one per range. Where "nccl-window" is among a collective's
+  baselines, each of its ranges was chosen against it too, and its files say
+  "beats_nccl_window": true in their mscx object (the shim then routes them on
+  registered buffers as well); elsewhere the field is left out.
 
 In-process mode (config "executor": N, from mscx-tune --executor N) there is no
 NCCL run: the sides are the candidates alone, and the reference at a size is
@@ -288,11 +292,18 @@ def decide(d, margin, mode):
     return out
 
 
+def beats_window(d, dec, coll):
+    """True when @p coll's ranges were chosen against NCCL with a registered window too (it was measured)."""
+    return not executor_mode(d) and "nccl-window" in dec["collectives"][coll]["baselines"]
+
+
 def plan_files(d, dec):
-    """[{"file", "candidate", "coll", "min", "max", "dtypes"}]: a file per range (equal ones merge)."""
+    """[{"file", "candidate", "coll", "min", "max", "dtypes", "beats_nccl_window"}]: a file per range (equal
+    ones merge)."""
     cfg = d["config"]
     files = []
     for coll in sorted(dec["collectives"]):
+        win = beats_window(d, dec, coll)
         merged = {}
         for cls, _, dts in CLASSES:
             for cand, lo, hi in dec["collectives"][coll]["classes"][cls]["ranges"]:
@@ -304,7 +315,8 @@ def plan_files(d, dec):
                                                      cfg["nranks"], cfg["ranks_per_node"], k, cand, lo, hi)
             order = [t for _, _, dts in CLASSES for t in dts]
             files.append({"file": stem + ".json", "candidate": cand, "coll": coll, "min": lo, "max": hi,
-                          "dtypes": sorted(set(merged[(lo, hi, cand)]), key=order.index)})
+                          "dtypes": sorted(set(merged[(lo, hi, cand)]), key=order.index),
+                          "beats_nccl_window": win})
     return files
 
 
@@ -317,8 +329,10 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def rewrite_plan(src, stem, lo, hi, dtypes):
-    """The plan text of @p src with its name, size range and dtypes set; TuneError when it cannot be read."""
+def rewrite_plan(src, stem, lo, hi, dtypes, window=False):
+    """The plan text of @p src with its name, size range and dtypes set, and "beats_nccl_window": true in its
+    mscx object when @p window (the range beat NCCL with a registered window too; else the field is left
+    out); TuneError when it cannot be read."""
     try:
         with open(src) as fh:
             plan = json.load(fh)
@@ -333,6 +347,9 @@ def rewrite_plan(src, stem, lo, hi, dtypes):
     if not isinstance(ext, dict):
         ext = plan["mscx"] = {"version": 1}
     ext["dtypes"] = list(dtypes)
+    ext.pop("beats_nccl_window", None)
+    if window:
+        ext["beats_nccl_window"] = True
     return json.dumps(plan, indent=2) + "\n"
 
 
@@ -354,7 +371,7 @@ def write_plan_dir(out, d, dec):
     paths = []
     for p in dec["plans"]:
         src = os.path.join(out, d["candidates"][p["candidate"]]["file"])
-        text = rewrite_plan(src, p["file"][:-5], p["min"], p["max"], p["dtypes"])
+        text = rewrite_plan(src, p["file"][:-5], p["min"], p["max"], p["dtypes"], p.get("beats_nccl_window"))
         path = os.path.join(pdir, p["file"])
         write_atomic(path, text)
         paths.append(path)

@@ -68,6 +68,12 @@ uint32_t mscx_plan_nranks(const struct mscx_plan *plan);
 uint32_t mscx_plan_ranks_per_node(const struct mscx_plan *plan);
 /** Broadcast root: our "mscx" extension's "root", else 0 (0 for every other collective). */
 uint32_t mscx_plan_root(const struct mscx_plan *plan);
+/**
+ * Non-zero when our "mscx" extension's "beats_nccl_window" is true: the
+ * plan's size range was measured faster than NCCL on buffers registered
+ * with ncclCommWindowRegister (mscx-tune), so the shim routes it there too.
+ */
+int mscx_plan_beats_nccl_window(const struct mscx_plan *plan);
 int mscx_plan_inplace(const struct mscx_plan *plan);
 /** Thread blocks of @p rank's program; 0 when @p rank is not below the plan's ranks. */
 uint32_t mscx_plan_threadblocks(const struct mscx_plan *plan, uint32_t rank);

@@ -8,6 +8,7 @@
  * made. With FAKE_CUDA_EVENT_FAIL=1 no event can be made.
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -71,5 +72,28 @@ FAKE_EXPORT int mscxFakeCudaEventRecord(void *ev, void *stream)
 FAKE_EXPORT int mscxFakeCudaStreamWaitEvent(void *stream, void *ev)
 {
     record_fmt("cudaStreamWaitEvent", stream, ev, 0);
+    return 0;
+}
+
+/*
+ * Stream capture as the shim asks for it before a send/recv group becomes
+ * an AlltoAll: FAKE_CUDA_CAPTURING is a comma list of the streams (hex
+ * addresses, 0x...) being captured; no line is recorded.
+ */
+FAKE_EXPORT int mscxFakeCudaStreamIsCapturing(void *stream, int *capturing)
+{
+    const char *list = getenv("FAKE_CUDA_CAPTURING"); /* the fake's own setting */
+    *capturing = 0;
+    for (const char *p = list; p && *p;) {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 16);
+        if (end == p)
+            return -1;
+        if ((uintptr_t)v == (uintptr_t)stream)
+            *capturing = 1;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
     return 0;
 }

@@ -35,6 +35,11 @@ void fake_hook_ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataT
                                         ncclScalarResidence_t residence, ncclComm_t comm);
 void fake_hook_ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                              ncclComm_t comm, cudaStream_t stream);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+/* A distinct window handle per registration, never reused. */
+void fake_hook_ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
+                                     int winFlags);
+#endif
 /* 1 when FAKE_NCCL_WORLD names a directory: ncclAllGather then moves host bytes between processes. */
 int mscxFakeNcclHostMemory(void);
 

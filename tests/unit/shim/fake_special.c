@@ -287,6 +287,21 @@ void fake_hook_ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataT
         *op = (ncclRedOp_t)((int)ncclNumOps + next++);
 }
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+/* Handles as opaque as NCCL's: the shim only compares them. */
+void fake_hook_ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
+                                     int winFlags)
+{
+    static unsigned long next;
+    (void)comm;
+    (void)buff;
+    (void)size;
+    (void)winFlags;
+    if (win)
+        *win = (ncclWindow_t)(0x3a000000ul + 0x40ul * ++next);
+}
+#endif
+
 void fake_hook_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
     unsigned *c = fake_slot(comm);

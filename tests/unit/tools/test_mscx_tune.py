@@ -278,17 +278,33 @@ def test_plan_dir(tmp):
     for f in sorted(os.listdir(os.path.join(out, "plans"))):
         j = json.load(open(os.path.join(out, "plans", f)))
         got.append((j["collective"], j["min_message_size"], j["max_message_size"], j["name"] + ".json" == f,
-                    j["mscx"]["dtypes"]))
-    want = [("allgather", 1024, 8192, True, ["fp16", "bf16", "fp32", "int32", "uint32"]),
-            ("allreduce", 1024, 32767, True, ["fp16", "bf16", "fp32", "int32", "uint32"]),
-            ("allreduce", 32768, 131072, True, ["fp16", "bf16", "fp32", "int32", "uint32"])]
-    check("each plan carries its range, its name and the measured dtypes only", got == want, got)
+                    j["mscx"]["dtypes"], j["mscx"].get("beats_nccl_window", "absent")))
+    # the recording timed NCCL with a registered window for allreduce only
+    want = [("allgather", 1024, 8192, True, ["fp16", "bf16", "fp32", "int32", "uint32"], "absent"),
+            ("allreduce", 1024, 32767, True, ["fp16", "bf16", "fp32", "int32", "uint32"], True),
+            ("allreduce", 32768, 131072, True, ["fp16", "bf16", "fp32", "int32", "uint32"], True)]
+    check("each plan carries its range, its name, the measured dtypes only, and beats_nccl_window where the "
+          "window baseline was measured", got == want, got)
     pdir = os.path.join(out, "plans")
     before = {f: open(os.path.join(pdir, f), "rb").read() for f in os.listdir(pdir)}
     open(os.path.join(out, "plans", "stale.json"), "w").write("{}")
     td.write_plan_dir(out, d, td.decide(td.load_tune(os.path.join(out, "tune.json")), 0.05, "graph"))
     after = {f: open(os.path.join(pdir, f), "rb").read() for f in os.listdir(pdir)}
     check("deciding twice writes the same bytes (and drops a stale plan)", before == after, sorted(after))
+    # without the window baseline no plan says it beats NCCL's window, even one whose source said so
+    nowin = copy.deepcopy(d)
+    nowin["runs"] = [r for r in nowin["runs"] if r["side"] != "nccl-window"]
+    src = os.path.join(out, nowin["candidates"][ONESHOT]["file"])
+    marked = json.load(open(src))
+    marked["mscx"]["beats_nccl_window"] = True
+    td.write_atomic(src, json.dumps(marked, indent=2) + "\n")
+    paths = td.write_plan_dir(out, nowin, td.decide(nowin, 0.05, "graph"))
+    marks = [json.load(open(f))["mscx"].get("beats_nccl_window", "absent") for f in paths]
+    check("no window baseline: beats_nccl_window left out of every plan", paths and
+          all(m == "absent" for m in marks), marks)
+    p = subprocess.run([PLAN_TOOL, "check"] + paths, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True)
+    check("... and they load", p.returncode == 0, p.stdout)
     # classes that decide differently get plans with disjoint dtypes
     split = copy.deepcopy(d)
     for r in split["runs"]:
@@ -401,6 +417,9 @@ def test_end_to_end(tmp):
     c = subprocess.run([PLAN_TOOL, "check"] + paths, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        universal_newlines=True)
     check("its plans pass mscx-plan check", c.returncode == 0 and len(paths) >= 3, c.stdout)
+    marks = [json.loads(t)["mscx"].get("beats_nccl_window") for t in pl.values()]
+    check("the window baseline was measured: every plan says it beats NCCL's window",
+          marks and all(m is True for m in marks), marks)
     cands = d["candidates"]
     check("generated variants are candidates, duplicates of shipped plans are not",
           any(v["source"] == "generated" for v in cands.values())
@@ -481,6 +500,9 @@ def test_failures(tmp):
           in p.stderr and d["decision"]["collectives"]["allreduce"]["baselines"] == ["nccl"]
           and runs.count("allreduce eager nccl") == 2 and runs.count("allreduce graph nccl") == 1,
           p.stderr + "\n".join(runs))
+    marks = [json.loads(t)["mscx"].get("beats_nccl_window", "absent") for t in plans_of(out).values()]
+    check("no window: its plans leave beats_nccl_window out", marks and all(m == "absent" for m in marks),
+          marks)
     # a folder with some runs missing: --resume runs exactly those
     path = os.path.join(out, "tune.json")
     d["runs"] = [r for r in d["runs"] if r["side"] != ONESHOT]
@@ -598,6 +620,8 @@ def test_exec_plan_dir(tmp):
           os.path.isfile(label) and td.INPROC_LABEL in open(label).read(), sorted(os.listdir(out + "/plans")))
     ar = sorted((j["min_message_size"], j["max_message_size"], j["mscx"]["dtypes"]) for j in
                 (json.load(open(f)) for f in paths) if j["collective"] == "allreduce")
+    check("executor: no plan says it beats NCCL's window (NCCL was not measured)",
+          all("beats_nccl_window" not in json.load(open(f))["mscx"] for f in paths), paths)
     check("executor: allreduce files by range and dtypes", ar == [
         (1024, 16384, ["fp16", "bf16", "fp32", "int32", "uint32"]),
         (16385, 262143, ["fp32", "int32", "uint32"]), (16385, 1048576, ["fp16", "bf16"]),

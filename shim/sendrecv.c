@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ncclSend and ncclRecv. Each one that reaches NCCL on a communicator of
+ * ours is counted per peer (the communicator's positions, comm.c).
+ *
+ * Inside a group that keeps nothing else, the sends and recvs of one
+ * communicator are kept. At the outermost ncclGroupEnd, before NCCL's, a
+ * kept set that is one send and one recv of one count, type and stream to
+ * and from every rank is an AlltoAll in NCCL's sense when the rank's own
+ * pair is there and the blocks lie in one buffer per side, block j at
+ * j x count elements: a send buffer and a receive buffer that do not
+ * overlap. Such a set becomes one kept AlltoAll of that count when
+ * shim_comm_p2p_agree() says every rank runs it; anything else goes to
+ * NCCL in issue order, still inside NCCL's group.
+ */
+#include <stdint.h>
+
+#include "shim_int.h"
+
+#ifdef MSCX_SHIM_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* Two calls per rank of the largest agreement (SHIM_P2P_AGREE_MAX_RANKS). */
+#define P2P_MAX_KEPT 128
+
+static __thread struct shim_p2p_call kept[P2P_MAX_KEPT];
+static __thread int nkept;
+
+int shim_p2p_nkept(void)
+{
+    return nkept;
+}
+
+static ncclResult_t forward(const struct shim_p2p_call *p)
+{
+    ncclResult_t r;
+    if (p->is_send) {
+        shim_fn_ncclSend_t fn = SHIM_REAL(p->prof, ncclSend);
+        if (!fn)
+            return shim_err_result();
+        shim_err_clear();
+        r = fn(p->sendbuf, p->count, p->dtype, p->peer, p->comm, p->stream);
+    } else {
+        shim_fn_ncclRecv_t fn = SHIM_REAL(p->prof, ncclRecv);
+        if (!fn)
+            return shim_err_result();
+        shim_err_clear();
+        r = fn(p->recvbuf, p->count, p->dtype, p->peer, p->comm, p->stream);
+    }
+    if (r == ncclSuccess)
+        shim_comm_p2p_count(p->comm, p->is_send, p->peer);
+    return r;
+}
+
+ncclResult_t shim_p2p_to_nccl(void)
+{
+    int n = nkept;
+    ncclResult_t res = ncclSuccess;
+    nkept = 0;
+    for (int i = 0; i < n; i++) {
+        ncclResult_t r = forward(&kept[i]);
+        if (r != ncclSuccess && res == ncclSuccess)
+            res = r;
+    }
+    return res;
+}
+
+/* 1 when @p p can wait for the group's end: NCCL's checks of its arguments would pass it, and it is ours. */
+static int keepable(const struct shim_p2p_call *p)
+{
+    uint32_t rank, nranks;
+    int device;
+    if (!shim_group_collecting || shim_group_nkept() > 0 || nkept == P2P_MAX_KEPT)
+        return 0;
+    if (nkept > 0 && kept[0].comm != p->comm)
+        return 0;
+    if ((int)p->dtype < 0 || (int)p->dtype >= (int)ncclNumTypes || p->count == 0)
+        return 0;
+    if ((p->is_send ? p->sendbuf : p->recvbuf) == NULL)
+        return 0;
+    return shim_comm_p2p_tracked(p->comm, &rank, &nranks, &device) == 0 && p->peer >= 0 &&
+           (uint32_t)p->peer < nranks;
+}
+
+ncclResult_t shim_p2p_call(const struct shim_p2p_call *p)
+{
+    const struct mscx_config *cfg = shim_config();
+    if (cfg && !cfg->disable && keepable(p)) {
+        kept[nkept++] = *p;
+        return ncclSuccess;
+    }
+    if (shim_group_collecting)
+        shim_group_before_forward(); /* what the group kept goes first */
+    return forward(p);
+}
+
+#ifdef SHIM_HAVE_ncclAlltoAll
+/* ---- the shape of an AlltoAll ---- */
+
+/* What a kept set is: the AlltoAll it would be, and whether this rank can run it. */
+struct shape {
+    struct shim_coll_call a2a;
+    int yes; /* self included, one contiguous buffer per side, no overlap, captured with ranks > 1 */
+};
+
+static int stream_capturing(cudaStream_t stream)
+{
+    static int (*fake)(void *, int *);
+    static int looked;
+    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+        fake = (int (*)(void *, int *))shim_real_sym("mscxFakeCudaStreamIsCapturing");
+        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+    }
+    int on = 0;
+    if (fake)
+        return fake((void *)stream, &on) == 0 && on;
+#ifdef MSCX_SHIM_CUDA
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &st) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return st == cudaStreamCaptureStatusActive;
+#else
+    return 0;
+#endif
+}
+
+/* Block @p j's address as base + j x @p bytes: the base, or 0 when it does not fit. */
+static uintptr_t base_of(const void *p, int j, uint64_t bytes)
+{
+    uintptr_t a = (uintptr_t)p, off = (uintptr_t)j * bytes;
+    return a >= off ? a - off : 0;
+}
+
+/*
+ * Whether the kept set is one send and one recv per peer of one count,
+ * type and stream, the rank's own pair either absent or both there.
+ * @return 1 with @p s filled, 0 when it is not an AlltoAll
+ */
+static int shape_of(uint32_t rank, uint32_t nranks, struct shape *s)
+{
+    int nsend[P2P_MAX_KEPT / 2] = {0}, nrecv[P2P_MAX_KEPT / 2] = {0};
+    const struct shim_p2p_call *first = &kept[0];
+    uint64_t bytes = (uint64_t)first->count * shim_dtype_bytes(first->dtype);
+    uintptr_t sbase = 0, rbase = 0;
+    int contiguous = 1;
+    if (nranks > P2P_MAX_KEPT / 2)
+        return 0;
+    for (int i = 0; i < nkept; i++) {
+        const struct shim_p2p_call *p = &kept[i];
+        if (p->count != first->count || p->dtype != first->dtype || p->stream != first->stream)
+            return 0;
+        int *n = p->is_send ? &nsend[p->peer] : &nrecv[p->peer];
+        if (++*n > 1)
+            return 0;
+        uintptr_t b = base_of(p->is_send ? p->sendbuf : p->recvbuf, p->peer, bytes);
+        uintptr_t *want = p->is_send ? &sbase : &rbase;
+        if (!*want)
+            *want = b;
+        contiguous &= b != 0 && b == *want;
+    }
+    for (uint32_t j = 0; j < nranks; j++)
+        if (nsend[j] != nrecv[j] || (j != rank && nsend[j] != 1))
+            return 0;
+    uint64_t span = bytes * nranks;
+    int self = nsend[rank] == 1;
+    int apart = sbase + span <= rbase || rbase + span <= sbase;
+    s->a2a = (struct shim_coll_call){
+        .fn = "ncclSend/ncclRecv",
+        .api = SHIM_FN_ncclAlltoAll,
+        .prof = first->prof,
+        .coll = MSCX_COLL_ALLTOALL,
+        .sendbuf = (const void *)sbase,
+        .recvbuf = (void *)rbase,
+        .count = first->count,
+        .dtype = first->dtype,
+        .op = ncclSum,
+        .comm = first->comm,
+        .stream = first->stream,
+    };
+    s->yes = self && contiguous && apart && (nranks == 1 || stream_capturing(first->stream));
+    return 1;
+}
+
+ncclResult_t shim_p2p_group_end(void)
+{
+    uint32_t rank, nranks;
+    int device;
+    struct shape s;
+    if (nkept == 0)
+        return ncclSuccess;
+    if (shim_comm_p2p_tracked(kept[0].comm, &rank, &nranks, &device) != 0 || !shape_of(rank, nranks, &s))
+        return shim_p2p_to_nccl();
+    /* room for the AlltoAll first: once the ranks agree, it must run */
+    if (shim_group_reserve() != 0)
+        s.yes = 0;
+    if (!shim_comm_p2p_agree(&s.a2a, s.yes))
+        return shim_p2p_to_nccl();
+    nkept = 0;
+    shim_group_keep(&s.a2a, device);
+    return ncclSuccess;
+}
+#else
+/* Without ncclAlltoAll in nccl.h there is no AlltoAll for a group to become. */
+ncclResult_t shim_p2p_group_end(void)
+{
+    return shim_p2p_to_nccl();
+}
+#endif
