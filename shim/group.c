@@ -345,11 +345,17 @@ void shim_group_before_end(void)
         group_err = r;
 }
 
-/* Make @p device current, as NCCL does for each communicator of a group. */
-static void use_device(const struct stream_ops *ops, int device)
+/*
+ * Make @p device current, as NCCL does for each communicator of a group.
+ * *@p cur is the current one as far as the group's end knows it (-1:
+ * unknown): a device already current is not set again.
+ */
+static void use_device(const struct stream_ops *ops, int *cur, int device)
 {
-    if (ops && ops->set_device)
-        ops->set_device(device);
+    if (!ops || !ops->set_device || device < 0 || device == *cur)
+        return;
+    ops->set_device(device);
+    *cur = device;
 }
 
 /* One kept call on @p stream, outside any group: our executor, or NCCL when it refused before enqueueing. */
@@ -364,14 +370,14 @@ static ncclResult_t launch_one(const struct kept *k, cudaStream_t stream)
 }
 
 /* Make the lead streams wait for the other streams of their communicators. */
-static void join_in(int n, const struct stream_ops *ops)
+static void join_in(int n, const struct stream_ops *ops, int *cur)
 {
     for (int i = 0; i < n; i++) {
         struct kept *k = &kept[i], *lead = &kept[k->lead];
         if (k->lead == i || !k->new_stream || lead->join_failed)
             continue;
         void *ev = group_event(k->device);
-        use_device(ops, k->device);
+        use_device(ops, cur, k->device);
         if (!ev || ops->record(ev, (void *)k->call.stream) != 0 ||
             ops->wait((void *)lead->call.stream, ev) != 0)
             lead->join_failed = 1;
@@ -379,7 +385,7 @@ static void join_in(int n, const struct stream_ops *ops)
 }
 
 /* Make the other streams of each communicator wait for its lead stream. @return 0, or -1 when one failed */
-static int join_out(int n, const struct stream_ops *ops)
+static int join_out(int n, const struct stream_ops *ops, int *cur)
 {
     int failed = 0;
     for (int l = 0; l < n; l++) {
@@ -392,7 +398,7 @@ static int join_out(int n, const struct stream_ops *ops)
                 continue;
             if (!recorded) {
                 ev = group_event(kept[l].device);
-                use_device(ops, kept[l].device);
+                use_device(ops, cur, kept[l].device);
                 recorded = ev && ops->record(ev, (void *)kept[l].call.stream) == 0 ? 1 : -1;
             }
             if (recorded < 0 || ops->wait((void *)kept[i].call.stream, ev) != 0)
@@ -410,13 +416,13 @@ static ncclResult_t launch_kept(void)
     if (n == 0)
         return ncclSuccess;
     const struct stream_ops *ops = stream_ops();
-    int prev = ops && ops->get_device ? ops->get_device() : -1;
+    int prev = ops && ops->get_device ? ops->get_device() : -1, cur = prev;
     ncclResult_t res = ncclSuccess;
     if (ops)
-        join_in(n, ops);
+        join_in(n, ops, &cur);
     for (int i = 0; i < n; i++) {
         const struct kept *lead = &kept[kept[i].lead];
-        use_device(ops, kept[i].device);
+        use_device(ops, &cur, kept[i].device);
         ncclResult_t r = lead->join_failed ? ncclUnhandledCudaError : launch_one(&kept[i], lead->call.stream);
         if (r != ncclSuccess && res == ncclSuccess)
             res = r;
@@ -426,10 +432,10 @@ static ncclResult_t launch_kept(void)
             res = shim_err_set(ncclUnhandledCudaError,
                                "mscx: joining the streams of a group on comm %p failed (a CUDA event record "
                                "or wait); none of its calls in that group ran", (void *)kept[l].call.comm);
-    if (ops && join_out(n, ops) != 0)
+    if (ops && join_out(n, ops, &cur) != 0)
         res = shim_err_set(ncclUnhandledCudaError, "mscx: making the streams of a group wait for its calls "
                            "failed (a CUDA event record or wait)");
-    use_device(ops, prev);
+    use_device(ops, &cur, prev);
     return res;
 }
 

@@ -9,7 +9,7 @@
  * and from every rank is an AlltoAll in NCCL's sense when the rank's own
  * pair is there and the blocks lie in one buffer per side, block j at
  * j x count elements: a send buffer and a receive buffer that do not
- * overlap. Such a set becomes one kept AlltoAll of that count when
+ * overlap (or, at one rank, are the same). Such a set becomes one kept AlltoAll of that count when
  * shim_comm_p2p_agree() says every rank runs it; anything else goes to
  * NCCL in issue order, still inside NCCL's group.
  */
@@ -180,7 +180,9 @@ static int shape_of(uint32_t rank, uint32_t nranks, struct shape *s)
         .comm = first->comm,
         .stream = first->stream,
     };
-    s->yes = self && contiguous && apart && (nranks == 1 || stream_capturing(first->stream));
+    /* in place is an AlltoAll's meaning only for a rank alone: its one block stays where it is */
+    int in_place = nranks == 1 && sbase == rbase;
+    s->yes = self && contiguous && (apart || in_place) && (nranks == 1 || stream_capturing(first->stream));
     return 1;
 }
 

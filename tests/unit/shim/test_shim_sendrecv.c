@@ -7,8 +7,8 @@
  * NCCL in issue order, still inside NCCL's group. Each mode checks the
  * fake's log (FAKE_NCCL_LOG) and the summary at destroy (MSCX_DEBUG_FILE):
  *
- *   one      a world of one rank: the AlltoAll group launches, eagerly too;
- *            unequal counts, a missing or doubled call, overlapping buffers,
+ *   one      a world of one rank: the AlltoAll group launches, eagerly too,
+ *            and in place (one buffer for both); unequal counts, a missing or doubled call, overlapping buffers,
  *            a collective before or after, and a call outside a group go to
  *            NCCL in issue order
  *   ranks2   the two communicators of ncclCommInitAll as ranks on two
@@ -98,6 +98,21 @@ static void check_summary(ncclComm_t comm, const char *const *has)
 
 /* ---- one rank ---- */
 
+/* A pair of this rank alone, in place: its AlltoAll, which leaves the buffer as it is. */
+static void one_in_place(ncclComm_t comm)
+{
+    static char want[3][LINE_LEN];
+    fake_log_clear();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    send_to(sendb, COUNT, 0, comm, STREAM);
+    recv_from(sendb, COUNT, 0, comm, STREAM);
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    snprintf(want[0], LINE_LEN, "ncclGroupStart");
+    snprintf(want[1], LINE_LEN, "ncclGroupEnd");
+    want_launch(want[2], COUNT * sizeof(float), STREAM);
+    check_log_lines("one rank, in place", want[0], LINE_LEN, 3);
+}
+
 static void one_routed(ncclComm_t comm)
 {
     static char want[3][LINE_LEN];
@@ -175,10 +190,11 @@ static void mode_one(void)
     send_to(sendb, COUNT, 0, comm, STREAM);
     rec_fmt_ncclSend(line, LINE_LEN, sendb, COUNT, ncclFloat32, 0, comm, STREAM);
     check_log_lines("a send outside a group", line, LINE_LEN, 1);
+    one_in_place(comm);
     one_routed(comm); /* still routes after all that */
     call_ok("ncclCommDestroy", ncclCommDestroy(comm));
-    /* the two AlltoAlls; the overlapping pair is an AlltoAll's shape that this rank cannot run */
-    static const char *const has[] = {"alltoall<=1K routed 2 fallback 1", "sendrecv 1", NULL};
+    /* the three AlltoAlls; the overlapping pair is an AlltoAll's shape that this rank cannot run */
+    static const char *const has[] = {"alltoall<=1K routed 3 fallback 1", "sendrecv 1", NULL};
     check_summary(comm, has);
 }
 
