@@ -7,6 +7,8 @@
  * kernel on the device. Several processes are the ranks of one
  * communicator through files in FAKE_GPU_NCCL_WORLD (ncclAllGather).
  * Revoked and aborted communicators refuse collectives (ncclInvalidUsage).
+ * Sends and recvs do nothing and are counted (test_gpu_sendrecv.c), as are
+ * AlltoAlls, which copy at one rank and are refused at more.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -29,10 +31,12 @@ struct ncclComm {
 /* The test's hooks (dlsym): the foreign kernel's flag, and how long the last abort took. */
 EXPORT void mscxFakeGpuSetFlag(volatile int *flag);
 EXPORT long long mscxFakeGpuLastAbortNs(void);
+EXPORT void mscxFakeGpuP2pCalls(long long *sends, long long *recvs, long long *alltoalls);
 
 static volatile int *g_flag; /* the foreign kernel's flag (mapped host memory) */
 static long long g_last_abort_ns;
 static unsigned g_seq;
+static long long g_sends, g_recvs, g_alltoalls; /* calls that reached this library */
 
 static long long now_ns(void)
 {
@@ -176,6 +180,50 @@ EXPORT ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, nc
                    cudaMemcpyAsync(recv, send, count * es, cudaMemcpyDeviceToDevice, stream) == cudaSuccess
                ? ncclSuccess
                : ncclUnhandledCudaError;
+}
+
+EXPORT void mscxFakeGpuP2pCalls(long long *sends, long long *recvs, long long *alltoalls)
+{
+    *sends = __atomic_load_n(&g_sends, __ATOMIC_RELAXED);
+    *recvs = __atomic_load_n(&g_recvs, __ATOMIC_RELAXED);
+    *alltoalls = __atomic_load_n(&g_alltoalls, __ATOMIC_RELAXED);
+}
+
+/* Never reached on a routed call; a forwarded one copies (one rank) or is refused. */
+EXPORT ncclResult_t ncclAlltoAll(const void *send, void *recv, size_t count, ncclDataType_t dt,
+                                 ncclComm_t comm, cudaStream_t stream)
+{
+    __atomic_fetch_add(&g_alltoalls, 1, __ATOMIC_RELAXED);
+    if (comm->revoked)
+        return ncclInvalidUsage;
+    size_t es = dt == ncclFloat16 || dt == ncclBfloat16 ? 2 : dt == ncclFloat64 || dt == ncclInt64 ? 8 : 4;
+    if (comm->nranks != 1)
+        return ncclInternalError;
+    return send == recv ||
+                   cudaMemcpyAsync(recv, send, count * es, cudaMemcpyDeviceToDevice, stream) == cudaSuccess
+               ? ncclSuccess
+               : ncclUnhandledCudaError;
+}
+
+/* Counted, moving nothing: a test checks no data of a send or recv that reaches here. */
+EXPORT ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
+                             cudaStream_t stream)
+{
+    (void)send, (void)count, (void)dt, (void)stream;
+    __atomic_fetch_add(&g_sends, 1, __ATOMIC_RELAXED);
+    if (comm->revoked)
+        return ncclInvalidUsage;
+    return peer < 0 || peer >= comm->nranks ? ncclInvalidArgument : ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
+                             cudaStream_t stream)
+{
+    (void)recv, (void)count, (void)dt, (void)stream;
+    __atomic_fetch_add(&g_recvs, 1, __ATOMIC_RELAXED);
+    if (comm->revoked)
+        return ncclInvalidUsage;
+    return peer < 0 || peer >= comm->nranks ? ncclInvalidArgument : ncclSuccess;
 }
 
 EXPORT ncclResult_t ncclGroupStart(void)

@@ -12,8 +12,8 @@
  *   graph    a group of three calls captured in a CUDA graph, replayed
  *            three times with new inputs
  *   sendrecv a group of one ncclSend and one ncclRecv to itself (an AlltoAll
- *            of one rank) at 400 B, 1 KB, 16 KB and 1 MB, and captured in a
- *            graph replayed three times
+ *            of one rank) at 400 B, 1 KB, 16 KB and 1 MB, 1 KB in place, and
+ *            captured in a graph replayed three times
  *
  *   test-gpu-group OUTFILE
  *
@@ -201,9 +201,16 @@ static void run_sendrecv(ncclComm_t comm, cudaStream_t s1)
         buf_init(&bufs[i], n[i], 50 + i);
         self_pair(&bufs[i], comm, s1);
     }
+    buf_init(&bufs[4], 256, 55); /* in place: the output holds the input and is both buffers */
+    CUDA_OK(cudaMemcpy(bufs[4].out, bufs[4].in, bufs[4].n * sizeof(float), cudaMemcpyDeviceToDevice));
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclSend(bufs[4].out, bufs[4].n, ncclFloat32, 0, comm, s1));
+    NCCL_OK(ncclRecv(bufs[4].out, bufs[4].n, ncclFloat32, 0, comm, s1));
+    NCCL_OK(ncclGroupEnd());
     CUDA_OK(cudaStreamSynchronize(s1));
     for (int i = 0; i < 4; i++)
         dump("sendrecv", bufs[i].out, bufs[i].in, bufs[i].n);
+    dump("sendrecv-in-place", bufs[4].out, bufs[4].in, bufs[4].n);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     buf_init(&bufs[0], 1024, 60);
