@@ -46,38 +46,6 @@ static json_t *pg_arr1(json_t *a)
     return arr;
 }
 
-static int pg_new_tbs(struct pg_plan *p, uint32_t r, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (pg_tb_new(p, r) < 0)
-            return -1;
-    return 0;
-}
-
-/* Declare memory channels to every other rank of r's node, ascending. */
-static void pg_connect_node(struct pg_plan *p, uint32_t r, uint32_t P)
-{
-    uint32_t base = r / P * P;
-    for (uint32_t i = 0; i < P; i++)
-        if (base + i != r)
-            (void)pg_connect(p, r, PG_CH_MEMORY, base + i);
-}
-
-/*
- * A rank of a multi-node plan: memory channels within its node, a port
- * channel to the rank of the same local index on every other node, and
- * @p nblocks thread blocks.
- */
-static int pg_hier_rank(struct pg_plan *p, uint32_t r, uint32_t P, uint32_t M, uint32_t nblocks)
-{
-    uint32_t n = r / P, l = r % P;
-    pg_connect_node(p, r, P);
-    for (uint32_t m = 0; m < M; m++)
-        if (m != n)
-            (void)pg_connect(p, r, PG_CH_PORT, m * P + l);
-    return pg_new_tbs(p, r, nblocks);
-}
-
 /* Block 0 of rank r ships scratch packets [src, src+1) to @p partner's scratch [dst, dst+1) over the port channel. */
 static void pg_port_ppkt(struct pg_plan *p, uint32_t r, uint32_t partner, uint32_t src, uint32_t dst)
 {
@@ -119,7 +87,7 @@ static int pg_ar_oneshot(struct pg_plan *p, uint32_t N, uint32_t T, uint32_t B)
     pg_plan_chunks(p, 1, 1, N);
     for (uint32_t g = 0; g < N; g++) {
         pg_connect_node(p, g, N);
-        if (pg_new_tbs(p, g, G) < 0)
+        if (pg_tbs_new(p, g, G) < 0)
             return -1;
         for (uint32_t b = 0; b < G; b++) {
             for (uint32_t q = 0; q < N - 1; q++) {
@@ -175,7 +143,7 @@ static int pg_ar_twophase(struct pg_plan *p, uint32_t N, uint32_t T)
     pg_plan_chunks(p, N, N, 2 * (N - 1));
     for (uint32_t g = 0; g < N; g++) {
         pg_connect_node(p, g, N);
-        if (pg_new_tbs(p, g, G) < 0)
+        if (pg_tbs_new(p, g, G) < 0)
             return -1;
         for (uint32_t q = 0; q < N - 1; q++) {
             for (uint32_t t = 0; t < T; t++) {
@@ -238,7 +206,7 @@ static int pg_ar_twophase_split(struct pg_plan *p, uint32_t N, uint32_t G, bool 
     pg_plan_chunks(p, N * G, N * G, 2 * R);
     for (uint32_t g = 0; g < N; g++) {
         pg_connect_node(p, g, N);
-        if (pg_new_tbs(p, g, G) < 0)
+        if (pg_tbs_new(p, g, G) < 0)
             return -1;
         for (uint32_t b = 0; b < G; b++) {
             /* 1. scatter: the peers' chunks to their contribution slots for g */
@@ -372,7 +340,7 @@ static int pg_ag_allpairs(struct pg_plan *p, uint32_t N, uint32_t T)
     pg_plan_chunks(p, 1, N, N - 1);
     for (uint32_t g = 0; g < N; g++) {
         pg_connect_node(p, g, N);
-        if (pg_new_tbs(p, g, G) < 0)
+        if (pg_tbs_new(p, g, G) < 0)
             return -1;
         for (uint32_t q = 0; q < N - 1; q++) {
             for (uint32_t t = 0; t < T; t++) {
@@ -455,7 +423,7 @@ static int pg_rs_allpairs(struct pg_plan *p, uint32_t N, uint32_t T)
     pg_plan_chunks(p, N, 1, N - 1);
     for (uint32_t g = 0; g < N; g++) {
         pg_connect_node(p, g, N);
-        if (pg_new_tbs(p, g, G) < 0)
+        if (pg_tbs_new(p, g, G) < 0)
             return -1;
         for (uint32_t q = 0; q < N - 1; q++) {
             for (uint32_t t = 0; t < T; t++) {

@@ -62,26 +62,6 @@ static uint32_t a2a_peer(uint32_t l, uint32_t q)
     return q < l ? q : q + 1;
 }
 
-static int a2a_new_tbs(struct pg_plan *p, uint32_t r, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (pg_tb_new(p, r) < 0)
-            return -1;
-    return 0;
-}
-
-/* Memory channels within r's node, port channels to r's counterpart on every other node. */
-static void a2a_connect(struct pg_plan *p, uint32_t r, uint32_t P, uint32_t M)
-{
-    uint32_t n = r / P, l = r % P;
-    for (uint32_t i = 0; i < P; i++)
-        if (i != l)
-            (void)pg_connect(p, r, PG_CH_MEMORY, n * P + i);
-    for (uint32_t m = 0; m < M; m++)
-        if (m != n)
-            (void)pg_connect(p, r, PG_CH_PORT, m * P + l);
-}
-
 /* A signal or wait of block @p b of rank @p g on its memory channel to @p peer. */
 static void a2a_sync(struct pg_plan *p, uint32_t g, uint32_t b, const char *name, uint32_t peer)
 {
@@ -101,8 +81,7 @@ static int a2a_oneshot(struct pg_plan *p, uint32_t N, uint32_t T)
     uint32_t G = T * (N - 1);
     pg_plan_chunks(p, N, N, N - 1);
     for (uint32_t g = 0; g < N; g++) {
-        a2a_connect(p, g, N, 1);
-        if (a2a_new_tbs(p, g, G) < 0)
+        if (pg_hier_rank(p, g, N, 1, G) < 0)
             return -1;
         for (uint32_t q = 0; q < N - 1; q++) {
             for (uint32_t t = 0; t < T; t++) {
@@ -124,8 +103,7 @@ static int a2a_direct(struct pg_plan *p, uint32_t N, uint32_t T)
     uint32_t G = T * (N - 1);
     pg_plan_chunks(p, N, N, 0);
     for (uint32_t g = 0; g < N; g++) {
-        a2a_connect(p, g, N, 1);
-        if (a2a_new_tbs(p, g, G) < 0)
+        if (pg_hier_rank(p, g, N, 1, G) < 0)
             return -1;
         for (uint32_t q = 0; q < N - 1; q++) {
             for (uint32_t t = 0; t < T; t++) {
@@ -210,8 +188,7 @@ static int a2a_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
     uint32_t M = N / P, G = T * (P - 1);
     pg_plan_chunks(p, N, N, 3 * N);
     for (uint32_t r = 0; r < N; r++) {
-        a2a_connect(p, r, P, M);
-        if (a2a_new_tbs(p, r, 1 + G) < 0)
+        if (pg_hier_rank(p, r, P, M, 1 + G) < 0)
             return -1;
         a2a_hier_port(p, r, P, M);
         for (uint32_t q = 0; q < P - 1; q++)

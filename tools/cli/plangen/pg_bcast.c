@@ -52,26 +52,6 @@ static uint32_t bc_local_peer(uint32_t n, uint32_t P, uint32_t l, uint32_t q)
     return n * P + (q < l ? q : q + 1);
 }
 
-static int bc_new_tbs(struct pg_plan *p, uint32_t r, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (pg_tb_new(p, r) < 0)
-            return -1;
-    return 0;
-}
-
-/* Memory channels within r's node; port channels to r's counterpart on every other node. */
-static void bc_connect(struct pg_plan *p, uint32_t r, uint32_t P, uint32_t M)
-{
-    uint32_t n = r / P, l = r % P;
-    for (uint32_t i = 0; i < P; i++)
-        if (i != l)
-            (void)pg_connect(p, r, PG_CH_MEMORY, n * P + i);
-    for (uint32_t m = 0; m < M; m++)
-        if (m != n)
-            (void)pg_connect(p, r, PG_CH_PORT, m * P + l);
-}
-
 /* Blocks [b0, b0 + G) of rank r: unpack scratch slot 0 into the output, sliced over the G blocks. */
 static void bc_unpack(struct pg_plan *p, uint32_t r, uint32_t b0, uint32_t G)
 {
@@ -113,8 +93,7 @@ static int bc_oneshot(struct pg_plan *p, uint32_t N, uint32_t T, uint32_t R)
     uint32_t G = T * (N - 1);
     pg_plan_chunks(p, 1, 1, 1);
     for (uint32_t r = 0; r < N; r++) {
-        bc_connect(p, r, N, 1);
-        if (bc_new_tbs(p, r, G) < 0)
+        if (pg_hier_rank(p, r, N, 1, G) < 0)
             return -1;
         if (r == R)
             bc_fan_out(p, r, N, T, 0, "ppkt");
@@ -137,8 +116,7 @@ static int bc_direct(struct pg_plan *p, uint32_t N, uint32_t T, uint32_t R)
     uint32_t G = T * (N - 1);
     pg_plan_chunks(p, 1, 1, 0);
     for (uint32_t r = 0; r < N; r++) {
-        bc_connect(p, r, N, 1);
-        if (bc_new_tbs(p, r, r == R ? G : 1) < 0)
+        if (pg_hier_rank(p, r, N, 1, r == R ? G : 1) < 0)
             return -1;
         if (r != R) {
             bc_sync(p, r, 0, "signal", R);
@@ -193,8 +171,7 @@ static int bc_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T, uint32
     uint32_t M = N / P, G = T * (P - 1);
     pg_plan_chunks(p, 1, 1, 1);
     for (uint32_t r = 0; r < N; r++) {
-        bc_connect(p, r, P, M);
-        if (bc_new_tbs(p, r, r == R ? 1 + G : G) < 0)
+        if (pg_hier_rank(p, r, P, M, r == R ? 1 + G : G) < 0)
             return -1;
         if (r == R) {
             bc_port_block(p, r, P, M);

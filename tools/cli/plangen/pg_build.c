@@ -288,3 +288,29 @@ void pg_size_label(uint64_t v, char *buf, size_t len)
     else
         snprintf(buf, len, "%llu", (unsigned long long)v);
 }
+
+int pg_tbs_new(struct pg_plan *p, uint32_t rank, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (pg_tb_new(p, rank) < 0)
+            return -1;
+    return 0;
+}
+
+void pg_connect_node(struct pg_plan *p, uint32_t rank, uint32_t P)
+{
+    uint32_t base = rank / P * P;
+    for (uint32_t i = 0; i < P; i++)
+        if (base + i != rank)
+            (void)pg_connect(p, rank, PG_CH_MEMORY, base + i);
+}
+
+int pg_hier_rank(struct pg_plan *p, uint32_t rank, uint32_t P, uint32_t M, uint32_t nblocks)
+{
+    uint32_t n = rank / P, l = rank % P;
+    pg_connect_node(p, rank, P);
+    for (uint32_t m = 0; m < M; m++)
+        if (m != n)
+            (void)pg_connect(p, rank, PG_CH_PORT, m * P + l);
+    return pg_tbs_new(p, rank, nblocks);
+}

@@ -88,6 +88,16 @@ void pg_plan_chunks(struct pg_plan *p, uint32_t in, uint32_t out, uint32_t scrat
 int pg_connect(struct pg_plan *p, uint32_t rank, enum pg_chan type, uint32_t peer);
 /** Append a thread block to @p rank; @return its index or -1. */
 int pg_tb_new(struct pg_plan *p, uint32_t rank);
+/** Append @p n thread blocks to @p rank. @return 0 or -1. */
+int pg_tbs_new(struct pg_plan *p, uint32_t rank, uint32_t n);
+/** Declare memory channels to every other rank of @p rank's node of @p P ranks, ascending. */
+void pg_connect_node(struct pg_plan *p, uint32_t rank, uint32_t P);
+/**
+ * A rank of a plan of @p M nodes of @p P ranks: memory channels within its
+ * node, a port channel to the rank of the same local index on every other
+ * node, and @p nblocks thread blocks. @return 0 or -1.
+ */
+int pg_hier_rank(struct pg_plan *p, uint32_t rank, uint32_t P, uint32_t M, uint32_t nblocks);
 
 /* Operands (new references). */
 json_t *pg_loc(char type, uint32_t index, uint32_t size);
