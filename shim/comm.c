@@ -55,6 +55,7 @@ struct shim_comm {
     int device;
     struct mscx_bootstrap *bs;
     const char **route_name; /* [nroute] plan paths */
+    _Atomic uint64_t *route_calls; /* [nroute]: calls each plan ran */
     int stopped; /* stopped by an abort, revoke or shrink: the release must not wait on the device */
     uint8_t secret[SHIM_SECRET_BYTES]; /* rank 0's random draw, shared by the fixed exchange */
     _Atomic uint64_t counts[NSTAT_COLL][SHIM_NBUCKETS][SHIM_WHY_COUNT]; /* as struct shim_stats */
@@ -144,6 +145,7 @@ static void comm_release(struct shim_comm *c)
     free(c->route);
     free(c->exec_id);
     free(c->route_name);
+    free((void *)c->route_calls);
     free((void *)c->p2p_sent);
     free((void *)c->p2p_received);
     shim_p2p_agree_close(c->p2p_agree);
@@ -196,12 +198,41 @@ static void stats_add(struct shim_comm *c, enum mscx_coll coll, uint64_t bytes, 
     atomic_fetch_add_explicit(&c->counts[coll][shim_size_bucket(bytes)][why], 1, memory_order_relaxed);
 }
 
+/* The plans of @p c that ran calls, named as in the summary. */
+static void plans_snapshot(const struct shim_comm *c, struct shim_stats *s)
+{
+    s->nplans = s->plans_omitted = 0;
+    for (size_t i = 0; c->route_calls && i < c->nroute; i++) {
+        uint64_t n = atomic_load_explicit(&c->route_calls[i], memory_order_relaxed);
+        if (n == 0)
+            continue;
+        if (s->nplans == SHIM_NSTAT_PLANS) {
+            s->plans_omitted++;
+            continue;
+        }
+        const char *path = c->route_name[i], *slash = strrchr(path, '/');
+        const char *name = slash ? slash + 1 : path;
+        size_t len = strlen(name);
+        if (len > 5 && strcmp(name + len - 5, ".json") == 0)
+            len -= 5;
+        s->plans[s->nplans++] = (struct shim_plan_use){
+            .name = name,
+            .name_len = len,
+            .coll = c->route[i].coll,
+            .min_bytes = c->route[i].min_bytes,
+            .max_bytes = c->route[i].max_bytes,
+            .calls = n,
+        };
+    }
+}
+
 static void stats_snapshot(const struct shim_comm *c, struct shim_stats *s)
 {
     for (int k = 0; k < NSTAT_COLL; k++)
         for (int b = 0; b < SHIM_NBUCKETS; b++)
             for (int w = 0; w < SHIM_WHY_COUNT; w++)
                 s->counts[k][b][w] = atomic_load_explicit(&c->counts[k][b][w], memory_order_relaxed);
+    plans_snapshot(c, s);
 }
 
 static void stats_print(const struct shim_comm *c, const struct shim_stats *s, const char *how)
@@ -232,6 +263,11 @@ static void stats_print(const struct shim_comm *c, const struct shim_stats *s, c
         if (reasons[w] && at < sizeof(line))
             at += (size_t)snprintf(line + at, sizeof(line) - at, " %s %llu", shim_reason_name((enum shim_reason)w),
                                    (unsigned long long)reasons[w]);
+    if (s->nplans && at < sizeof(line))
+        at += (size_t)snprintf(line + at, sizeof(line) - at, "; plans:");
+    for (size_t i = 0; i < s->nplans && at < sizeof(line); i++)
+        at += (size_t)snprintf(line + at, sizeof(line) - at, " %.*s %llu", (int)s->plans[i].name_len,
+                               s->plans[i].name, (unsigned long long)s->plans[i].calls);
     /* a communicator with usable plans whose calls still went to NCCL is news: WARN, once, at its end */
     if (c->nroute > 0 && fallback > 0)
         MSCX_WARN("mscx: comm %p rank %u/%u at %s: routed %llu, sent %llu calls with usable plans to NCCL:%s "
@@ -504,7 +540,8 @@ static ncclResult_t setup_exec(struct shim_comm *c, const struct mscx_config *cf
     c->route = calloc(nplans, sizeof(*c->route));
     c->exec_id = calloc(nplans, sizeof(*c->exec_id));
     c->route_name = calloc(nplans, sizeof(*c->route_name));
-    if (!c->route || !c->exec_id || !c->route_name)
+    c->route_calls = calloc(nplans, sizeof(*c->route_calls));
+    if (!c->route || !c->exec_id || !c->route_name || !c->route_calls)
         goto out;
     for (size_t i = 0; i < nplans; i++) {
         const struct shim_plan_entry *e = &plans[i];
@@ -1019,6 +1056,7 @@ __attribute__((noinline)) static int launch(struct shim_comm *c, const struct sh
                                                dt, op, &scale, pkt, (void *)call->stream);
     if (st == MSCX_OK) {
         stats_add(c, call->coll, msg, SHIM_WHY_ROUTED);
+        atomic_fetch_add_explicit(&c->route_calls[pick], 1, memory_order_relaxed);
         *res_p = ncclSuccess;
         return 1;
     }

@@ -180,9 +180,20 @@ uint64_t shim_bucket_limit(int bucket);
 /* ---- summary.c: MSCX_SUMMARY_FILE ---- */
 
 #define SHIM_NSTAT_COLL 5 /* allreduce, allgather, reducescatter, alltoall, broadcast (enum mscx_coll order) */
-/** Calls per collective, size bucket and reason (SHIM_WHY_ROUTED counts routed calls). */
+#define SHIM_NSTAT_PLANS 64 /* the plans a summary names; more used ones are counted as omitted */
+/** One plan that ran calls of a communicator: its name, collective, size range and calls. */
+struct shim_plan_use {
+    const char *name; /* the plan file's name without its folder and ".json" (valid while the comm is) */
+    size_t name_len;
+    enum mscx_coll coll;
+    uint64_t min_bytes, max_bytes; /* the range it serves on this communicator */
+    uint64_t calls;
+};
+/** Calls per collective, size bucket and reason (SHIM_WHY_ROUTED counts routed calls), and per plan. */
 struct shim_stats {
     uint64_t counts[SHIM_NSTAT_COLL][SHIM_NBUCKETS][SHIM_WHY_COUNT];
+    size_t nplans, plans_omitted;
+    struct shim_plan_use plans[SHIM_NSTAT_PLANS];
 };
 /** A communicator was set up: arms the exit hook and picks the file's rank suffix. */
 void shim_summary_note_comm(uint32_t rank, uint32_t nranks);

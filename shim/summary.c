@@ -8,7 +8,13 @@
  *   [{"comm": "0x...", "rank": 0, "nranks": 1, "at": "destroy",
  *     "routed": 12, "fallback": {"size": 3},
  *     "buckets": [{"coll": "allreduce", "bucket": "<=1K", "max_bytes": 1024,
- *                  "routed": 12, "fallback": {}}, ...]}]
+ *                  "routed": 12, "fallback": {}}, ...],
+ *     "plans": [{"plan": "allreduce_n1_rpn1_copy_1K_4M", "coll": "allreduce",
+ *                "min_bytes": 1024, "max_bytes": 4194304, "calls": 12}],
+ *     "plans_omitted": 0}]
+ *
+ * "plans" names every plan that ran calls of the communicator (the first
+ * SHIM_NSTAT_PLANS of them; "plans_omitted" counts the others).
  *
  * The file name gets ".<rank>" appended (the rank in the largest communicator
  * this process has seen), unless it contains "%p", which becomes the pid.
@@ -90,6 +96,22 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
     }
 }
 
+/* @p len bytes of @p str as a JSON string: quotes, backslashes and control bytes escaped. */
+static void json_str(struct sbuf *b, const char *str, size_t len)
+{
+    sb_printf(b, "\"");
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)str[i];
+        if (ch == '"' || ch == '\\')
+            sb_printf(b, "\\%c", ch);
+        else if (ch < 0x20)
+            sb_printf(b, "\\u%04x", ch);
+        else
+            sb_printf(b, "%c", ch);
+    }
+    sb_printf(b, "\"");
+}
+
 static void reasons_json(struct sbuf *b, const uint64_t *why)
 {
     int first = 1;
@@ -135,7 +157,16 @@ static char *comm_json(const struct shim_stats *s, const void *comm, uint32_t ra
             sb_printf(&b, "}");
             first = 0;
         }
-    sb_printf(&b, "]}");
+    sb_printf(&b, "], \"plans\": [");
+    for (size_t i = 0; i < s->nplans; i++) {
+        const struct shim_plan_use *u = &s->plans[i];
+        sb_printf(&b, "%s\n  {\"plan\": ", i ? "," : "");
+        json_str(&b, u->name, u->name_len);
+        sb_printf(&b, ", \"coll\": \"%s\", \"min_bytes\": %llu, \"max_bytes\": %llu, \"calls\": %llu}",
+                  mscx_coll_name(u->coll), (unsigned long long)u->min_bytes, (unsigned long long)u->max_bytes,
+                  (unsigned long long)u->calls);
+    }
+    sb_printf(&b, "], \"plans_omitted\": %zu}", s->plans_omitted);
     if (b.oom) {
         free(b.p);
         return NULL;

@@ -86,6 +86,12 @@ static void print_comm(const json_t *c, FILE *out)
         if (json_is_object(fb))
             print_fallback(fb, out);
     }
+    /* the plans that ran those calls (summaries of older shims have none) */
+    json_array_foreach(json_object_get(c, "plans"), j, b)
+        fprintf(out, "  plan %s (%s, %lld-%lld bytes): %lld calls\n", str_of(b, "plan"), str_of(b, "coll"),
+                (long long)int_of(b, "min_bytes"), (long long)int_of(b, "max_bytes"), (long long)int_of(b, "calls"));
+    if (int_of(c, "plans_omitted") > 0)
+        fprintf(out, "  and %lld more plans\n", (long long)int_of(c, "plans_omitted"));
 }
 
 int mscx_summary_explain(const char *path, FILE *out, FILE *err)

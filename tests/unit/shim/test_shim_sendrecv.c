@@ -8,14 +8,11 @@
  * fake's log (FAKE_NCCL_LOG) and the summary at destroy (MSCX_DEBUG_FILE):
  *
  *   one      a world of one rank: the AlltoAll group launches, eagerly too,
- *            and in place (one buffer for both); unequal counts, a missing or doubled call, overlapping buffers,
- *            a collective before or after, and a call outside a group go to
- *            NCCL in issue order
- *   ranks2   the two communicators of ncclCommInitAll as ranks on two
- *            threads (FAKE_NCCL_LOCAL=1): captured on both (FAKE_CUDA_CAPTURING)
- *            it launches on both, also after earlier sends and recvs; eager
- *            on both, or captured on one only, it goes to NCCL on both at
- *            once; a rank whose group is not an AlltoAll's leaves the other
+ *            and in place (one buffer for both); unequal counts, a missing or doubled call, overlapping
+ * buffers, a collective before or after, and a call outside a group go to NCCL in issue order ranks2   the
+ * two communicators of ncclCommInitAll as ranks on two threads (FAKE_NCCL_LOCAL=1): captured on both
+ * (FAKE_CUDA_CAPTURING) it launches on both, also after earlier sends and recvs; eager on both, or captured
+ * on one only, it goes to NCCL on both at once; a rank whose group is not an AlltoAll's leaves the other
  *            waiting for its vote until the bound, after which that rank
  *            votes no for good
  */
@@ -194,8 +191,17 @@ static void mode_one(void)
     one_routed(comm); /* still routes after all that */
     call_ok("ncclCommDestroy", ncclCommDestroy(comm));
     /* the three AlltoAlls; the overlapping pair is an AlltoAll's shape that this rank cannot run */
-    static const char *const has[] = {"alltoall<=1K routed 3 fallback 1", "sendrecv 1", NULL};
+    static const char *const has[] = {"alltoall<=1K routed 3 fallback 1", "sendrecv 1",
+                                      "plans: alltoall_n1_rpn1_copy_1K_4M 3", NULL};
     check_summary(comm, has);
+    /* the summary file names the plan, its range and its calls */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s.0", getenv("MSCX_SUMMARY_FILE"));
+    const char *want =
+        "{\"plan\": \"alltoall_n1_rpn1_copy_1K_4M\", \"coll\": \"alltoall\", \"min_bytes\": 1024, "
+        "\"max_bytes\": 4194304, \"calls\": 3}";
+    if (!strstr(read_file(path), want))
+        FAIL("no '%s' in %s: %s", want, path, read_file(path));
 }
 
 /* ---- two ranks on two threads ---- */
@@ -321,8 +327,10 @@ static void mode_ranks2(void)
 
     for (int i = 0; i < 2; i++)
         call_ok("ncclCommDestroy", ncclCommDestroy(comms[i]));
-    static const char *const has0[] = {"alltoall<=8K routed 2 fallback 4", "sendrecv 4", NULL};
-    static const char *const has1[] = {"alltoall<=8K routed 2 fallback 3", "sendrecv 3", NULL};
+    static const char *const has0[] = {"alltoall<=8K routed 2 fallback 4", "sendrecv 4",
+                                       "plans: alltoall_n2_rpn2_oneshot_1K_64K 2", NULL};
+    static const char *const has1[] = {"alltoall<=8K routed 2 fallback 3", "sendrecv 3",
+                                       "plans: alltoall_n2_rpn2_oneshot_1K_64K 2", NULL};
     check_summary(comms[0], has0);
     check_summary(comms[1], has1);
     if (!strstr(read_file(getenv("MSCX_DEBUG_FILE")), "such groups of this communicator go to NCCL"))
@@ -333,8 +341,9 @@ static const struct shim_mode modes[] = {{"one", mode_one}, {"ranks2", mode_rank
 
 int main(int argc, char **argv)
 {
-    if (argc != 2 || !getenv("FAKE_NCCL_LOG") || !getenv("MSCX_DEBUG_FILE")) {
-        fprintf(stderr, "usage: FAKE_NCCL_LOG=... MSCX_DEBUG_FILE=... %s MODE\n", argv[0]);
+    if (argc != 2 || !getenv("FAKE_NCCL_LOG") || !getenv("MSCX_DEBUG_FILE") || !getenv("MSCX_SUMMARY_FILE")) {
+        fprintf(stderr, "usage: FAKE_NCCL_LOG=... MSCX_DEBUG_FILE=... MSCX_SUMMARY_FILE=... %s MODE\n",
+                argv[0]);
         return 2;
     }
     return run_mode(argv[1], modes, sizeof(modes) / sizeof(modes[0]));

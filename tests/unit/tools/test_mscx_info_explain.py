@@ -42,6 +42,17 @@ check("a routed bucket", "allreduce <=1K: routed 12" in out, out)
 check("each fallback reason in words", "to NCCL 3: size (no plan covers the message size)" in out
       and "to NCCL 2: group (" in out, out)
 
+check("no plans listed in a summary without them", "\n  plan " not in out, out)
+
+summary[0]["plans"] = [{"plan": "allreduce_n2_rpn2_oneshot_1K_16K", "coll": "allreduce", "min_bytes": 1024,
+                        "max_bytes": 16384, "calls": 12}]
+summary[0]["plans_omitted"] = 2
+rc, out, err = explain(json.dumps(summary))
+check("the plan that ran the calls, with its range and count",
+      rc == 0 and "plan allreduce_n2_rpn2_oneshot_1K_16K (allreduce, 1024-16384 bytes): 12 calls" in out, out + err)
+check("plans left out of the summary counted", "and 2 more plans" in out, out)
+del summary[0]["plans"], summary[0]["plans_omitted"]
+
 summary[0]["buckets"][1]["fallback"] = {"brand-new": 1}
 rc, out, err = explain(json.dumps(summary))
 check("an unknown reason is shown, not fatal", rc == 0 and "to NCCL 1: brand-new (a reason" in out, out + err)
