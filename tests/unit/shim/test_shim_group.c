@@ -100,7 +100,8 @@ static void check_log(const char *what, const struct want *w)
 
 /*
  * The summary line of @p comm (at its destroy) must show @p routed calls
- * routed and end with @p reasons (" reasons:" and the counts).
+ * routed and @p reasons (" reasons:" and the counts) last but for the plans
+ * that ran the calls ("; plans: ...").
  */
 static void check_summary(ncclComm_t comm, int routed, const char *reasons)
 {
@@ -112,7 +113,9 @@ static void check_summary(ncclComm_t comm, int routed, const char *reasons)
     snprintf(warn, sizeof(warn), ": routed %d, sent", routed);
     char *r = strstr(line, " reasons:");
     const char *tail = r ? r + strlen(" reasons:") : "";
-    const char *hint = strstr(tail, " (");
+    const char *hint = strstr(tail, " ("), *plans = strstr(tail, "; plans:");
+    if (plans && (!hint || plans < hint))
+        hint = plans;
     size_t len = hint ? (size_t)(hint - tail) : strlen(tail);
     if ((!strstr(line, info) && !strstr(line, warn)) || len != strlen(reasons) ||
         strncmp(tail, reasons, len) != 0)
