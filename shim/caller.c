@@ -52,8 +52,11 @@ struct caller {
     struct nccl_copy *copy; /* NULL: not an NCCL library */
 };
 
-static struct caller callers[CALLER_MAX];
-static _Atomic unsigned ncallers;
+/* The count beside the first entries: a call from a known object reads one line */
+static struct {
+    _Atomic unsigned n;
+    struct caller at[CALLER_MAX];
+} callers __attribute__((aligned(64)));
 static struct nccl_copy copies[COPY_MAX];
 static unsigned ncopies;
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -68,10 +71,10 @@ static __thread unsigned bounce_depth;
 
 static const struct caller *cached(uintptr_t ra)
 {
-    unsigned n = atomic_load_explicit(&ncallers, memory_order_acquire);
+    unsigned n = atomic_load_explicit(&callers.n, memory_order_acquire);
     for (unsigned i = 0; i < n; i++)
-        if (ra - callers[i].lo < callers[i].hi - callers[i].lo)
-            return &callers[i];
+        if (ra - callers.at[i].lo < callers.at[i].hi - callers.at[i].lo)
+            return &callers.at[i];
     return NULL;
 }
 
@@ -175,7 +178,7 @@ static struct nccl_copy *copy_for(void *handle, struct link_map *map)
  * cannot be pinned. The dl* calls run outside our lock: an object's
  * constructor that calls NCCL runs with the loader's lock held.
  */
-static const struct caller *classify(uintptr_t ra, struct caller *tmp)
+SHIM_COLD static const struct caller *classify(uintptr_t ra, struct caller *tmp)
 {
     struct found f = {.ra = ra};
     void *handle;
@@ -189,13 +192,13 @@ static const struct caller *classify(uintptr_t ra, struct caller *tmp)
     pthread_mutex_lock(&table_lock);
     const struct caller *c = cached(ra);
     if (!c) {
-        unsigned n = atomic_load_explicit(&ncallers, memory_order_relaxed);
+        unsigned n = atomic_load_explicit(&callers.n, memory_order_relaxed);
         *tmp = (struct caller){.lo = f.lo, .hi = f.hi, .copy = map ? copy_for(handle, map) : NULL};
         c = tmp;
         if (pinned && n < CALLER_MAX) {
-            callers[n] = *tmp;
-            atomic_store_explicit(&ncallers, n + 1, memory_order_release);
-            c = &callers[n];
+            callers.at[n] = *tmp;
+            atomic_store_explicit(&callers.n, n + 1, memory_order_release);
+            c = &callers.at[n];
             entered = 1;
         }
     }
@@ -237,7 +240,7 @@ static int bouncing(uintptr_t fn)
     return 0;
 }
 
-void *shim_caller_begin(enum shim_fn id, const void *ret)
+SHIM_HOT void *shim_caller_begin(enum shim_fn id, const void *ret)
 {
     uintptr_t ra = (uintptr_t)ret, end;
     struct caller tmp;
@@ -255,7 +258,7 @@ void *shim_caller_begin(enum shim_fn id, const void *ret)
     return (void *)fn;
 }
 
-void shim_caller_end(void)
+SHIM_HOT void shim_caller_end(void)
 {
     if (bounce_depth > 0)
         bounce_depth--;

@@ -37,16 +37,19 @@
 
 struct shim_comm {
     atomic_int refs; /* 0: on the free list or being set up; first, outside what setup clears */
-    /* what every call reads, together at the start */
+    /* what every call reads, on the first cache line */
     ncclComm_t comm;
     struct mscx_exec *exec;
+    const volatile int32_t *exec_error; /* mscx_exec_error_word(exec), or NULL */
+    struct shim_route_plan *route;      /* [nroute], priority order */
+    _Atomic int deferred;               /* enum comm_deferred: setup still to run at the first collective */
+    _Atomic int err; /* mscx_status_t of the first failed kernel: the communicator's sticky error, 0: none */
     uint32_t nranks, rpn;
     unsigned forced;
-    _Atomic int deferred;          /* enum comm_deferred: setup still to run at the first collective */
+    /* a call's collective's window, on a line of its own: a call of a size no plan takes reads no more */
+    _Alignas(64) struct shim_route_window win[MSCX_COLL_COUNT]; /* of route, for this comm's layout */
     size_t nroute;
-    struct shim_route_plan *route; /* [nroute], priority order */
-    uint32_t *exec_id;             /* [nroute] */
-    struct shim_route_window win[MSCX_COLL_COUNT]; /* of route, for this comm's layout */
+    uint32_t *exec_id; /* [nroute] */
     /* the rest */
     struct shim_comm *next_free;
     int prof;              /* of the init, for a deferred setup's calls of the real NCCL */
@@ -56,10 +59,10 @@ struct shim_comm {
     struct mscx_bootstrap *bs;
     const char **route_name; /* [nroute] plan paths */
     _Atomic uint64_t *route_calls; /* [nroute]: calls each plan ran */
+    _Atomic uint64_t identity_calls[NSTAT_COLL]; /* in-place calls at one rank, answered without moving data */
     int stopped; /* stopped by an abort, revoke or shrink: the release must not wait on the device */
     uint8_t secret[SHIM_SECRET_BYTES]; /* rank 0's random draw, shared by the fixed exchange */
     _Atomic uint64_t counts[NSTAT_COLL][SHIM_NBUCKETS][SHIM_WHY_COUNT]; /* as struct shim_stats */
-    _Atomic int err; /* mscx_status_t of the first failed kernel: the communicator's sticky error, 0: none */
     /* sends and recvs, counted from the init on (a blocking setup with an executor), else NULL */
     int p2p_counted;                       /* set before the build: the count starts with the communicator */
     _Atomic uint64_t *p2p_sent;            /* [nranks]: sends to rank j handed to NCCL or run as an AlltoAll */
@@ -90,7 +93,7 @@ __attribute__((constructor)) static void free_fork_init(void)
 static struct shim_comm *free_list;
 
 /* A reference to @p c when it still belongs to @p key. @return 1 when taken. */
-static int comm_ref(struct shim_comm *c, uintptr_t key)
+SHIM_HOT static int comm_ref(struct shim_comm *c, uintptr_t key)
 {
     int n = atomic_load_explicit(&c->refs, memory_order_relaxed);
     do {
@@ -104,7 +107,7 @@ static int comm_ref(struct shim_comm *c, uintptr_t key)
     return 0;
 }
 
-struct shim_comm *shim_comm_get(ncclComm_t comm)
+SHIM_HOT struct shim_comm *shim_comm_get(ncclComm_t comm)
 {
     uintptr_t key = (uintptr_t)comm;
     struct shim_comm *c = key ? shim_table_find(key) : NULL;
@@ -155,7 +158,7 @@ static void comm_release(struct shim_comm *c)
     pthread_mutex_unlock(&free_lock);
 }
 
-void shim_comm_put(struct shim_comm *c)
+SHIM_HOT void shim_comm_put(struct shim_comm *c)
 {
     if (!c)
         return;
@@ -191,7 +194,7 @@ static struct shim_comm *table_remove(ncclComm_t comm)
 
 /* ---- statistics ---- */
 
-static void stats_add(struct shim_comm *c, enum mscx_coll coll, uint64_t bytes, enum shim_reason why)
+SHIM_HOT static void stats_add(struct shim_comm *c, enum mscx_coll coll, uint64_t bytes, enum shim_reason why)
 {
     if ((unsigned)coll >= NSTAT_COLL)
         return;
@@ -226,6 +229,24 @@ static void plans_snapshot(const struct shim_comm *c, struct shim_stats *s)
     }
 }
 
+/* The in-place calls at one rank, named "identity" in the summary's plans. */
+static void identity_snapshot(const struct shim_comm *c, struct shim_stats *s)
+{
+    for (int k = 0; k < NSTAT_COLL; k++) {
+        uint64_t n = atomic_load_explicit(&c->identity_calls[k], memory_order_relaxed);
+        if (n == 0)
+            continue;
+        if (s->nplans == SHIM_NSTAT_PLANS) {
+            s->plans_omitted++;
+            continue;
+        }
+        s->plans[s->nplans++] = (struct shim_plan_use){
+            .name = "identity", .name_len = 8, .coll = (enum mscx_coll)k, .min_bytes = 1,
+            .max_bytes = UINT64_MAX, .calls = n,
+        };
+    }
+}
+
 static void stats_snapshot(const struct shim_comm *c, struct shim_stats *s)
 {
     for (int k = 0; k < NSTAT_COLL; k++)
@@ -233,6 +254,7 @@ static void stats_snapshot(const struct shim_comm *c, struct shim_stats *s)
             for (int w = 0; w < SHIM_WHY_COUNT; w++)
                 s->counts[k][b][w] = atomic_load_explicit(&c->counts[k][b][w], memory_order_relaxed);
     plans_snapshot(c, s);
+    identity_snapshot(c, s);
 }
 
 static void stats_print(const struct shim_comm *c, const struct shim_stats *s, const char *how)
@@ -528,6 +550,7 @@ static ncclResult_t setup_exec(struct shim_comm *c, const struct mscx_config *cf
     st = mscx_exec_create(c->bs, c->device, &c->exec);
     if (st != MSCX_OK)
         c->exec = NULL;
+    c->exec_error = c->exec ? mscx_exec_error_word(c->exec) : NULL;
     mscx_status_t agreed = shim_boot_agree(c->bs, st == MSCX_OK);
     if (agreed != MSCX_OK) {
         MSCX_INFO(MSCX_SUB_SHIM, "no executor (%s here, %s overall): comm %p stays on NCCL", mscx_status_str(st),
@@ -535,6 +558,7 @@ static ncclResult_t setup_exec(struct shim_comm *c, const struct mscx_config *cf
         if (c->exec)
             mscx_exec_destroy(c->exec);
         c->exec = NULL;
+        c->exec_error = NULL;
         goto out;
     }
     c->route = calloc(nplans, sizeof(*c->route));
@@ -984,7 +1008,7 @@ ncclResult_t shim_comm_setup_several(int prof, const ncclComm_t *comms, int n, c
 /* ---- routing a call ---- */
 
 /* NCCL's own answer to a bad datatype, op or broadcast root of a collective on one of our comms. */
-static ncclResult_t check_args(const struct shim_comm *c, const struct shim_coll_call *call)
+SHIM_HOT static ncclResult_t check_args(const struct shim_comm *c, const struct shim_coll_call *call)
 {
     int has_op = call->coll == MSCX_COLL_ALLREDUCE || call->coll == MSCX_COLL_REDUCESCATTER;
     int bad_root = call->root < 0 || (uint32_t)call->root >= c->nranks;
@@ -1000,7 +1024,7 @@ static ncclResult_t check_args(const struct shim_comm *c, const struct shim_coll
 }
 
 /* The routing decision for a call of @p msg bytes: @return the route, or -1 with the reason. */
-static int decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
+SHIM_HOT static int decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
                   enum shim_reason *why_p)
 {
     if (!c->exec) {
@@ -1081,11 +1105,13 @@ __attribute__((noinline)) static int launch(struct shim_comm *c, const struct sh
  * before that, one read of the executor's error word (host memory).
  * @return MSCX_OK or the first error
  */
-static mscx_status_t comm_error(struct shim_comm *c)
+SHIM_HOT static mscx_status_t comm_error(struct shim_comm *c)
 {
     int e = atomic_load_explicit(&c->err, memory_order_relaxed);
     if (e != 0 || !c->exec)
         return (mscx_status_t)e;
+    if (c->exec_error && *c->exec_error == 0)
+        return MSCX_OK;
     mscx_status_t st = mscx_exec_async_error(c->exec);
     if (st == MSCX_OK)
         return MSCX_OK;
@@ -1108,6 +1134,25 @@ static ncclResult_t comm_error_result(const struct shim_comm *c, const struct sh
 }
 
 /*
+ * At one rank a collective in place with a built-in operation leaves its
+ * buffer as it is: NCCL itself launches nothing for it. When no plan takes
+ * such a call (its size, or no plan of its collective), the shim answers it
+ * instead of forwarding it, which costs the caller less than NCCL's own
+ * checks. Not in a group that is being kept (it then goes to NCCL with the
+ * group), not for ncclAvg and PreMulSum ops (NCCL scales, a kernel), and
+ * not with a null buffer (NCCL's argument error).
+ */
+static int identity_serves(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
+                           enum shim_reason why)
+{
+    enum mscx_redop op;
+    int reduces = call->coll == MSCX_COLL_ALLREDUCE || call->coll == MSCX_COLL_REDUCESCATTER;
+    return c->nranks == 1 && (why == SHIM_WHY_SIZE || why == SHIM_WHY_NO_PLAN) && msg > 0 &&
+           call->recvbuf && call->sendbuf == call->recvbuf && !shim_group_collecting &&
+           (!reduces || shim_redop_map(call->op, &op) == 0);
+}
+
+/*
  * A call that routes, inside a group: kept until the outermost ncclGroupEnd,
  * which launches it (group.c). When it cannot be kept, the group goes to NCCL.
  * @return as shim_comm_try_route()
@@ -1123,7 +1168,7 @@ static int keep(struct shim_comm *c, const struct shim_coll_call *call, uint64_t
     return 0;
 }
 
-int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
+SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
 {
     struct shim_comm *c = shim_comm_get(call->comm);
     if (c && atomic_load_explicit(&c->deferred, memory_order_relaxed))
@@ -1148,6 +1193,10 @@ int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
             answered = keep(c, call, msg, res_p);
         } else if (pick >= 0) {
             answered = launch(c, call, msg, pick, res_p);
+        } else if (identity_serves(c, call, msg, why)) {
+            stats_add(c, call->coll, msg, SHIM_WHY_ROUTED);
+            if ((unsigned)call->coll < NSTAT_COLL)
+                atomic_fetch_add_explicit(&c->identity_calls[call->coll], 1, memory_order_relaxed);
         } else {
             if (shim_group_collecting)
                 shim_group_to_nccl(); /* the kept calls go first */

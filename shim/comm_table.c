@@ -41,7 +41,7 @@ size_t shim_table_home(uintptr_t key)
     return (size_t)(p >> (64 - TABLE_BITS));
 }
 
-void *shim_table_find(uintptr_t key)
+SHIM_HOT void *shim_table_find(uintptr_t key)
 {
     unsigned n = atomic_load_explicit(&reach, memory_order_acquire);
     size_t s = shim_table_home(key);

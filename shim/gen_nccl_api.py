@@ -187,7 +187,8 @@ def gen_shim(funcs, names, outdir):
     for f in funcs:
         if not f.params:
             c.append('SHIM_EXPORT ' + f.proto() + ';  /* nccl.h declares it without (void) */')
-        c.append('SHIM_EXPORT ' + f.proto())
+        hot = 'SHIM_HOT ' if f.base in GROUP_ROUTED or f.base in ('ncclGroupStart', 'ncclGroupEnd') else ''
+        c.append('SHIM_EXPORT ' + hot + f.proto())
         c.append('{')
         c += caller_check(f)
         c += group_hook(f)

@@ -217,7 +217,7 @@ static int grow_kept(void)
 
 /* ---- the group ---- */
 
-int shim_group_depth(void)
+SHIM_HOT int shim_group_depth(void)
 {
     return group_depth;
 }

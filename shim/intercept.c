@@ -24,13 +24,7 @@
         return shim_err_result();                                                                             \
     shim_err_clear()
 
-static int routing_on(void)
-{
-    const struct mscx_config *cfg = shim_config();
-    return cfg && !cfg->disable;
-}
-
-static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void *send, void *recv,
+SHIM_HOT static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void *send, void *recv,
                      size_t count, ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
                      cudaStream_t stream, ncclResult_t *res_p)
 {
@@ -38,7 +32,7 @@ static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void
         .fn = shim_fn_names[api], .api = api, .prof = prof, .coll = coll, .sendbuf = send, .recvbuf = recv,
         .count = count, .dtype = dt, .op = op, .root = root, .comm = comm, .stream = stream,
     };
-    return (routing_on() || shim_comm_deferred_disabled()) && shim_comm_try_route(&call, res_p);
+    return (shim_routing_on() || shim_comm_deferred_disabled()) && shim_comm_try_route(&call, res_p);
 }
 
 /* The real collective a call was made to, with its arguments. */
@@ -76,7 +70,7 @@ ncclResult_t shim_coll_forward(const struct shim_coll_call *c)
     }
 }
 
-ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+SHIM_HOT ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                 ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclAllReduce);
@@ -87,7 +81,7 @@ ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, 
     return fn(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
-ncclResult_t shim_ncclAllGather(int prof, const void *sendbuff, void *recvbuff, size_t sendcount,
+SHIM_HOT ncclResult_t shim_ncclAllGather(int prof, const void *sendbuff, void *recvbuff, size_t sendcount,
                                 ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclAllGather);
@@ -98,7 +92,7 @@ ncclResult_t shim_ncclAllGather(int prof, const void *sendbuff, void *recvbuff, 
     return fn(sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 
-ncclResult_t shim_ncclReduceScatter(int prof, const void *sendbuff, void *recvbuff, size_t recvcount,
+SHIM_HOT ncclResult_t shim_ncclReduceScatter(int prof, const void *sendbuff, void *recvbuff, size_t recvcount,
                                     ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclReduceScatter);
@@ -109,7 +103,7 @@ ncclResult_t shim_ncclReduceScatter(int prof, const void *sendbuff, void *recvbu
     return fn(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }
 
-ncclResult_t shim_ncclBroadcast(int prof, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+SHIM_HOT ncclResult_t shim_ncclBroadcast(int prof, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                 int root, ncclComm_t comm, cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclBroadcast);
@@ -120,7 +114,7 @@ ncclResult_t shim_ncclBroadcast(int prof, const void *sendbuff, void *recvbuff, 
     return fn(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
-ncclResult_t shim_ncclBcast(int prof, void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+SHIM_HOT ncclResult_t shim_ncclBcast(int prof, void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                             cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclBcast);
@@ -133,7 +127,7 @@ ncclResult_t shim_ncclBcast(int prof, void *buff, size_t count, ncclDataType_t d
 
 #ifdef SHIM_HAVE_ncclAlltoAll
 /* NCCL 2.28 and later; count is per peer (the message is count x ranks elements each way). */
-ncclResult_t shim_ncclAlltoAll(int prof, const void *sendbuff, void *recvbuff, size_t count,
+SHIM_HOT ncclResult_t shim_ncclAlltoAll(int prof, const void *sendbuff, void *recvbuff, size_t count,
                                ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclAlltoAll);
@@ -147,7 +141,7 @@ ncclResult_t shim_ncclAlltoAll(int prof, const void *sendbuff, void *recvbuff, s
 
 /* ---- point to point ---- */
 
-ncclResult_t shim_ncclSend(int prof, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+SHIM_HOT ncclResult_t shim_ncclSend(int prof, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
                            ncclComm_t comm, cudaStream_t stream)
 {
     struct shim_p2p_call p = {
@@ -157,7 +151,7 @@ ncclResult_t shim_ncclSend(int prof, const void *sendbuff, size_t count, ncclDat
     return shim_p2p_call(&p);
 }
 
-ncclResult_t shim_ncclRecv(int prof, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+SHIM_HOT ncclResult_t shim_ncclRecv(int prof, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                            ncclComm_t comm, cudaStream_t stream)
 {
     struct shim_p2p_call p = {
@@ -169,7 +163,7 @@ ncclResult_t shim_ncclRecv(int prof, void *recvbuff, size_t count, ncclDataType_
 
 /* ---- groups ---- */
 
-ncclResult_t shim_ncclGroupStart(int prof)
+SHIM_HOT ncclResult_t shim_ncclGroupStart(int prof)
 {
     REAL_OR_FAIL(fn, prof, ncclGroupStart);
     ncclResult_t res = fn();
@@ -178,7 +172,7 @@ ncclResult_t shim_ncclGroupStart(int prof)
     return res;
 }
 
-ncclResult_t shim_ncclGroupEnd(int prof)
+SHIM_HOT ncclResult_t shim_ncclGroupEnd(int prof)
 {
     REAL_OR_FAIL(fn, prof, ncclGroupEnd);
     shim_group_before_end();
@@ -257,7 +251,7 @@ ncclResult_t shim_ncclCommInitAll(int prof, ncclComm_t *comm, int ndev, const in
 {
     REAL_OR_FAIL(fn, prof, ncclCommInitAll);
     ncclResult_t res = fn(comm, ndev, devlist);
-    if (res != ncclSuccess || !comm || !routing_on())
+    if (res != ncclSuccess || !comm || !shim_routing_on())
         return res;
     return shim_comm_setup_several(prof, comm, ndev, "by ncclCommInitAll");
 }

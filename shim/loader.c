@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,14 +35,19 @@
 #endif
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+/* What every call reads, on one cache line: set once, by load_real() */
+static struct {
+    atomic_int done;               /* load_real() has run */
+    int strict;                    /* MSCX_STRICT=1 in a degraded configuration: communicator init fails */
+    int routing;                   /* the configuration is published and MSCX_DISABLE unset */
+    void *handle;                  /* the real NCCL */
+    const struct mscx_config *cfg; /* NULL while degraded */
+} hot __attribute__((aligned(64)));
 static void *real_fns[SHIM_FN_COUNT];
-static void *real_handle;
 static char real_path[PATH_MAX];
 static const char *real_how = ""; /* the rule that found it: "MSCX_NCCL_LIB", "already loaded", ... */
 static int real_version;
-static const struct mscx_config *load_cfg;     /* NULL while degraded */
 static const struct mscx_config *lenient_cfg; /* even when degraded: bad values at their defaults */
-static int load_strict; /* MSCX_STRICT=1 in a degraded configuration: communicator init fails */
 static ncclResult_t load_result = ncclSuccess;
 static char load_reason[768];
 
@@ -60,12 +66,12 @@ ncclResult_t shim_err_set(ncclResult_t res, const char *fmt, ...)
     return res;
 }
 
-void shim_err_clear(void)
+SHIM_HOT void shim_err_clear(void)
 {
     err_set = 0;
 }
 
-int shim_err_is_set(void)
+SHIM_HOT int shim_err_is_set(void)
 {
     return err_set;
 }
@@ -153,7 +159,7 @@ static int try_handle(void *h, const char *what, char *why, size_t whylen)
                  what);
         return -1;
     }
-    real_handle = h;
+    hot.handle = h;
     Dl_info info;
     if (dladdr(gv, &info) && info.dli_fname)
         snprintf(real_path, sizeof(real_path), "%s", info.dli_fname);
@@ -188,7 +194,7 @@ static int try_candidate(const char *path, const char *how, void *ctx)
 static void resolve_all(void)
 {
     for (int i = 0; i < SHIM_FN_COUNT; i++) {
-        real_fns[i] = dlsym(real_handle, shim_fn_names[i]);
+        real_fns[i] = dlsym(hot.handle, shim_fn_names[i]);
         if (real_fns[i] && is_ours(real_fns[i]))
             real_fns[i] = NULL;
     }
@@ -203,7 +209,7 @@ static pthread_once_t version_once = PTHREAD_ONCE_INIT;
 static void query_version(void)
 {
     ncclResult_t (*gv)(int *) = (ncclResult_t(*)(int *))real_fns[SHIM_FN_ncclGetVersion];
-    if (!real_handle || !gv || gv(&real_version) != ncclSuccess)
+    if (!hot.handle || !gv || gv(&real_version) != ncclSuccess)
         real_version = 0;
 }
 
@@ -228,13 +234,14 @@ static void config_check(const struct mscx_config *cfg)
         mscx_config_mark_degraded(why);
     }
     if (mscx_config_degraded()) {
-        load_strict = cfg->strict;
+        hot.strict = cfg->strict;
         return;
     }
-    load_cfg = cfg;
+    hot.cfg = cfg;
+    hot.routing = !cfg->disable;
 }
 
-static void load_real(void)
+static void load(void)
 {
     const struct mscx_config *cfg = NULL;
     char why[600] = "";
@@ -282,6 +289,19 @@ resolved:
     MSCX_INFO(MSCX_SUB_SHIM, "real NCCL %s (%s)", real_path, real_how);
 }
 
+static void load_real(void)
+{
+    load();
+    atomic_store_explicit(&hot.done, 1, memory_order_release);
+}
+
+/* load_real() once: after it ran, one load of the line every call reads */
+static inline void loaded(void)
+{
+    if (!atomic_load_explicit(&hot.done, memory_order_acquire))
+        pthread_once(&load_once, load_real);
+}
+
 /* The functions that create a communicator. */
 static int is_init_fn(enum shim_fn id)
 {
@@ -302,14 +322,14 @@ static int is_init_fn(enum shim_fn id)
     }
 }
 
-void *shim_real_fn(enum shim_fn id)
+SHIM_HOT void *shim_real_fn(enum shim_fn id)
 {
-    pthread_once(&load_once, load_real);
-    if (load_strict && is_init_fn(id)) {
+    loaded();
+    if (hot.strict && is_init_fn(id)) {
         shim_err_set(ncclInvalidUsage, "mscx: MSCX_STRICT: %s", mscx_config_degraded_reason());
         return NULL;
     }
-    if (!real_handle) {
+    if (!hot.handle) {
         shim_err_set(load_result, "%s", load_reason);
         return NULL;
     }
@@ -321,15 +341,21 @@ void *shim_real_fn(enum shim_fn id)
 }
 
 /* NULL while the configuration is degraded (config_check()): nothing routes, every call is forwarded. */
-const struct mscx_config *shim_config(void)
+SHIM_HOT const struct mscx_config *shim_config(void)
 {
-    pthread_once(&load_once, load_real);
-    return load_cfg;
+    loaded();
+    return hot.cfg;
+}
+
+SHIM_HOT int shim_routing_on(void)
+{
+    loaded();
+    return hot.routing;
 }
 
 const struct mscx_config *shim_config_lenient(void)
 {
-    pthread_once(&load_once, load_real);
+    loaded();
     return lenient_cfg;
 }
 
@@ -345,8 +371,8 @@ const char *shim_real_how(void)
 
 void *shim_real_sym(const char *name)
 {
-    pthread_once(&load_once, load_real);
-    return real_handle ? dlsym(real_handle, name) : NULL;
+    loaded();
+    return hot.handle ? dlsym(hot.handle, name) : NULL;
 }
 
 int shim_real_version(void)

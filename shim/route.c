@@ -8,7 +8,7 @@
 
 #include "shim_int.h"
 
-int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p)
+SHIM_HOT int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p)
 {
     switch (dt) {
     case ncclInt8: *out_p = MSCX_DT_INT8; return 0;
@@ -25,7 +25,7 @@ int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p)
     }
 }
 
-int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p)
+SHIM_HOT int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p)
 {
     switch (op) {
     case ncclSum: *out_p = MSCX_REDOP_SUM; return 0;
@@ -36,7 +36,7 @@ int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p)
     }
 }
 
-size_t shim_dtype_bytes(ncclDataType_t dt)
+SHIM_HOT size_t shim_dtype_bytes(ncclDataType_t dt)
 {
     switch (dt) {
     case ncclInt8:
@@ -64,7 +64,7 @@ static int coll_reduces(enum mscx_coll coll)
 }
 
 /* The checks that come before any plan: @return 0 with the mscx type and op, or -1 with the reason. */
-static int pick_precheck(const struct shim_route_query *q, enum mscx_dtype *dt_p, enum mscx_redop *op_p,
+SHIM_HOT static int pick_precheck(const struct shim_route_query *q, enum mscx_dtype *dt_p, enum mscx_redop *op_p,
                          enum shim_reason *why_p)
 {
     *op_p = MSCX_REDOP_SUM;
@@ -94,7 +94,7 @@ static int pick_precheck(const struct shim_route_query *q, enum mscx_dtype *dt_p
  * op). A broadcast plan serves its own root only: "root" means that plans
  * of this layout take the size, none for the call's root.
  */
-static int pick_plan(const struct shim_route_query *q, const struct shim_route_plan *plans, size_t nplans,
+SHIM_HOT static int pick_plan(const struct shim_route_query *q, const struct shim_route_plan *plans, size_t nplans,
                      enum mscx_dtype dt, enum mscx_redop op, enum shim_reason *why_p)
 {
     enum shim_reason best = SHIM_WHY_NO_PLAN;
@@ -135,37 +135,43 @@ int shim_route_pick(const struct shim_route_query *q, const struct shim_route_pl
     return pick_plan(q, plans, nplans, dt, op, why_p);
 }
 
+SHIM_HOT static int bin_of(uint64_t bytes)
+{
+    return 63 - __builtin_clzll(bytes);
+}
+
 void shim_route_window_init(struct shim_route_window *w, const struct shim_route_plan *plans, size_t nplans,
                             enum mscx_coll coll, uint32_t nranks, uint32_t ranks_per_node)
 {
-    w->lo = UINT64_MAX;
-    w->hi = 0;
+    w->bins = 0;
     w->nplans = 0;
     for (size_t i = 0; i < nplans; i++) {
         const struct shim_route_plan *p = &plans[i];
         if (p->coll != coll || p->nranks != nranks || p->ranks_per_node != ranks_per_node)
             continue;
         w->nplans++;
-        if (p->min_bytes < w->lo)
-            w->lo = p->min_bytes;
-        if (p->max_bytes > w->hi)
-            w->hi = p->max_bytes;
+        uint64_t lo = p->min_bytes ? p->min_bytes : 1;
+        if (p->max_bytes < lo)
+            continue; /* an empty range: a plan, but no size */
+        int a = bin_of(lo), b = bin_of(p->max_bytes);
+        w->bins |= (b == 63 ? ~0ull : (2ull << b) - 1) & ~((1ull << a) - 1);
     }
 }
 
 /*
- * A size of 0 or outside [lo, hi] fails the size test of every plan of the
- * window's collective and layout, so the plan loop would end with SIZE when
- * there is such a plan and NO_PLAN when there is none: that is decided here.
+ * A size of 0 or in a bin no plan reaches fails the size test of every plan
+ * of the window's collective and layout, so the plan loop would end with
+ * SIZE when there is such a plan and NO_PLAN when there is none: that is
+ * decided here.
  */
-int shim_route_pick_windowed(const struct shim_route_query *q, const struct shim_route_plan *plans,
+SHIM_HOT int shim_route_pick_windowed(const struct shim_route_query *q, const struct shim_route_plan *plans,
                              size_t nplans, const struct shim_route_window *w, enum shim_reason *why_p)
 {
     enum mscx_dtype dt;
     enum mscx_redop op;
     if (pick_precheck(q, &dt, &op, why_p) != 0)
         return -1;
-    if (q->msg_bytes == 0 || q->msg_bytes < w->lo || q->msg_bytes > w->hi) {
+    if (q->msg_bytes == 0 || !(w->bins >> bin_of(q->msg_bytes) & 1)) {
         *why_p = w->nplans ? SHIM_WHY_SIZE : SHIM_WHY_NO_PLAN;
         return -1;
     }
@@ -217,7 +223,7 @@ const char *shim_reason_name(enum shim_reason why)
 }
 
 /* Bucket b > 0 holds (1K << 3(b-1), 1K << 3b]: one more than (log2(bytes - 1) - 10) / 3. */
-int shim_size_bucket(uint64_t bytes)
+SHIM_HOT int shim_size_bucket(uint64_t bytes)
 {
     if (bytes <= 1024)
         return 0;

@@ -19,6 +19,10 @@
 #include "shim_api_gen.h"
 
 #define SHIM_EXPORT __attribute__((visibility("default")))
+/* The path of every collective call, kept together in .text.hot: a call after other work misses fewer lines */
+#define SHIM_HOT __attribute__((hot))
+/* Taken once per object or on errors: out of the hot path's lines */
+#define SHIM_COLD __attribute__((cold, noinline))
 
 /* ---- loader.c: the real NCCL and the last error ---- */
 
@@ -27,6 +31,8 @@
  * is unavailable; the thread's last error then says why.
  */
 void *shim_real_fn(enum shim_fn id);
+/** Non-zero when calls may route: the configuration is published and MSCX_DISABLE is unset. */
+int shim_routing_on(void);
 /** The configuration, or NULL when it is degraded (a bad MSCX_* value): nothing routes, all is forwarded. */
 const struct mscx_config *shim_config(void);
 /**
@@ -123,12 +129,14 @@ int shim_route_pick(const struct shim_route_query *q, const struct shim_route_pl
                     enum shim_reason *why_p);
 
 /**
- * The sizes some plan of one collective and layout may take: a call of that
- * collective and layout whose size is 0 or outside [lo, hi] routes nowhere.
+ * The sizes some plan of one collective and layout may take, by power of
+ * two: a call of that collective and layout whose size is 0 or in a bin
+ * no plan reaches routes nowhere. It lets a call that goes to NCCL skip
+ * the plans.
  */
 struct shim_route_window {
-    uint64_t lo, hi; /* lowest min_bytes and highest max_bytes of those plans (UINT64_MAX, 0: none) */
-    size_t nplans;   /* how many plans have that collective and layout */
+    uint64_t bins;   /* bit b: some plan's range meets [2^b, 2^(b+1)) */
+    uint32_t nplans; /* how many plans have that collective and layout */
 };
 /** The window of the plans for @p coll, @p nranks and @p ranks_per_node among @p plans. */
 void shim_route_window_init(struct shim_route_window *w, const struct shim_route_plan *plans, size_t nplans,
@@ -136,7 +144,7 @@ void shim_route_window_init(struct shim_route_window *w, const struct shim_route
 /**
  * shim_route_pick() for a query of the collective and layout that @p w was
  * made for from the same plans: the same plan and reason, without looking at
- * the plans when the size is outside the window.
+ * the plans when no plan reaches the size's bin.
  */
 int shim_route_pick_windowed(const struct shim_route_query *q, const struct shim_route_plan *plans,
                              size_t nplans, const struct shim_route_window *w, enum shim_reason *why_p);

@@ -157,7 +157,7 @@ int shim_window_covers(ncclComm_t comm, const void *p, size_t bytes)
  * root only (NCCL ignores it elsewhere), so it is left out for the answer
  * to be the same on every rank.
  */
-int shim_window_covers_call(const struct shim_coll_call *call, uint32_t nranks)
+SHIM_HOT int shim_window_covers_call(const struct shim_coll_call *call, uint32_t nranks)
 {
     if (atomic_load_explicit(&win_watch, memory_order_relaxed) == 0)
         return 0;

@@ -53,6 +53,12 @@ mscx_status_t mscx_exec_async_error(struct mscx_exec *ex)
     return MSCX_ERR_UNSUPPORTED;
 }
 
+const volatile int32_t *mscx_exec_error_word(struct mscx_exec *ex)
+{
+    (void)ex;
+    return NULL;
+}
+
 void mscx_exec_abort(struct mscx_exec *ex)
 {
     (void)ex;

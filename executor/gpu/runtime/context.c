@@ -126,6 +126,11 @@ mscx_status_t mscx_exec_async_error(struct mscx_exec *ex)
     return (mscx_status_t)code;
 }
 
+const volatile int32_t *mscx_exec_error_word(struct mscx_exec *ex)
+{
+    return ex ? (const volatile int32_t *)&ex->host->err.code : NULL;
+}
+
 void mscx_exec_abort(struct mscx_exec *ex)
 {
     if (!ex)

@@ -98,6 +98,14 @@ mscx_status_t mscx_exec_launch_scaled(struct mscx_exec *ex, uint32_t plan_id, co
  */
 mscx_status_t mscx_exec_async_error(struct mscx_exec *ex);
 
+/**
+ * The word mscx_exec_async_error() reads: 0 while no kernel of @p ex has
+ * failed. A caller that checks on every call reads it and calls
+ * mscx_exec_async_error() only once it is non-zero. NULL when @p ex has no
+ * such word: then call mscx_exec_async_error() itself.
+ */
+const volatile int32_t *mscx_exec_error_word(struct mscx_exec *ex);
+
 /** Make spinning kernels of this rank give up (they record MSCX_ERR_REMOTE). */
 void mscx_exec_abort(struct mscx_exec *ex);
 

@@ -209,21 +209,30 @@ static void run_shrink(void)
     ncclCommDestroy(comm);
 }
 
-/* A communicator with usable plans that sends a call to NCCL says so at its end: one WARN with the count. */
+/*
+ * A communicator with usable plans that sends a call to NCCL says so at its
+ * end: one WARN with the count. The same size in place, at one rank, is
+ * answered by the shim and named "identity" among the plans.
+ */
 static void run_fallback_warn(void)
 {
     static float small[256];
     const char *path = getenv("MSCX_DEBUG_FILE");
     size_t big_count = (size_t)2 << 20; /* 8 MB: above every one-rank plan's range */
-    float *big = calloc(big_count, sizeof(float));
+    float *big = calloc(2 * big_count, sizeof(float));
     ncclComm_t comm = big && path ? routed_comm(small) : NULL;
     if (!comm) {
         FAIL("no routed communicator, no 8 MB buffer or no MSCX_DEBUG_FILE");
         free(big);
         return;
     }
-    if (ncclAllReduce(big, big, big_count, ncclFloat32, ncclSum, comm, NULL) != ncclSuccess)
+    if (ncclAllReduce(big, big + big_count, big_count, ncclFloat32, ncclSum, comm, NULL) != ncclSuccess)
         FAIL("the 8 MB allreduce failed");
+    clear_log();
+    if (ncclAllReduce(big, big, big_count, ncclFloat32, ncclSum, comm, NULL) != ncclSuccess)
+        FAIL("the 8 MB allreduce in place failed");
+    if (line_at(read_log(), "ncclAllReduce") >= 0 || line_at(read_log(), "mscx_exec_launch") >= 0)
+        FAIL("the 8 MB allreduce in place at one rank went to NCCL or to a plan");
     ncclCommDestroy(comm);
     free(big);
     FILE *f = fopen(path, "r");
@@ -234,8 +243,8 @@ static void run_fallback_warn(void)
         if (!strstr(line, me))
             continue;
         warns += strstr(line, "WARN") != NULL;
-        found += strstr(line, "WARN") && strstr(line, "routed 1, sent 1 calls with usable plans to NCCL") &&
-                 strstr(line, "size 1");
+        found += strstr(line, "WARN") && strstr(line, "routed 2, sent 1 calls with usable plans to NCCL") &&
+                 strstr(line, "size 1") && strstr(line, "; plans: ") && strstr(line, "identity 1");
     }
     if (f)
         fclose(f);

@@ -10,6 +10,7 @@
  *     --coll        allreduce (default), allgather, reducescatter or broadcast
  *     --bytes       message bytes (default 2 MiB, float elements)
  *     --nranks      ranks the communicator reports (default 1)
+ *     --out-of-place  send and receive buffers apart (default: in place, one buffer)
  *     --evict=N     before each call, write N bytes elsewhere (as the real NCCL's own work
  *                   would) and time that call alone: the cost with cold caches
  *     --churn=N     no timing: each thread creates a communicator, makes --calls calls on it
@@ -17,7 +18,9 @@
  *
  * Under the shim, give MSCX_NCCL_LIB the silent bench NCCL (bench_nccl.c)
  * and MSCX_PLAN_DIR the shipped plans: the communicator then has the shim's
- * state, and each call takes the decision path. Prints, per thread, the
+ * state, and each call takes the decision path; with BENCH_NCCL_HOST=1 and
+ * the shim built over the fake executor (libmscx_nccl_fake_exec.so) that
+ * state has an executor, as on a GPU machine. Prints, per thread, the
  * fastest and the median of the repetitions.
  */
 #define _GNU_SOURCE
@@ -58,6 +61,7 @@ static long calls = 1000000;
 static int reps = 15;
 static size_t evict;
 static long churn;
+static int out_of_place;
 static unsigned char *evict_buf;
 static pthread_barrier_t barrier;
 
@@ -83,21 +87,22 @@ static int cmp_double(const void *a, const void *b)
 static long run_calls(ncclComm_t comm, void *buf, long n)
 {
     size_t count = bytes / sizeof(float);
+    void *recv = out_of_place ? (char *)buf + 64 : buf; /* the stand-in NCCL never touches them */
     long bad = 0;
     for (long i = 0; i < n; i++) {
         ncclResult_t r;
         switch (coll) {
         case COLL_ALLREDUCE:
-            r = api.allreduce(buf, buf, count, ncclFloat32, ncclSum, comm, NULL);
+            r = api.allreduce(buf, recv, count, ncclFloat32, ncclSum, comm, NULL);
             break;
         case COLL_ALLGATHER:
-            r = api.allgather(buf, buf, count / (size_t)nranks, ncclFloat32, comm, NULL);
+            r = api.allgather(buf, recv, count / (size_t)nranks, ncclFloat32, comm, NULL);
             break;
         case COLL_REDUCESCATTER:
-            r = api.reducescatter(buf, buf, count / (size_t)nranks, ncclFloat32, ncclSum, comm, NULL);
+            r = api.reducescatter(buf, recv, count / (size_t)nranks, ncclFloat32, ncclSum, comm, NULL);
             break;
         default:
-            r = api.broadcast(buf, buf, count, ncclFloat32, 0, comm, NULL);
+            r = api.broadcast(buf, recv, count, ncclFloat32, 0, comm, NULL);
             break;
         }
         bad += r != ncclSuccess;
@@ -122,7 +127,7 @@ static double run_cold(ncclComm_t comm, void *buf, long n, long *bad_p)
 /* Communicators made, used and destroyed in turn: @return 0 when every call succeeded. */
 static int run_churn(void)
 {
-    static char buf[64];
+    static char buf[128];
     ncclUniqueId id;
     memset(&id, 0x42, sizeof(id));
     pthread_barrier_wait(&barrier);
@@ -142,7 +147,7 @@ static void *bench_thread(void *arg)
     struct result *res = arg;
     ncclComm_t comm = NULL;
     ncclUniqueId id;
-    static char buf[64];
+    static char buf[128];
     double t[MAX_REPS];
     if (churn) {
         res->failed = run_churn() != 0;
@@ -226,6 +231,8 @@ static int parse_args(int argc, char **argv, const char **direct_p, int *threads
             reps = atoi(a + 7);
         } else if (!strncmp(a, "--churn=", 8)) {
             churn = atol(a + 8);
+        } else if (!strcmp(a, "--out-of-place")) {
+            out_of_place = 1;
         } else if (!strncmp(a, "--evict=", 8)) {
             evict = strtoull(a + 8, NULL, 0);
         } else if (!strncmp(a, "--threads=", 10)) {
@@ -247,7 +254,7 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &direct, &nthreads) != 0) {
         fprintf(stderr,
                 "usage: %s [--direct=LIB] [--coll=allreduce|allgather|reducescatter|broadcast] "
-                "[--bytes=N] [--nranks=N] [--calls=N>=10] [--reps=1..%d] [--threads=1..%d] [--evict=N] "
+                "[--bytes=N] [--nranks=N] [--calls=N>=10] [--reps=1..%d] [--threads=1..%d] [--out-of-place] [--evict=N] "
                 "[--churn=N]\n",
                 argv[0], MAX_REPS, MAX_THREADS);
         return 2;
@@ -276,9 +283,9 @@ int main(int argc, char **argv)
         failed |= res[i].failed;
         if (churn)
             continue;
-        printf("%s %s %zu bytes, %d ranks, thread %d/%d%s: %.1f ns/call (median %.1f) over %d x %ld calls\n",
-               direct ? "direct" : "shim", coll_names[coll], bytes, nranks, i, nthreads,
-               evict ? ", cold" : "", res[i].best, res[i].median, reps, calls);
+        printf("%s %s %zu bytes%s, %d ranks, thread %d/%d%s: %.1f ns/call (median %.1f) over %d x %ld calls\n",
+               direct ? "direct" : "shim", coll_names[coll], bytes, out_of_place ? " out of place" : "", nranks,
+               i, nthreads, evict ? ", cold" : "", res[i].best, res[i].median, reps, calls);
     }
     pthread_barrier_destroy(&barrier);
     free(evict_buf);

@@ -5,9 +5,15 @@
  * destroy, the collectives), each returning at once. The recording fake
  * formats every argument byte of every call, which costs far more than the
  * host path being measured.
+ *
+ * BENCH_NCCL_HOST=1 makes it the shim's host-memory NCCL (as the recording
+ * fake is): the shim then builds a bootstrap and, over the fake executor, a
+ * communicator state with an executor. Its AllGather copies at one rank,
+ * which the bootstrap's exchanges need; nothing else moves bytes.
  */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <nccl.h>
@@ -40,6 +46,7 @@ BENCH_EXPORT ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, si
                                         ncclDataType_t datatype, int root, ncclComm_t comm,
                                         cudaStream_t stream);
 BENCH_EXPORT const char *ncclGetLastError(ncclComm_t comm);
+BENCH_EXPORT int mscxFakeNcclHostMemory(void);
 BENCH_EXPORT const char *ncclGetErrorString(ncclResult_t result);
 
 ncclResult_t ncclGetVersion(int *version)
@@ -107,11 +114,27 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
     return comm ? ncclSuccess : ncclInvalidArgument;
 }
 
+int mscxFakeNcclHostMemory(void)
+{
+    static int host = -1;
+    if (host < 0) {
+        const char *v = getenv("BENCH_NCCL_HOST");
+        host = v && !strcmp(v, "1");
+    }
+    return host;
+}
+
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    (void)sendbuff, (void)recvbuff, (void)sendcount, (void)datatype, (void)stream;
-    return comm ? ncclSuccess : ncclInvalidArgument;
+    (void)stream;
+    if (!comm)
+        return ncclInvalidArgument;
+    /* the bootstrap's exchanges (uint8, host memory); the bench's own calls are float */
+    if (mscxFakeNcclHostMemory() && datatype == ncclUint8 && ((struct bench_comm *)comm)->nranks == 1 &&
+        sendbuff != recvbuff)
+        memmove(recvbuff, sendbuff, sendcount);
+    return ncclSuccess;
 }
 
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,

@@ -12,6 +12,8 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@ struct mscx_exec {
     uint32_t nplans;
     int inflight; /* kernels launched and not stopped */
     int aborted;
+    int32_t error_word; /* MSCX_ERR_REMOTE once aborted, as the real executor's error record */
     struct mscx_exec *next_deferred;
 };
 
@@ -136,15 +139,32 @@ mscx_status_t mscx_exec_launch_scaled(struct mscx_exec *ex, uint32_t plan_id, co
     return mscx_exec_launch(ex, plan_id, sendbuf, recvbuf, msg_bytes, dtype, op, pkt, stream);
 }
 
+/* The error a test program injects (test_shim_errors.c), looked up once: the call path is timed. */
+static int (*injected_error(void))(void)
+{
+    static int (*_Atomic fn)(void);
+    static atomic_int looked_up;
+    if (!atomic_load_explicit(&looked_up, memory_order_acquire)) {
+        fn = (int (*)(void))dlsym(RTLD_DEFAULT, "mscxFakeExecError");
+        atomic_store_explicit(&looked_up, 1, memory_order_release);
+    }
+    return fn;
+}
+
 mscx_status_t mscx_exec_async_error(struct mscx_exec *ex)
 {
     if (!ex)
         return MSCX_ERR_INVALID_ARG;
-    /* a kernel error a test program injects (test_shim_errors.c) */
-    int (*injected)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mscxFakeExecError");
+    int (*injected)(void) = injected_error();
     if (injected && injected() != 0)
         return (mscx_status_t)injected();
     return ex->aborted ? MSCX_ERR_REMOTE : MSCX_OK;
+}
+
+/* No word when a test injects errors by function: the shim then asks mscx_exec_async_error() each time. */
+const volatile int32_t *mscx_exec_error_word(struct mscx_exec *ex)
+{
+    return ex && !injected_error() ? (const volatile int32_t *)&ex->error_word : NULL;
 }
 
 void mscx_exec_abort(struct mscx_exec *ex)
@@ -156,6 +176,7 @@ void mscx_exec_abort(struct mscx_exec *ex)
     int stopped = ex->inflight;
     ex->inflight = 0;
     ex->aborted = 1;
+    __atomic_store_n(&ex->error_word, MSCX_ERR_REMOTE, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&mu);
     if (stopped)
         dev_busy(-stopped);

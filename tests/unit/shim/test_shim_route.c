@@ -350,7 +350,7 @@ static void sweep_coll(const struct shim_route_plan *plans, size_t nplans, enum 
                                      mscx_coll_name(coll), nranks, rpn, (unsigned long long)q.msg_bytes, dt,
                                      (int)q.op, variant, a, shim_reason_name(full), b,
                                      shim_reason_name(fast));
-                    int outside = q.msg_bytes == 0 || q.msg_bytes < w.lo || q.msg_bytes > w.hi;
+                    int outside = q.msg_bytes == 0 || !(w.bins >> (63 - __builtin_clzll(q.msg_bytes)) & 1);
                     sw->picks++;
                     sw->routed += a >= 0;
                     sw->shortcut += variant == 0 && outside;
@@ -456,8 +456,7 @@ START_TEST(test_window_edges)
     /* the allreduce window spans both plans; outside it SIZE, inside the first match */
     shim_route_window_init(&w, plans, 3, MSCX_COLL_ALLREDUCE, 8, 8);
     ck_assert_uint_eq(w.nplans, 2);
-    ck_assert_uint_eq(w.lo, 1024);
-    ck_assert_uint_eq(w.hi, 1 << 20);
+    ck_assert_uint_eq(w.bins, (2ull << 20) - (1ull << 10)); /* bins 10 to 20 */
     q = mk_query(MSCX_COLL_ALLREDUCE, (1 << 20) + 1);
     ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_SIZE);
@@ -482,6 +481,25 @@ START_TEST(test_window_edges)
     q.nranks = q.ranks_per_node = 2;
     ck_assert_int_eq(shim_route_pick_windowed(&q, &capped, 1, &w, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_SIZE);
+    /* ranges with a gap between them: a size in the gap's bins fails before the plans */
+    struct shim_route_plan gapped[2] = {mk_plan(MSCX_COLL_ALLREDUCE, 8, 8, 1024, 2047),
+                                        mk_plan(MSCX_COLL_ALLREDUCE, 8, 8, 8192 + 1, 16384)};
+    shim_route_window_init(&w, gapped, 2, MSCX_COLL_ALLREDUCE, 8, 8);
+    ck_assert_uint_eq(w.bins, (1ull << 10) | (1ull << 13) | (1ull << 14));
+    q = mk_query(MSCX_COLL_ALLREDUCE, 4096);
+    ck_assert_int_eq(shim_route_pick_windowed(&q, gapped, 2, &w, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_SIZE);
+    q.msg_bytes = 8192; /* in a bin a plan reaches, below its range: the plans say SIZE */
+    ck_assert_int_eq(shim_route_pick_windowed(&q, gapped, 2, &w, &why), -1);
+    ck_assert_int_eq(why, SHIM_WHY_SIZE);
+    q.msg_bytes = 16384;
+    ck_assert_int_eq(shim_route_pick_windowed(&q, gapped, 2, &w, &why), 1);
+    /* a range up to the largest size sets the top bin */
+    struct shim_route_plan top = mk_plan(MSCX_COLL_ALLREDUCE, 8, 8, 1ull << 40, UINT64_MAX);
+    shim_route_window_init(&w, &top, 1, MSCX_COLL_ALLREDUCE, 8, 8);
+    ck_assert_uint_eq(w.bins, ~0ull << 40);
+    q.msg_bytes = UINT64_MAX;
+    ck_assert_int_eq(shim_route_pick_windowed(&q, &top, 1, &w, &why), 0);
     /* plans of another layout stay out of the window */
     shim_route_window_init(&w, plans, 3, MSCX_COLL_ALLREDUCE, 8, 4);
     ck_assert_uint_eq(w.nplans, 0);
