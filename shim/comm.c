@@ -201,6 +201,15 @@ SHIM_HOT static void stats_add(struct shim_comm *c, enum mscx_coll coll, uint64_
     atomic_fetch_add_explicit(&c->counts[coll][shim_size_bucket(bytes)][why], 1, memory_order_relaxed);
 }
 
+/* One more entry of the summary's plans, or one more omitted once they are full. */
+static void plan_use_add(struct shim_stats *s, struct shim_plan_use u)
+{
+    if (s->nplans == SHIM_NSTAT_PLANS)
+        s->plans_omitted++;
+    else
+        s->plans[s->nplans++] = u;
+}
+
 /* The plans of @p c that ran calls, named as in the summary. */
 static void plans_snapshot(const struct shim_comm *c, struct shim_stats *s)
 {
@@ -209,23 +218,19 @@ static void plans_snapshot(const struct shim_comm *c, struct shim_stats *s)
         uint64_t n = atomic_load_explicit(&c->route_calls[i], memory_order_relaxed);
         if (n == 0)
             continue;
-        if (s->nplans == SHIM_NSTAT_PLANS) {
-            s->plans_omitted++;
-            continue;
-        }
         const char *path = c->route_name[i], *slash = strrchr(path, '/');
         const char *name = slash ? slash + 1 : path;
         size_t len = strlen(name);
         if (len > 5 && strcmp(name + len - 5, ".json") == 0)
             len -= 5;
-        s->plans[s->nplans++] = (struct shim_plan_use){
-            .name = name,
-            .name_len = len,
-            .coll = c->route[i].coll,
-            .min_bytes = c->route[i].min_bytes,
-            .max_bytes = c->route[i].max_bytes,
-            .calls = n,
-        };
+        plan_use_add(s, (struct shim_plan_use){
+                            .name = name,
+                            .name_len = len,
+                            .coll = c->route[i].coll,
+                            .min_bytes = c->route[i].min_bytes,
+                            .max_bytes = c->route[i].max_bytes,
+                            .calls = n,
+                        });
     }
 }
 
@@ -234,16 +239,9 @@ static void identity_snapshot(const struct shim_comm *c, struct shim_stats *s)
 {
     for (int k = 0; k < NSTAT_COLL; k++) {
         uint64_t n = atomic_load_explicit(&c->identity_calls[k], memory_order_relaxed);
-        if (n == 0)
-            continue;
-        if (s->nplans == SHIM_NSTAT_PLANS) {
-            s->plans_omitted++;
-            continue;
-        }
-        s->plans[s->nplans++] = (struct shim_plan_use){
-            .name = "identity", .name_len = 8, .coll = (enum mscx_coll)k, .min_bytes = 1,
-            .max_bytes = UINT64_MAX, .calls = n,
-        };
+        if (n > 0)
+            plan_use_add(s, (struct shim_plan_use){.name = "identity", .name_len = 8, .coll = (enum mscx_coll)k,
+                                                   .min_bytes = 1, .max_bytes = UINT64_MAX, .calls = n});
     }
 }
 
