@@ -1134,18 +1134,22 @@ static ncclResult_t comm_error_result(const struct shim_comm *c, const struct sh
 /*
  * At one rank a collective in place with a built-in operation leaves its
  * buffer as it is: NCCL itself launches nothing for it. When no plan takes
- * such a call (its size, or no plan of its collective), the shim answers it
- * instead of forwarding it, which costs the caller less than NCCL's own
- * checks. Not in a group that is being kept (it then goes to NCCL with the
- * group), not for ncclAvg and PreMulSum ops (NCCL scales, a kernel), and
- * not with a null buffer (NCCL's argument error).
+ * such a call because of what it is (its size, datatype, op or root, or no
+ * plan of its collective), the shim answers it instead of forwarding it,
+ * which costs the caller less than NCCL's own checks. Not when the call
+ * must go to NCCL (forced, a group that went to NCCL, a registered window,
+ * a refused launch), not in a group that is being kept (it then goes to
+ * NCCL with the group), not for ncclAvg and PreMulSum ops (NCCL scales, a
+ * kernel), and not with a null buffer (NCCL's argument error).
  */
 static int identity_serves(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
                            enum shim_reason why)
 {
     enum mscx_redop op;
     int reduces = call->coll == MSCX_COLL_ALLREDUCE || call->coll == MSCX_COLL_REDUCESCATTER;
-    return c->nranks == 1 && (why == SHIM_WHY_SIZE || why == SHIM_WHY_NO_PLAN) && msg > 0 &&
+    int plans_lack = why == SHIM_WHY_SIZE || why == SHIM_WHY_NO_PLAN || why == SHIM_WHY_DTYPE ||
+                     why == SHIM_WHY_OP || why == SHIM_WHY_ROOT;
+    return c->nranks == 1 && plans_lack && msg > 0 &&
            call->recvbuf && call->sendbuf == call->recvbuf && !shim_group_collecting &&
            (!reduces || shim_redop_map(call->op, &op) == 0);
 }

@@ -212,7 +212,8 @@ static void run_shrink(void)
 /*
  * A communicator with usable plans that sends a call to NCCL says so at its
  * end: one WARN with the count. The same size in place, at one rank, is
- * answered by the shim and named "identity" among the plans.
+ * answered by the shim and named "identity" among the plans, and so is a
+ * datatype no plan takes; ncclAvg in place is NCCL's (it scales).
  */
 static void run_fallback_warn(void)
 {
@@ -233,6 +234,16 @@ static void run_fallback_warn(void)
         FAIL("the 8 MB allreduce in place failed");
     if (line_at(read_log(), "ncclAllReduce") >= 0 || line_at(read_log(), "mscx_exec_launch") >= 0)
         FAIL("the 8 MB allreduce in place at one rank went to NCCL or to a plan");
+    clear_log();
+    if (ncclAllReduce(big, big, 128, ncclFloat64, ncclSum, comm, NULL) != ncclSuccess)
+        FAIL("the 1 KB fp64 allreduce in place failed");
+    if (line_at(read_log(), "ncclAllReduce") >= 0 || line_at(read_log(), "mscx_exec_launch") >= 0)
+        FAIL("the fp64 allreduce in place at one rank (no plan takes fp64) went to NCCL or to a plan");
+    clear_log();
+    if (ncclAllReduce(big, big, big_count, ncclFloat32, ncclAvg, comm, NULL) != ncclSuccess)
+        FAIL("the 8 MB ncclAvg allreduce in place failed");
+    if (line_at(read_log(), "ncclAllReduce") < 0)
+        FAIL("the 8 MB ncclAvg allreduce in place was not forwarded to NCCL:\n%s", read_log());
     ncclCommDestroy(comm);
     free(big);
     FILE *f = fopen(path, "r");
@@ -243,13 +254,13 @@ static void run_fallback_warn(void)
         if (!strstr(line, me))
             continue;
         warns += strstr(line, "WARN") != NULL;
-        found += strstr(line, "WARN") && strstr(line, "routed 2, sent 1 calls with usable plans to NCCL") &&
-                 strstr(line, "size 1") && strstr(line, "; plans: ") && strstr(line, "identity 1");
+        found += strstr(line, "WARN") && strstr(line, "routed 3, sent 2 calls with usable plans to NCCL") &&
+                 strstr(line, "size 2") && strstr(line, "; plans: ") && strstr(line, "identity 2");
     }
     if (f)
         fclose(f);
     if (warns != 1 || found != 1)
-        FAIL("expected one WARN saying 1 call went to NCCL by size, got %d warnings, %d such", warns, found);
+        FAIL("expected one WARN saying 2 calls went to NCCL by size, got %d warnings, %d such", warns, found);
 }
 
 int main(int argc, char **argv)
