@@ -173,18 +173,25 @@ static ncclResult_t wait_done(const struct shim_boot *b, ncclResult_t r)
     return r;
 }
 
-/* One ncclAllGather of @p bytes from buffer @p dmine into buffer @p dall, then to host @p all. */
+/*
+ * One ncclAllGather of @p bytes from buffer @p dmine into buffer @p dall,
+ * then to host @p all. At one rank there is nothing to exchange: the rank's
+ * own bytes are read back, and the communicator never sees a call on the
+ * boot stream.
+ */
 static mscx_status_t gather(struct shim_boot *b, void *dmine, void *dall, void *all, size_t bytes)
 {
     shim_fn_ncclAllGather_t ag = SHIM_REAL(b->prof, ncclAllGather);
     if (!ag)
         return MSCX_ERR_SYSTEM;
-    ncclResult_t r = wait_done(b, ag(dmine, dall, bytes, ncclUint8, b->comm, (cudaStream_t)boot_stream(b)));
+    ncclResult_t r = b->bs.nranks == 1
+                         ? ncclSuccess
+                         : wait_done(b, ag(dmine, dall, bytes, ncclUint8, b->comm, (cudaStream_t)boot_stream(b)));
     if (r != ncclSuccess) {
         MSCX_WARN("mscx: bootstrap ncclAllGather of %zu bytes failed: %d", bytes, (int)r);
         return MSCX_ERR_SYSTEM;
     }
-    if (!buf_get(b, all, dall, bytes * b->bs.nranks)) {
+    if (!buf_get(b, all, b->bs.nranks == 1 ? dmine : dall, bytes * b->bs.nranks)) {
 #ifdef MSCX_SHIM_CUDA
         MSCX_WARN("mscx: bootstrap exchange: CUDA error %s", cudaGetErrorString(cudaGetLastError()));
 #endif

@@ -124,8 +124,9 @@ static void nonblocking(void)
     expect_lines("mscx_exec_create", 1, "after two allreduces");
     expect_lines("mscx_exec_launch", 2, "after two allreduces");
     expect_lines("ncclAllReduce", 0, "after two allreduces (none forwarded)");
-    if (count_lines("ncclAllGather") < 1)
-        FAIL("the setup made no exchange");
+    /* one rank has nothing to exchange: its setup never calls the communicator (the two-rank
+     * exchange under ncclInProgress is shim-setup-nonblocking-agree-*) */
+    expect_lines("ncclAllGather", 0, "after the setup of a one-rank communicator");
     ncclCommDestroy(comm);
 }
 
