@@ -46,8 +46,12 @@ import re
 
 TOOL = "mscx-tune"
 VERSION = 1
-# dtype class -> (the mscx-perf type that times it, the plan dtypes it decides)
+# dtype class -> (the mscx-perf type that times it, the plan dtypes it decides), for a collective that reduces:
+# its time depends on the element type
 CLASSES = (("16", "half", ("fp16", "bf16")), ("32", "float", ("fp32", "int32", "uint32")))
+# a collective that only moves bytes has one class, timed with float, for every dtype its candidate takes
+BYTE_CLASSES = (("any", "float", None),)
+REDUCING = ("allreduce", "reducescatter")
 MODES = ("eager", "graph")
 PLACEMENTS = ("out_of_place", "in_place")
 BASELINES = ("nccl", "nccl-window")
@@ -71,6 +75,28 @@ def median(v):
     v = sorted(v)
     n = len(v)
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def classes_of(coll):
+    """The dtype classes @p coll is decided in: CLASSES where it reduces, else BYTE_CLASSES."""
+    return CLASSES if coll in REDUCING else BYTE_CLASSES
+
+
+def perf_types(coll):
+    """The mscx-perf -d list that times the classes of @p coll."""
+    return ",".join(p for _, p, _ in classes_of(coll))
+
+
+def class_label(cls):
+    """A class in a line of text: "16-bit", "32-bit", "every dtype"."""
+    return "every dtype" if cls == BYTE_CLASSES[0][0] else "%s-bit" % cls
+
+
+def class_title(cls, dts, ptype):
+    """How the report names a class: "16-bit (fp16, bf16, timed with half)" or "every dtype (timed with float)"."""
+    if dts is None:
+        return "every dtype (timed with %s)" % ptype
+    return "%s-bit (%s, timed with %s)" % (cls, ", ".join(dts), ptype)
 
 
 def decision_modes(mode):
@@ -185,7 +211,7 @@ def medians(d):
     for r in d["runs"]:
         if r["status"] != "ok":
             continue
-        for cls, ptype, _ in CLASSES:
+        for cls, ptype, _ in classes_of(r["coll"]):
             for s, v in r.get("times", {}).get(ptype, {}).items():
                 key = (r["coll"], cls, r["mode"], r["side"])
                 acc.setdefault(key, {}).setdefault(int(s), []).append(v)
@@ -284,7 +310,7 @@ def decide(d, margin, mode):
            "against": "the fastest mscx plan (no NCCL)" if executor_mode(d) else "NCCL"}
     for coll in sorted(d["sizes"]):
         per = {"baselines": baselines_of(d, coll), "disqualified": disqualified(d, coll), "classes": {}}
-        for cls, _, _ in CLASSES:
+        for cls, _, _ in classes_of(coll):
             points, ranges = decide_class(d, coll, cls, margin, mode)
             per["classes"][cls] = {"points": points, "ranges": [list(r) for r in ranges]}
         out["collectives"][coll] = per
@@ -305,17 +331,22 @@ def plan_files(d, dec):
     for coll in sorted(dec["collectives"]):
         win = beats_window(d, dec, coll)
         merged = {}
-        for cls, _, dts in CLASSES:
+        for cls, _, dts in classes_of(coll):
             for cand, lo, hi in dec["collectives"][coll]["classes"][cls]["ranges"]:
-                ok = [t for t in dts if t in d["candidates"][cand].get("dtypes", dts)]
+                takes = d["candidates"][cand].get("dtypes")
+                if dts is None:
+                    ok = list(takes) if takes else [t for _, _, ds in CLASSES for t in ds]
+                else:
+                    ok = [t for t in dts if t in (takes or dts)]
                 if ok:
                     merged.setdefault((lo, hi, cand), []).extend(ok)
         for k, (lo, hi, cand) in enumerate(sorted(merged)):
             stem = "%s_%s_n%d_rpn%d_%02d_%s_%s_%s" % ("choice" if executor_mode(d) else "tune", coll,
                                                      cfg["nranks"], cfg["ranks_per_node"], k, cand, lo, hi)
             order = [t for _, _, dts in CLASSES for t in dts]
+            key = lambda t: (order.index(t) if t in order else len(order), t)  # noqa: E731
             files.append({"file": stem + ".json", "candidate": cand, "coll": coll, "min": lo, "max": hi,
-                          "dtypes": sorted(set(merged[(lo, hi, cand)]), key=order.index),
+                          "dtypes": sorted(set(merged[(lo, hi, cand)]), key=key),
                           "beats_nccl_window": win})
     return files
 
@@ -454,8 +485,8 @@ def report_md(d, dec):
         out.append("")
     for coll in sorted(dec["collectives"]):
         per = dec["collectives"][coll]
-        for cls, ptype, dts in CLASSES:
-            out.append("## %s, %s-bit (%s, timed with %s)" % (coll, cls, ", ".join(dts), ptype))
+        for cls, ptype, dts in classes_of(coll):
+            out.append("## %s, %s" % (coll, class_title(cls, dts, ptype)))
             out.append("")
             if per["disqualified"]:
                 out.append("Not routed (a run failed or had wrong results): %s."

@@ -142,7 +142,9 @@ def make_plans(tmp):
     return pdir
 
 
-def ranges(dec, coll, cls="32"):
+def ranges(dec, coll, cls=None):
+    """The ranges of @p coll in class @p cls (default: the 32-bit class where it reduces, else its one class)."""
+    cls = cls or td.classes_of(coll)[-1][0]
     return [tuple(r) for r in dec["collectives"][coll]["classes"][cls]["ranges"]]
 
 
@@ -233,9 +235,9 @@ def test_ranges_meet(path=DATA):
             dec = td.decide(d, margin, mode)
             ok, why = True, ""
             for coll in dec["collectives"]:
-                for cls, _, dts in td.CLASSES:
+                for cls, _, dts in td.classes_of(coll):
                     files = sorted((p["min"], p["max"]) for p in dec["plans"] if p["coll"] == coll
-                                   and set(dts) & set(p["dtypes"]))
+                                   and (dts is None or set(dts) & set(p["dtypes"])))
                     for (lo, hi), (lo2, _) in zip(files, files[1:]):
                         if not (lo <= hi < lo2):
                             ok, why = False, "%s %s: [%d, %d] then %d" % (coll, cls, lo, hi, lo2)
@@ -280,11 +282,12 @@ def test_plan_dir(tmp):
         got.append((j["collective"], j["min_message_size"], j["max_message_size"], j["name"] + ".json" == f,
                     j["mscx"]["dtypes"], j["mscx"].get("beats_nccl_window", "absent")))
     # the recording timed NCCL with a registered window for allreduce only
-    want = [("allgather", 1024, 8192, True, ["fp16", "bf16", "fp32", "int32", "uint32"], "absent"),
+    every = ["fp16", "bf16", "fp32", "int32", "uint32", "fp64", "int64", "int8", "uint64", "uint8"]
+    want = [("allgather", 1024, 8192, True, every, "absent"),
             ("allreduce", 1024, 32767, True, ["fp16", "bf16", "fp32", "int32", "uint32"], True),
             ("allreduce", 32768, 131072, True, ["fp16", "bf16", "fp32", "int32", "uint32"], True)]
-    check("each plan carries its range, its name, the measured dtypes only, and beats_nccl_window where the "
-          "window baseline was measured", got == want, got)
+    check("each plan carries its range, its name, the measured dtypes only (allgather moves bytes: every dtype "
+          "its candidate takes), and beats_nccl_window where the window baseline was measured", got == want, got)
     pdir = os.path.join(out, "plans")
     before = {f: open(os.path.join(pdir, f), "rb").read() for f in os.listdir(pdir)}
     open(os.path.join(out, "plans", "stale.json"), "w").write("{}")
@@ -305,16 +308,23 @@ def test_plan_dir(tmp):
     p = subprocess.run([PLAN_TOOL, "check"] + paths, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        universal_newlines=True)
     check("... and they load", p.returncode == 0, p.stdout)
-    # classes that decide differently get plans with disjoint dtypes
+    # a collective that reduces: classes that decide differently get plans with disjoint dtypes
     split = copy.deepcopy(d)
     for r in split["runs"]:
+        if r["side"] == ONESHOT and r["mode"] == "graph":
+            for s in ("4096", "8192", "16384"):
+                r["times"]["half"][s] = [x * 3 for x in r["times"]["half"][s]]
         if r["side"] == ALLPAIRS and r["mode"] == "graph":
             for s in ("4096", "8192"):
                 r["times"]["half"][s] = [x * 3 for x in r["times"]["half"][s]]
     sdec = td.decide(split, 0.05, "graph")
+    ar = sorted((p["min"], p["max"], tuple(p["dtypes"])) for p in sdec["plans"] if p["coll"] == "allreduce")
+    check("allreduce: one-shot 16-bit to 2K, 32-bit to 32K: plans of disjoint dtypes",
+          (1024, 2048, ("fp16", "bf16")) in ar and (1024, 32767, ("fp32", "int32", "uint32")) in ar, ar)
+    # a collective that moves bytes decides once, on float times: slow 16-bit times change nothing
     ag = sorted((p["min"], p["max"], tuple(p["dtypes"])) for p in sdec["plans"] if p["coll"] == "allgather")
-    check("16-bit to 2K, 32-bit to 8K: two plans", ag == [(1024, 2048, ("fp16", "bf16")),
-                                                        (1024, 8192, ("fp32", "int32", "uint32"))], ag)
+    check("allgather: one plan to 8K for every dtype, its 16-bit times unused", ag == [(1024, 8192, tuple(every))],
+          ag)
     paths = td.write_plan_dir(out, split, sdec)
     p = subprocess.run([PLAN_TOOL, "check"] + paths, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        universal_newlines=True)
