@@ -26,6 +26,7 @@
 
 static __thread struct shim_p2p_call kept[P2P_MAX_KEPT];
 static __thread int nkept;
+static __thread uint32_t kept_nranks; /* the rank count of kept[0]'s communicator, looked up once */
 
 int shim_p2p_nkept(void)
 {
@@ -66,10 +67,14 @@ ncclResult_t shim_p2p_to_nccl(void)
     return res;
 }
 
-/* 1 when @p p can wait for the group's end: NCCL's checks of its arguments would pass it, and it is ours. */
+/*
+ * 1 when @p p can wait for the group's end: NCCL's checks of its arguments
+ * would pass it, and it is ours. Every kept call is on kept[0]'s
+ * communicator, so only the first one looks it up.
+ */
 static int keepable(const struct shim_p2p_call *p)
 {
-    uint32_t rank, nranks;
+    uint32_t rank;
     int device;
     if (!shim_group_collecting || shim_group_nkept() > 0 || nkept == P2P_MAX_KEPT)
         return 0;
@@ -77,10 +82,11 @@ static int keepable(const struct shim_p2p_call *p)
         return 0;
     if ((int)p->dtype < 0 || (int)p->dtype >= (int)ncclNumTypes || p->count == 0)
         return 0;
-    if ((p->is_send ? p->sendbuf : p->recvbuf) == NULL)
+    if ((p->is_send ? p->sendbuf : p->recvbuf) == NULL || p->peer < 0)
         return 0;
-    return shim_comm_p2p_tracked(p->comm, &rank, &nranks, &device) == 0 && p->peer >= 0 &&
-           (uint32_t)p->peer < nranks;
+    if (nkept == 0 && shim_comm_p2p_tracked(p->comm, &rank, &kept_nranks, &device) != 0)
+        return 0;
+    return (uint32_t)p->peer < kept_nranks;
 }
 
 ncclResult_t shim_p2p_call(const struct shim_p2p_call *p)
