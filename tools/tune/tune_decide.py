@@ -19,8 +19,10 @@ Terms:
 - a candidate qualifies at a size when its score is at most 1 - margin and
   below 1 (with the default margin 0.05 it takes at most 95% of the fastest
   baseline's time, in every mode decided on, in place and out of place; a
-  tie never qualifies). A candidate with a failed run or wrong results never
-  qualifies.
+  tie never qualifies), and, where the mode not decided on was measured
+  there, its score in that mode is at most 1 + margin (a size that wins
+  eagerly but loses under graphs beyond noise, or the reverse, stays on
+  NCCL). A candidate with a failed run or wrong results never qualifies.
 - a measured size goes to the qualifying candidate of lowest score (ties: the
   name); the open interval between two neighbouring measured sizes goes to the
   candidate that qualifies at both of them with the lowest larger score of the
@@ -266,6 +268,14 @@ def _best(scored):
     return min(scored) if scored else None
 
 
+def other_mode_loses(med, coll, cls, cand, size, mode, bases, margin):
+    """True when @p cand was measured at @p size in the mode not decided on and is slower there than the
+    fastest baseline by more than @p margin."""
+    others = tuple(m for m in MODES if m not in decision_modes(mode))
+    sc = score(med, coll, cls, cand, size, others, bases) if others else None
+    return sc is not None and sc > 1.0 + margin
+
+
 def decide_class(d, coll, cls, margin, mode):
     """Per measured size of @p coll: {"size", "choice", "scores"}; and the ranges [(cand, lo, hi)]."""
     med = medians(d)
@@ -280,7 +290,8 @@ def decide_class(d, coll, cls, margin, mode):
     for s in sizes:
         ok = inproc or "nccl" in bases
         sc = {c: score(med, coll, cls, c, s, modes, bases, not inproc) if ok else None for c in cands}
-        q = {c: v for c, v in sc.items() if v is not None and (inproc or (v <= limit and v < 1.0))}
+        q = {c: v for c, v in sc.items() if v is not None and (inproc or (
+            v <= limit and v < 1.0 and not other_mode_loses(med, coll, cls, c, s, mode, bases, margin)))}
         best = _best([(v, c) for c, v in q.items()])
         points.append({"size": s, "choice": best[1] if best else None,
                        "scores": {c: (None if v is None else round(v, 6)) for c, v in sc.items()}})

@@ -160,8 +160,13 @@ def test_decision_recorded():
           ranges(g, "allreduce"))
     check("graph: the 16-bit class decides on its own times, here alike",
           ranges(g, "allreduce", "16") == ranges(g, "allreduce"), ranges(g, "allreduce", "16"))
-    check("graph: allgather to 8K; the 16K tie stays on NCCL",
-          ranges(g, "allgather") == [(ALLPAIRS, 1024, 8192)], ranges(g, "allgather"))
+    check("graph: allgather to 4K; 8K, slower eagerly beyond the margin, and the 16K tie stay on NCCL",
+          ranges(g, "allgather") == [(ALLPAIRS, 1024, 4096)], ranges(g, "allgather"))
+    graph_only = copy.deepcopy(d)
+    graph_only["runs"] = [r for r in graph_only["runs"] if r["mode"] == "graph"]
+    check("graph, no eager runs: the other mode cannot object, allgather to 8K",
+          ranges(td.decide(graph_only, 0.05, "graph"), "allgather") == [(ALLPAIRS, 1024, 8192)],
+          ranges(td.decide(graph_only, 0.05, "graph"), "allgather"))
     e = td.decide(d, 0.05, "eager")
     check("eager: two-phase wins at 16K, so it takes (8K, 16K] too",
           ranges(e, "allreduce") == [(ONESHOT, 1024, 8192), (TWOPHASE, 8193, 131072)], ranges(e, "allreduce"))
@@ -191,7 +196,8 @@ def test_margin_and_ties():
     check("margin 2%: 3% faster at 1M routes; 512K, where it loses in place, does not",
           r2[-1] == (GEN_B4, 1048576, 1048576), r2)
     a0 = ranges(td.decide(d, 0.0, "graph"), "allgather")
-    check("margin 0: 16K, within 2% of NCCL, stays on NCCL", a0 == [(ALLPAIRS, 1024, 8192)], a0)
+    check("margin 0: 8K (slower eagerly) and 16K (within 2% of NCCL) stay on NCCL",
+          a0 == [(ALLPAIRS, 1024, 4096)], a0)
     # a candidate whose every time equals NCCL's: a tie never routes, even with no margin
     eq = copy.deepcopy(d)
     eq["runs"] = [r for r in eq["runs"] if r["coll"] == "allgather" and r["side"] != ALLPAIRS]
@@ -283,7 +289,7 @@ def test_plan_dir(tmp):
                     j["mscx"]["dtypes"], j["mscx"].get("beats_nccl_window", "absent")))
     # the recording timed NCCL with a registered window for allreduce only
     every = ["fp16", "bf16", "fp32", "int32", "uint32", "fp64", "int64", "int8", "uint64", "uint8"]
-    want = [("allgather", 1024, 8192, True, every, "absent"),
+    want = [("allgather", 1024, 4096, True, every, "absent"),
             ("allreduce", 1024, 32767, True, ["fp16", "bf16", "fp32", "int32", "uint32"], True),
             ("allreduce", 32768, 131072, True, ["fp16", "bf16", "fp32", "int32", "uint32"], True)]
     check("each plan carries its range, its name, the measured dtypes only (allgather moves bytes: every dtype "
@@ -323,7 +329,7 @@ def test_plan_dir(tmp):
           (1024, 2048, ("fp16", "bf16")) in ar and (1024, 32767, ("fp32", "int32", "uint32")) in ar, ar)
     # a collective that moves bytes decides once, on float times: slow 16-bit times change nothing
     ag = sorted((p["min"], p["max"], tuple(p["dtypes"])) for p in sdec["plans"] if p["coll"] == "allgather")
-    check("allgather: one plan to 8K for every dtype, its 16-bit times unused", ag == [(1024, 8192, tuple(every))],
+    check("allgather: one plan to 4K for every dtype, its 16-bit times unused", ag == [(1024, 4096, tuple(every))],
           ag)
     paths = td.write_plan_dir(out, split, sdec)
     p = subprocess.run([PLAN_TOOL, "check"] + paths, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
