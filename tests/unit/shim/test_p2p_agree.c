@@ -220,6 +220,14 @@ static void world_run(struct world *w, enum mode mode)
     check_unlinked(w->secret);
 }
 
+/* A world of @p sc, run in mode @p m. */
+static struct world *world_ran(const struct scen *sc, enum mode m)
+{
+    struct world *w = world_new(sc);
+    world_run(w, m);
+    return w;
+}
+
 static const char *mode_name(enum mode m)
 {
     return m == THREADS ? "threads" : "processes";
@@ -277,8 +285,7 @@ START_TEST(test_commit_rounds)
     enum mode m = _i ? PROCS : THREADS;
     for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
         struct scen sc = {ns[k], MAXROUNDS, 0, point_all_yes, 0};
-        struct world *w = world_new(&sc);
-        world_run(w, m);
+        struct world *w = world_ran(&sc, m);
         for (uint32_t r = 0; r < sc.rounds; r++)
             expect_round(w, m, r, 1, 0, LONG_MS);
         world_free(w);
@@ -300,8 +307,7 @@ START_TEST(test_one_no)
     enum mode m = _i ? PROCS : THREADS;
     for (uint32_t no = 0; no < 4; no += 3) {
         struct scen sc = {4, 2, 1, point_one_no, no};
-        struct world *w = world_new(&sc);
-        world_run(w, m);
+        struct world *w = world_ran(&sc, m);
         expect_round(w, m, 0, 0, 0, QUICK_MS);
         expect_round(w, m, 1, 1, 0, LONG_MS); /* all went to NCCL with the group: all at 1 */
         world_free(w);
@@ -354,8 +360,7 @@ START_TEST(test_positions_disagree)
     point_fn fns[] = {point_ahead, point_one_way, point_ahead_ordered, point_ahead_ordered};
     for (uint32_t k = 0; k < 4; k++) {
         struct scen sc = {4, 2, 1, fns[k], k == 3};
-        struct world *w = world_new(&sc);
-        world_run(w, m);
+        struct world *w = world_ran(&sc, m);
         expect_round(w, m, 0, 0, 0, QUICK_MS);
         expect_round(w, m, 1, 1, 0, LONG_MS);
         world_free(w);
@@ -387,8 +392,7 @@ START_TEST(test_bytes_dtype_differ)
 {
     enum mode m = _i ? PROCS : THREADS;
     struct scen sc = {4, 5, 1, point_mismatch, 0};
-    struct world *w = world_new(&sc);
-    world_run(w, m);
+    struct world *w = world_ran(&sc, m);
     for (uint32_t r = 0; r < 3; r++)
         expect_round(w, m, r, 0, 0, QUICK_MS);
     expect_round(w, m, 3, 0, 0, SHORT_MS + QUICK_MS);
@@ -411,8 +415,7 @@ START_TEST(test_never_votes)
 {
     enum mode m = _i ? PROCS : THREADS;
     struct scen sc = {4, 2, 1, point_never, 3};
-    struct world *w = world_new(&sc);
-    world_run(w, m);
+    struct world *w = world_ran(&sc, m);
     expect_skipped(w, 0, 3);
     expect_timed_out(w, m, 0);
     expect_round(w, m, 1, 1, 0, LONG_MS);
@@ -420,14 +423,14 @@ START_TEST(test_never_votes)
 }
 END_TEST
 
-/* ---- a rank times out while another waits, and a third comes later ---- */
+/* ---- rank 0 times out in round 0, and rank arg comes to that round after it left ---- */
 
-static int point_timeout_decides(const struct scen *sc, uint32_t round, uint32_t rank, struct pt *pt)
+static int point_comes_late(const struct scen *sc, uint32_t round, uint32_t rank, struct pt *pt)
 {
     at(pt, sc->n, round);
     if (round == 0 && rank == 0)
         pt->timeout_ms = SHORT_MS;
-    if (round == 0 && rank == 2)
+    if (round == 0 && rank == sc->arg)
         pt->delay_us = 2 * SHORT_MS * 1000u;
     return 1;
 }
@@ -436,9 +439,8 @@ static int point_timeout_decides(const struct scen *sc, uint32_t round, uint32_t
 START_TEST(test_timeout_decides)
 {
     enum mode m = _i ? PROCS : THREADS;
-    struct scen sc = {3, 2, 1, point_timeout_decides, 0};
-    struct world *w = world_new(&sc);
-    world_run(w, m);
+    struct scen sc = {3, 2, 1, point_comes_late, 2};
+    struct world *w = world_ran(&sc, m);
     expect_round(w, m, 0, 0, 0, SHORT_MS + QUICK_MS);
     ck_assert_uint_ge(w->ms[0][0], SHORT_MS);
     ck_assert_uint_lt(w->ms[0][1], SHORT_MS + QUICK_MS);
@@ -448,25 +450,16 @@ START_TEST(test_timeout_decides)
 }
 END_TEST
 
-/* ---- ranks that drift apart: a late rank must not spoil the round of the next group ---- */
-
-static int point_drift(const struct scen *sc, uint32_t round, uint32_t rank, struct pt *pt)
-{
-    at(pt, sc->n, round);
-    if (round == 0 && rank == 0)
-        pt->timeout_ms = SHORT_MS;
-    if (round == 0 && rank == 1)
-        pt->delay_us = 2 * SHORT_MS * 1000u;
-    return 1;
-}
-
-/* Rank 0 gives up on group 0 and posts group 1; rank 1 comes to group 0 after that, then to group 1. */
+/*
+ * Ranks that drift apart: a late rank must not spoil the round of the next
+ * group. Rank 0 gives up on group 0 and posts group 1; rank 1 comes to
+ * group 0 after that, then to group 1.
+ */
 START_TEST(test_drift)
 {
     enum mode m = _i ? PROCS : THREADS;
-    struct scen sc = {2, 2, 0, point_drift, 0};
-    struct world *w = world_new(&sc);
-    world_run(w, m);
+    struct scen sc = {2, 2, 0, point_comes_late, 1};
+    struct world *w = world_ran(&sc, m);
     expect_round(w, m, 0, 0, 0, SHORT_MS + QUICK_MS);
     ck_assert_uint_lt(w->ms[0][1], QUICK_MS);
     expect_round(w, m, 1, 1, 0, LONG_MS);
@@ -490,8 +483,7 @@ START_TEST(test_random_consistent)
 {
     enum mode m = _i ? PROCS : THREADS;
     struct scen sc = {4, 150, 0, point_random, 0};
-    struct world *w = world_new(&sc);
-    world_run(w, m);
+    struct world *w = world_ran(&sc, m);
     uint32_t commits = 0, abandons = 0;
     for (uint32_t r = 0; r < sc.rounds; r++) {
         int ones = 0;
@@ -527,8 +519,7 @@ START_TEST(test_late_rank)
 {
     enum mode m = _i ? PROCS : THREADS;
     struct scen sc = {4, 3, 1, point_late, 3};
-    struct world *w = world_new(&sc);
-    world_run(w, m);
+    struct world *w = world_ran(&sc, m);
     expect_skipped(w, 0, 3);
     expect_timed_out(w, m, 0);
     ck_assert_int_eq(w->result[1][3], 0);
