@@ -13,25 +13,32 @@ Terms:
   not prove the route.
 - baselines: "nccl" always; "nccl-window" (NCCL on buffers registered with
   ncclCommWindowRegister) where the installed NCCL has it.
-- score of a candidate at a size: the largest, over the decision's modes and
-  both placements, of candidate median / fastest baseline median. The median
-  is over the alternated repetitions. A missing median scores nothing.
-- a candidate qualifies at a size when its score is at most 1 - margin and
-  below 1 (with the default margin 0.05 it takes at most 95% of the fastest
-  baseline's time, in every mode decided on, in place and out of place; a
-  tie never qualifies), and, where the mode not decided on was measured
-  there, its score in that mode is at most 1 + margin (a size that wins
-  eagerly but loses under graphs beyond noise, or the reverse, stays on
-  NCCL). A candidate with a failed run or wrong results never qualifies.
+- score of a candidate at a size against a baseline: the largest, over the
+  decision's modes and both placements, of candidate median / baseline
+  median. The median is over the alternated repetitions. A missing median
+  scores nothing.
+- a candidate qualifies at a size when its score against "nccl" is at most
+  1 - margin and below 1 (with the default margin 0.05 it takes at most 95%
+  of NCCL's time, in every mode decided on, in place and out of place; a tie
+  never qualifies), and, where the mode not decided on was measured there,
+  its score against "nccl" in that mode is at most 1 + margin (a size that
+  wins eagerly but loses under graphs beyond noise, or the reverse, stays
+  on NCCL). A candidate with a failed run or wrong results never qualifies.
 - a measured size goes to the qualifying candidate of lowest score (ties: the
   name); the open interval between two neighbouring measured sizes goes to the
   candidate that qualifies at both of them with the lowest larger score of the
   two (ties: the name), else to NCCL. Sizes below the first and above the last
   measured size stay on NCCL.
-- plan files: one per range. Where "nccl-window" is among a collective's
-  baselines, each of its ranges was chosen against it too, and its files say
-  "beats_nccl_window": true in their mscx object (the shim then routes them on
-  registered buffers as well); elsewhere the field is left out.
+- beating the window: where "nccl-window" is among a collective's baselines,
+  the chosen candidate of a measured size beats it when its score against
+  "nccl-window" also qualifies (at most 1 - margin and below 1; a missing
+  median does not); an interval beats it when its candidate does at both
+  ends. Ranges split where this changes.
+- plan files: one per range. A range that beats the window says
+  "beats_nccl_window": true in its mscx object (the shim then routes it on
+  buffers in registered windows too, where NCCL may take its symmetric
+  kernels); the others leave the field out, and the shim sends calls on
+  registered buffers in their sizes to NCCL.
 
 In-process mode (config "executor": N, from mscx-tune --executor N) there is no
 NCCL run: the sides are the candidates alone, and the reference at a size is
@@ -268,51 +275,74 @@ def _best(scored):
     return min(scored) if scored else None
 
 
+def beats(sc, margin):
+    """Whether a score qualifies: at most 1 - @p margin and below 1 (a tie never does)."""
+    return sc is not None and sc <= 1.0 - margin and sc < 1.0
+
+
 def other_mode_loses(med, coll, cls, cand, size, mode, bases, margin):
     """True when @p cand was measured at @p size in the mode not decided on and is slower there than the
-    fastest baseline by more than @p margin."""
+    baselines by more than @p margin."""
     others = tuple(m for m in MODES if m not in decision_modes(mode))
     sc = score(med, coll, cls, cand, size, others, bases) if others else None
     return sc is not None and sc > 1.0 + margin
 
 
+def merge_segments(segs):
+    """[(cand, lo, hi, window)] from the segments [(lo, hi, cand, window)] in size order: the routed ones, a
+    segment joined to the one before when they touch with the same candidate and window flag."""
+    ranges = []
+    for lo, hi, c, win in segs:
+        if c is None:
+            continue
+        if ranges and ranges[-1][0] == c and ranges[-1][3] == win and ranges[-1][2] + 1 == lo:
+            ranges[-1] = (c, ranges[-1][1], hi, win)
+        else:
+            ranges.append((c, lo, hi, win))
+    return ranges
+
+
 def decide_class(d, coll, cls, margin, mode):
-    """Per measured size of @p coll: {"size", "choice", "scores"}; and the ranges [(cand, lo, hi)]."""
+    """Per measured size of @p coll: {"size", "choice", "scores"} (and "beats_nccl_window" where a candidate
+    was chosen and the window baseline measured); and the ranges [(cand, lo, hi, window)],
+    window: whether the range beats NCCL with a registered window (None where that was not measured)."""
     med = medians(d)
     modes = decision_modes(mode)
     dq = set(disqualified(d, coll))
     cands = sorted(n for n, c in d["candidates"].items() if c["coll"] == coll and n not in dq)
     sizes = d["sizes"].get(coll, [])
     inproc = executor_mode(d) > 0
-    bases = cands if inproc else baselines_of(d, coll)  # in process, the reference is the fastest candidate
-    limit = 1.0 - margin
+    have = baselines_of(d, coll)
+    bases = cands if inproc else ["nccl"]  # in process, the reference is the fastest candidate
+    window = not inproc and "nccl-window" in have
     points, qual = [], []
     for s in sizes:
-        ok = inproc or "nccl" in bases
+        ok = inproc or "nccl" in have
         sc = {c: score(med, coll, cls, c, s, modes, bases, not inproc) if ok else None for c in cands}
         q = {c: v for c, v in sc.items() if v is not None and (inproc or (
-            v <= limit and v < 1.0 and not other_mode_loses(med, coll, cls, c, s, mode, bases, margin)))}
+            beats(v, margin) and not other_mode_loses(med, coll, cls, c, s, mode, bases, margin)))}
         best = _best([(v, c) for c, v in q.items()])
         points.append({"size": s, "choice": best[1] if best else None,
                        "scores": {c: (None if v is None else round(v, 6)) for c, v in sc.items()}})
         qual.append(q)
+
+    def beats_window(c, s):
+        return beats(score(med, coll, cls, c, s, modes, ["nccl-window"]), margin) if window else None
+
     # segments in size order: the point, then the open interval up to the next point
     segs = []
     for i, s in enumerate(sizes):
-        segs.append((s, s, points[i]["choice"]))
+        c = points[i]["choice"]
+        segs.append((s, s, c, c and beats_window(c, s)))
+        if window and c:
+            points[i]["beats_nccl_window"] = bool(segs[-1][3])
         if i + 1 < len(sizes) and sizes[i + 1] > s + 1:
             both = [(max(qual[i][c], qual[i + 1][c]), c) for c in qual[i] if c in qual[i + 1]]
             best = _best(both)
-            segs.append((s + 1, sizes[i + 1] - 1, best[1] if best else None))
-    ranges = []
-    for lo, hi, c in segs:
-        if c is None:
-            continue
-        if ranges and ranges[-1][0] == c and ranges[-1][2] + 1 == lo:
-            ranges[-1] = (c, ranges[-1][1], hi)
-        else:
-            ranges.append((c, lo, hi))
-    return points, ranges
+            c = best[1] if best else None
+            win = c and beats_window(c, s) and beats_window(c, sizes[i + 1])
+            segs.append((s + 1, sizes[i + 1] - 1, c, win))
+    return points, merge_segments(segs)
 
 
 def decide(d, margin, mode):
@@ -323,15 +353,11 @@ def decide(d, margin, mode):
         per = {"baselines": baselines_of(d, coll), "disqualified": disqualified(d, coll), "classes": {}}
         for cls, _, _ in classes_of(coll):
             points, ranges = decide_class(d, coll, cls, margin, mode)
-            per["classes"][cls] = {"points": points, "ranges": [list(r) for r in ranges]}
+            per["classes"][cls] = {"points": points, "ranges": [list(r[:3]) for r in ranges],
+                                   "beats_nccl_window": [r[3] for r in ranges]}
         out["collectives"][coll] = per
     out["plans"] = plan_files(d, out)
     return out
-
-
-def beats_window(d, dec, coll):
-    """True when @p coll's ranges were chosen against NCCL with a registered window too (it was measured)."""
-    return not executor_mode(d) and "nccl-window" in dec["collectives"][coll]["baselines"]
 
 
 def plan_files(d, dec):
@@ -340,24 +366,24 @@ def plan_files(d, dec):
     cfg = d["config"]
     files = []
     for coll in sorted(dec["collectives"]):
-        win = beats_window(d, dec, coll)
         merged = {}
         for cls, _, dts in classes_of(coll):
-            for cand, lo, hi in dec["collectives"][coll]["classes"][cls]["ranges"]:
+            per = dec["collectives"][coll]["classes"][cls]
+            for (cand, lo, hi), win in zip(per["ranges"], per["beats_nccl_window"]):
                 takes = d["candidates"][cand].get("dtypes")
                 if dts is None:
                     ok = list(takes) if takes else [t for _, _, ds in CLASSES for t in ds]
                 else:
                     ok = [t for t in dts if t in (takes or dts)]
                 if ok:
-                    merged.setdefault((lo, hi, cand), []).extend(ok)
-        for k, (lo, hi, cand) in enumerate(sorted(merged)):
+                    merged.setdefault((lo, hi, cand, bool(win)), []).extend(ok)
+        for k, (lo, hi, cand, win) in enumerate(sorted(merged)):
             stem = "%s_%s_n%d_rpn%d_%02d_%s_%s_%s" % ("choice" if executor_mode(d) else "tune", coll,
                                                      cfg["nranks"], cfg["ranks_per_node"], k, cand, lo, hi)
             order = [t for _, _, dts in CLASSES for t in dts]
             key = lambda t: (order.index(t) if t in order else len(order), t)  # noqa: E731
             files.append({"file": stem + ".json", "candidate": cand, "coll": coll, "min": lo, "max": hi,
-                          "dtypes": sorted(set(merged[(lo, hi, cand)]), key=key),
+                          "dtypes": sorted(set(merged[(lo, hi, cand, win)]), key=key),
                           "beats_nccl_window": win})
     return files
 
@@ -460,6 +486,8 @@ def report_table(d, dec, coll, cls):
             v = [med.get((coll, cls, m, side), {}).get(p["size"]) for m in modes]
             cells.append(" / ".join("n/a" if x is None else "%s, %s" % (_cell(x[0]), _cell(x[1])) for x in v))
         route = p["choice"] or ("none measured" if executor_mode(d) else "NCCL")
+        if p.get("beats_nccl_window"):
+            route += " (beats window)"
         if p["size"] in cross:
             route += " (crossover)"
         lines.append("| %s | %s | %s |" % (fmt_size(p["size"]), " | ".join(cells), route))
@@ -483,9 +511,10 @@ def _report_head(d, dec):
             "%d rank(s), %d per node; GPU %s, driver %s, NCCL %s. Decision mode %s, margin %g%%."
             % (cfg["nranks"], cfg["ranks_per_node"], m.get("gpu", "?"), m.get("driver", "?"),
                m.get("nccl_version", "?"), dec["mode"], dec["margin"] * 100), "",
-            cells + "A size goes to a plan only where it takes at most %g%% of the fastest baseline's "
-            "time in every cell; \"(crossover)\" marks where the route changes."
-            % ((1 - dec["margin"]) * 100), ""]
+            cells + "A size goes to a plan only where it takes at most %g%% of NCCL's time in every cell; "
+            "the route says \"beats window\" where it also takes at most that much of NCCL's with a registered "
+            "window, and only those plans take calls on registered buffers; \"(crossover)\" marks where the "
+            "route changes." % ((1 - dec["margin"]) * 100), ""]
 
 
 def report_md(d, dec):

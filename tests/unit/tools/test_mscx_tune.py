@@ -155,9 +155,15 @@ def load():
 def test_decision_recorded():
     d = load()
     g = td.decide(d, 0.05, "graph")
-    check("graph: one-shot to the two-phase crossover, two-phase to 128K (256K loses to the NCCL window)",
-          ranges(g, "allreduce") == [(ONESHOT, 1024, 32767), (TWOPHASE, 32768, 131072)],
-          ranges(g, "allreduce"))
+    check("graph: one-shot to the two-phase crossover, two-phase to 256K (its 7% win over NCCL there counts)",
+          ranges(g, "allreduce") == [(ONESHOT, 1024, 32767), (TWOPHASE, 32768, 131072),
+                                     (TWOPHASE, 131073, 262144)], ranges(g, "allreduce"))
+    win = g["collectives"]["allreduce"]["classes"]["32"]["beats_nccl_window"]
+    check("graph: the ranges to 128K beat the NCCL window too; (128K, 256K] does not (256K loses to it)",
+          win == [True, True, False], win)
+    rows = [ln for ln in td.report_md(d, g).splitlines() if ln.startswith("| 128K ") or ln.startswith("| 256K ")]
+    check("the report marks the sizes that beat the window", len(rows) >= 2 and "(beats window)" in rows[0]
+          and "(beats window)" not in rows[1], rows)
     check("graph: the 16-bit class decides on its own times, here alike",
           ranges(g, "allreduce", "16") == ranges(g, "allreduce"), ranges(g, "allreduce", "16"))
     check("graph: allgather to 4K; 8K, slower eagerly beyond the margin, and the 16K tie stay on NCCL",
@@ -169,7 +175,8 @@ def test_decision_recorded():
           ranges(td.decide(graph_only, 0.05, "graph"), "allgather"))
     e = td.decide(d, 0.05, "eager")
     check("eager: two-phase wins at 16K, so it takes (8K, 16K] too",
-          ranges(e, "allreduce") == [(ONESHOT, 1024, 8192), (TWOPHASE, 8193, 131072)], ranges(e, "allreduce"))
+          ranges(e, "allreduce")[:2] == [(ONESHOT, 1024, 8192), (TWOPHASE, 8193, 131072)],
+          ranges(e, "allreduce"))
     check("eager: allgather loses at 8K, so (4K, 8K] stays on NCCL",
           ranges(e, "allgather") == [(ALLPAIRS, 1024, 4096)], ranges(e, "allgather"))
     b = td.decide(d, 0.05, "both")
@@ -281,7 +288,7 @@ def test_plan_dir(tmp):
     paths = td.write_plan_dir(out, d, dec)
     p = subprocess.run([PLAN_TOOL, "check"] + paths, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        universal_newlines=True)
-    check("the written plans pass mscx-plan check", p.returncode == 0 and len(paths) == 3, p.stdout)
+    check("the written plans pass mscx-plan check", p.returncode == 0 and len(paths) == 4, p.stdout)
     got = []
     for f in sorted(os.listdir(os.path.join(out, "plans"))):
         j = json.load(open(os.path.join(out, "plans", f)))
@@ -291,9 +298,11 @@ def test_plan_dir(tmp):
     every = ["fp16", "bf16", "fp32", "int32", "uint32", "fp64", "int64", "int8", "uint64", "uint8"]
     want = [("allgather", 1024, 4096, True, every, "absent"),
             ("allreduce", 1024, 32767, True, ["fp16", "bf16", "fp32", "int32", "uint32"], True),
-            ("allreduce", 32768, 131072, True, ["fp16", "bf16", "fp32", "int32", "uint32"], True)]
+            ("allreduce", 32768, 131072, True, ["fp16", "bf16", "fp32", "int32", "uint32"], True),
+            ("allreduce", 131073, 262144, True, ["fp16", "bf16", "fp32", "int32", "uint32"], "absent")]
     check("each plan carries its range, its name, the measured dtypes only (allgather moves bytes: every dtype "
-          "its candidate takes), and beats_nccl_window where the window baseline was measured", got == want, got)
+          "its candidate takes), and beats_nccl_window where the range beat the window baseline too", got == want,
+          got)
     pdir = os.path.join(out, "plans")
     before = {f: open(os.path.join(pdir, f), "rb").read() for f in os.listdir(pdir)}
     open(os.path.join(out, "plans", "stale.json"), "w").write("{}")
