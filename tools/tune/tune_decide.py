@@ -280,12 +280,14 @@ def beats(sc, margin):
     return sc is not None and sc <= 1.0 - margin and sc < 1.0
 
 
-def other_mode_loses(med, coll, cls, cand, size, mode, bases, margin):
-    """True when @p cand was measured at @p size in the mode not decided on and is slower there than the
-    baselines by more than @p margin."""
-    others = tuple(m for m in MODES if m not in decision_modes(mode))
-    sc = score(med, coll, cls, cand, size, others, bases) if others else None
-    return sc is not None and sc > 1.0 + margin
+def other_mode_loss(med, coll, cls, cand, size, mode, bases, margin):
+    """(mode, score) when @p cand was measured at @p size in the mode not decided on and is slower there than
+    the baselines by more than @p margin; else None."""
+    for other in (m for m in MODES if m not in decision_modes(mode)):
+        sc = score(med, coll, cls, cand, size, (other,), bases)
+        if sc is not None and sc > 1.0 + margin:
+            return other, sc
+    return None
 
 
 def merge_segments(segs):
@@ -304,7 +306,9 @@ def merge_segments(segs):
 
 def decide_class(d, coll, cls, margin, mode):
     """Per measured size of @p coll: {"size", "choice", "scores"} (and "beats_nccl_window" where a candidate
-    was chosen and the window baseline measured); and the ranges [(cand, lo, hi, window)],
+    was chosen and the window baseline measured; "other_mode_losses" {cand: [mode, score]} for candidates
+    that won the decision's modes and lost the other beyond the margin); and the ranges
+    [(cand, lo, hi, window)],
     window: whether the range beats NCCL with a registered window (None where that was not measured)."""
     med = medians(d)
     modes = decision_modes(mode)
@@ -319,11 +323,15 @@ def decide_class(d, coll, cls, margin, mode):
     for s in sizes:
         ok = inproc or "nccl" in have
         sc = {c: score(med, coll, cls, c, s, modes, bases, not inproc) if ok else None for c in cands}
-        q = {c: v for c, v in sc.items() if v is not None and (inproc or (
-            beats(v, margin) and not other_mode_loses(med, coll, cls, c, s, mode, bases, margin)))}
+        lost = {} if inproc else {c: other_mode_loss(med, coll, cls, c, s, mode, bases, margin)
+                                  for c, v in sc.items() if beats(v, margin)}
+        lost = {c: x for c, x in lost.items() if x}
+        q = {c: v for c, v in sc.items() if v is not None and (inproc or (beats(v, margin) and c not in lost))}
         best = _best([(v, c) for c, v in q.items()])
         points.append({"size": s, "choice": best[1] if best else None,
                        "scores": {c: (None if v is None else round(v, 6)) for c, v in sc.items()}})
+        if lost:
+            points[-1]["other_mode_losses"] = {c: [m, round(x, 6)] for c, (m, x) in sorted(lost.items())}
         qual.append(q)
 
     def beats_window(c, s):
@@ -471,9 +479,9 @@ def _cell(v):
 
 
 def report_table(d, dec, coll, cls):
-    """Markdown: size, each baseline's and candidate's median times (decision modes), the route."""
+    """Markdown: size, each baseline's and candidate's median times (eager / graph), the route."""
     med = medians(d)
-    modes = decision_modes(dec["mode"])
+    modes = MODES
     per = dec["collectives"][coll]
     points = per["classes"][cls]["points"]
     sides = per["baselines"] + sorted(points[0]["scores"]) if points else per["baselines"]
@@ -486,6 +494,8 @@ def report_table(d, dec, coll, cls):
             v = [med.get((coll, cls, m, side), {}).get(p["size"]) for m in modes]
             cells.append(" / ".join("n/a" if x is None else "%s, %s" % (_cell(x[0]), _cell(x[1])) for x in v))
         route = p["choice"] or ("none measured" if executor_mode(d) else "NCCL")
+        for c, (m, x) in sorted(p.get("other_mode_losses", {}).items()):
+            route += " (%s: %.2fx under %s)" % (c, x, "graphs" if m == "graph" else m)
         if p.get("beats_nccl_window"):
             route += " (beats window)"
         if p["size"] in cross:
@@ -497,8 +507,7 @@ def report_table(d, dec, coll, cls):
 def _report_head(d, dec):
     cfg = d["config"]
     m = d.get("machine", {})
-    cells = ("Each cell is the median of the alternated runs, out-of-place, in-place (us); with mode both, "
-             "eager / graph. ")
+    cells = "Each cell is the median of the alternated runs, out-of-place, in-place (us), eager / graph. "
     if executor_mode(d):
         n = executor_mode(d)
         return ["# mscx-tune report: %s" % INPROC_LABEL, "",
@@ -511,10 +520,12 @@ def _report_head(d, dec):
             "%d rank(s), %d per node; GPU %s, driver %s, NCCL %s. Decision mode %s, margin %g%%."
             % (cfg["nranks"], cfg["ranks_per_node"], m.get("gpu", "?"), m.get("driver", "?"),
                m.get("nccl_version", "?"), dec["mode"], dec["margin"] * 100), "",
-            cells + "A size goes to a plan only where it takes at most %g%% of NCCL's time in every cell; "
-            "the route says \"beats window\" where it also takes at most that much of NCCL's with a registered "
+            cells + "A size goes to a plan only where it takes at most %g%% of NCCL's time in the cells of "
+            "the decision mode and at most %g%% in the other mode's (a route names a plan kept off that way); "
+            "the route says \"beats window\" where it also takes at most %g%% of NCCL's with a registered "
             "window, and only those plans take calls on registered buffers; \"(crossover)\" marks where the "
-            "route changes." % ((1 - dec["margin"]) * 100), ""]
+            "route changes." % ((1 - dec["margin"]) * 100, (1 + dec["margin"]) * 100, (1 - dec["margin"]) * 100),
+            ""]
 
 
 def report_md(d, dec):

@@ -168,6 +168,11 @@ def test_decision_recorded():
           ranges(g, "allreduce", "16") == ranges(g, "allreduce"), ranges(g, "allreduce", "16"))
     check("graph: allgather to 4K; 8K, slower eagerly beyond the margin, and the 16K tie stay on NCCL",
           ranges(g, "allgather") == [(ALLPAIRS, 1024, 4096)], ranges(g, "allgather"))
+    p8 = [p for p in g["collectives"]["allgather"]["classes"]["any"]["points"] if p["size"] == 8192][0]
+    row8 = [ln for ln in td.report_md(d, g).splitlines() if ln.startswith("| 8K ")][0]
+    check("graph: 8K names the eager loss that kept it on NCCL, in the decision and in the report",
+          list(p8.get("other_mode_losses", {}).get(ALLPAIRS, [])[:1]) == ["eager"] and "under eager)" in row8
+          and row8.count(" / ") >= 2, json.dumps(p8) + "\n" + row8)
     graph_only = copy.deepcopy(d)
     graph_only["runs"] = [r for r in graph_only["runs"] if r["mode"] == "graph"]
     check("graph, no eager runs: the other mode cannot object, allgather to 8K",
