@@ -15,6 +15,8 @@ import pycheck  # noqa: E402
 FAKE = r'''#!/bin/sh
 # a fake nccl-tests binary: FAKE_SLOW (us added with the shim), FAKE_WRONG (#wrong with the shim)
 add=0; wrong=0
+side=nccl; [ -n "$LD_PRELOAD" ] && side=mscx
+[ -n "$FAKE_ORDER" ] && echo "$side $(grep Cpus_allowed_list /proc/$$/status | cut -f2)" >> "$FAKE_ORDER"
 if [ -n "$LD_PRELOAD" ]; then
     add=${FAKE_SLOW:-0}; wrong=${FAKE_WRONG:-0}
     [ -n "$MSCX_SUMMARY_FILE" ] && printf '[{"buckets": [{"coll": "allreduce", "bucket": "<=8K", "routed": 44, "fallback": {}}]}]' > "$MSCX_SUMMARY_FILE.0"
@@ -52,6 +54,15 @@ def main():
         check("a slower shim fails", rc == 1 and "FAIL: all_reduce eager size 1024 oop" in out, out)
         rc, out = run(tool, d, {"FAKE_SLOW": "0.2"}, "--limit", "1.05")
         check("within the limit (1.04x) passes", rc == 0, out)
+        order = os.path.join(d, "order.txt")
+        rc, out = run(tool, d, {"FAKE_ORDER": order}, "--runs", "4")
+        sides = [ln.split()[0] for ln in open(order)]
+        check("the order alternates: NCCL first in even runs, the shim first in odd ones",
+              rc == 0 and sides == ["nccl", "mscx", "mscx", "nccl"] * 2, sides)
+        os.unlink(order)
+        rc, out = run(tool, d, {"FAKE_ORDER": order}, "--cpus", "0")
+        cpus = [ln.split()[1] for ln in open(order)]
+        check("--cpus pins both sides", rc == 0 and cpus == ["0"] * 4, (cpus, out))
         rc, out = run(tool, d, {"FAKE_WRONG": "3"})
         check("#wrong fails", rc == 1 and "#wrong 3" in out and "wrong results: 6" in out, out)
     return check.done()
