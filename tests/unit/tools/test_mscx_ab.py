@@ -110,6 +110,8 @@ def main():
     check("executor mode runs --executor N with and without --baseline",
           log.count("--executor 8 -b 8 -e 256M -f 8 --baseline --json") == 2
           and log.count("--executor 8 -b 8 -e 256M -f 8 --json") == 2, log)
+    order = [("b" if "--baseline" in ln else "m") for ln in log.splitlines() if ln.startswith("$ ")]
+    check("the order swaps in the second pair: A B, B A", order == ["b", "m", "m", "b"], order)
     p, out = run({"FAKE_WRONG": "a"}, "--mode", "executor", "--nranks", "4")
     check("wrong results on the baseline side fail", p.returncode != 0 and "FAILED" in p.stderr
           and "baseline run 1 reported wrong results (#wrong > 0)" in p.stderr, p.stderr)
