@@ -15,6 +15,7 @@
  *                   would) and time that call alone: the cost with cold caches
  *     --churn=N     no timing: each thread creates a communicator, makes --calls calls on it
  *                   and destroys it, N times, while the other threads do the same
+ *     --group=N     N calls in each ncclGroupStart/ncclGroupEnd (the time is still per call)
  *
  * Under the shim, give MSCX_NCCL_LIB the silent bench NCCL (bench_nccl.c)
  * and MSCX_PLAN_DIR the shipped plans: the communicator then has the shim's
@@ -43,6 +44,7 @@ typedef ncclResult_t (*allreduce_fn)(const void *, void *, size_t, ncclDataType_
 typedef ncclResult_t (*allgather_fn)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
 typedef ncclResult_t (*broadcast_fn)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
                                      cudaStream_t);
+typedef ncclResult_t (*group_fn)(void);
 
 enum coll { COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST };
 
@@ -52,6 +54,7 @@ static struct {
     allreduce_fn allreduce, reducescatter;
     allgather_fn allgather;
     broadcast_fn broadcast;
+    group_fn group_start, group_end;
 } api;
 
 static enum coll coll = COLL_ALLREDUCE;
@@ -62,6 +65,7 @@ static int reps = 15;
 static size_t evict;
 static long churn;
 static int out_of_place;
+static long group; /* calls per group; 0: no groups */
 static unsigned char *evict_buf;
 static pthread_barrier_t barrier;
 
@@ -91,6 +95,8 @@ static long run_calls(ncclComm_t comm, void *buf, long n)
     long bad = 0;
     for (long i = 0; i < n; i++) {
         ncclResult_t r;
+        if (group && i % group == 0)
+            bad += api.group_start() != ncclSuccess;
         switch (coll) {
         case COLL_ALLREDUCE:
             r = api.allreduce(buf, recv, count, ncclFloat32, ncclSum, comm, NULL);
@@ -106,6 +112,8 @@ static long run_calls(ncclComm_t comm, void *buf, long n)
             break;
         }
         bad += r != ncclSuccess;
+        if (group && (i % group == group - 1 || i == n - 1))
+            bad += api.group_end() != ncclSuccess;
     }
     return bad;
 }
@@ -193,8 +201,10 @@ static int load_api(const char *direct)
     api.reducescatter = (allreduce_fn)dlsym(h, "ncclReduceScatter");
     api.allgather = (allgather_fn)dlsym(h, "ncclAllGather");
     api.broadcast = (broadcast_fn)dlsym(h, "ncclBroadcast");
+    api.group_start = (group_fn)dlsym(h, "ncclGroupStart");
+    api.group_end = (group_fn)dlsym(h, "ncclGroupEnd");
     if (!api.init || !api.destroy || !api.allreduce || !api.reducescatter || !api.allgather ||
-        !api.broadcast) {
+        !api.broadcast || !api.group_start || !api.group_end) {
         fprintf(stderr, "%s lacks an NCCL function the bench calls\n", direct ? direct : "the process");
         return -1;
     }
@@ -231,6 +241,10 @@ static int parse_args(int argc, char **argv, const char **direct_p, int *threads
             reps = atoi(a + 7);
         } else if (!strncmp(a, "--churn=", 8)) {
             churn = atol(a + 8);
+        } else if (!strncmp(a, "--group=", 8)) {
+            group = atol(a + 8);
+            if (group < 1)
+                return -1;
         } else if (!strcmp(a, "--out-of-place")) {
             out_of_place = 1;
         } else if (!strncmp(a, "--evict=", 8)) {
@@ -255,7 +269,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: %s [--direct=LIB] [--coll=allreduce|allgather|reducescatter|broadcast] "
                 "[--bytes=N] [--nranks=N] [--calls=N>=10] [--reps=1..%d] [--threads=1..%d] [--out-of-place] [--evict=N] "
-                "[--churn=N]\n",
+                "[--churn=N] [--group=N]\n",
                 argv[0], MAX_REPS, MAX_THREADS);
         return 2;
     }
