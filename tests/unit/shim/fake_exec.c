@@ -32,6 +32,33 @@ struct mscx_exec {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct mscx_exec *deferred;
 
+/*
+ * A symbol of the test program (or of the fake CUDA/NCCL libraries), looked
+ * up once: they are there from the start, and the launch path is timed.
+ */
+static void *test_sym(_Atomic(void *) *slot, atomic_int *looked_up, const char *name)
+{
+    if (!atomic_load_explicit(looked_up, memory_order_acquire)) {
+        atomic_store_explicit(slot, dlsym(RTLD_DEFAULT, name), memory_order_relaxed);
+        atomic_store_explicit(looked_up, 1, memory_order_release);
+    }
+    return atomic_load_explicit(slot, memory_order_relaxed);
+}
+
+#define TEST_SYM(type, name)                                                                                  \
+    ({                                                                                                        \
+        static _Atomic(void *) slot_;                                                                         \
+        static atomic_int looked_up_;                                                                         \
+        (type)test_sym(&slot_, &looked_up_, name);                                                            \
+    })
+
+/* 1 when launches are recorded (FAKE_NCCL_LOG, the fake NCCL's own setting). */
+static int recording(void)
+{
+    const char *path = getenv("FAKE_NCCL_LOG");
+    return path && *path;
+}
+
 static void record(const char *what)
 {
     const char *path = getenv("FAKE_NCCL_LOG"); /* the fake's own setting */
@@ -51,7 +78,7 @@ static void record(const char *what)
 
 static void dev_busy(int delta)
 {
-    void (*fn)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "mscxFakeDevBusy");
+    void (*fn)(int) = TEST_SYM(void (*)(int), "mscxFakeDevBusy");
     if (fn)
         fn(delta);
 }
@@ -98,13 +125,14 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     if (!ex || plan_id >= ex->nplans)
         return MSCX_ERR_INVALID_ARG;
     /* a launch result a test program chooses by size (test_shim_group.c) */
-    mscx_status_t (*chosen)(uint64_t) =
-        (mscx_status_t (*)(uint64_t))dlsym(RTLD_DEFAULT, "mscxFakeExecLaunchResult");
+    mscx_status_t (*chosen)(uint64_t) = TEST_SYM(mscx_status_t (*)(uint64_t), "mscxFakeExecLaunchResult");
     mscx_status_t st = chosen ? chosen(msg_bytes) : MSCX_OK;
-    char what[96];
-    snprintf(what, sizeof(what), "mscx_exec_launch%s %llu %p", st == MSCX_OK ? "" : "_failed",
-             (unsigned long long)msg_bytes, stream);
-    record(what);
+    if (recording()) {
+        char what[96];
+        snprintf(what, sizeof(what), "mscx_exec_launch%s %llu %p", st == MSCX_OK ? "" : "_failed",
+                 (unsigned long long)msg_bytes, stream);
+        record(what);
+    }
     if (st != MSCX_OK)
         return st;
     /* FAKE_EXEC_COPY=1: the result on one rank (the input) is written, as the real executor would */
@@ -139,16 +167,10 @@ mscx_status_t mscx_exec_launch_scaled(struct mscx_exec *ex, uint32_t plan_id, co
     return mscx_exec_launch(ex, plan_id, sendbuf, recvbuf, msg_bytes, dtype, op, pkt, stream);
 }
 
-/* The error a test program injects (test_shim_errors.c), looked up once: the call path is timed. */
+/* The error a test program injects (test_shim_errors.c). */
 static int (*injected_error(void))(void)
 {
-    static int (*_Atomic fn)(void);
-    static atomic_int looked_up;
-    if (!atomic_load_explicit(&looked_up, memory_order_acquire)) {
-        fn = (int (*)(void))dlsym(RTLD_DEFAULT, "mscxFakeExecError");
-        atomic_store_explicit(&looked_up, 1, memory_order_release);
-    }
-    return fn;
+    return TEST_SYM(int (*)(void), "mscxFakeExecError");
 }
 
 mscx_status_t mscx_exec_async_error(struct mscx_exec *ex)
