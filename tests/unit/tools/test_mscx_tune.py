@@ -406,7 +406,7 @@ def write_exe(path, text):
     os.chmod(path, 0o755)
 
 
-def tune(tmp, out, *extra, env=None):
+def tune(tmp, out, *extra, env=None, max_size="1M"):
     perf = os.path.join(tmp, "mscx-perf")
     shim = os.path.join(tmp, "libfake.so")
     if not os.path.exists(perf):
@@ -418,8 +418,8 @@ def tune(tmp, out, *extra, env=None):
     if os.path.exists(e["FAKE_LOG"]):
         os.unlink(e["FAKE_LOG"])
     cmd = [sys.executable, TUNE, "--perf", perf, "--shim", shim, "--plan-tool", PLAN_TOOL,
-           "--plangen", PLANGEN, "--plans", make_plans(tmp), "--out", out, "--max-size", "1M",
-           "--plotter", "gnuplot"]
+           "--plangen", PLANGEN, "--plans", make_plans(tmp), "--out", out, "--plotter", "gnuplot"]
+    cmd += ["--max-size", max_size] if max_size else []
     p = subprocess.run(cmd + list(extra), env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True)
     runs = open(e["FAKE_LOG"]).read().splitlines() if os.path.exists(e["FAKE_LOG"]) else []
@@ -700,6 +700,11 @@ def test_exec_end_to_end(tmp):
         png = os.path.join(out, "report.png")
         check("executor: report.png drawn",
               os.path.exists(png) and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", p.stderr)
+    p7, _ = tune(tmp, os.path.join(tmp, "exec-top"), "--executor", "2", "--only", "allgather", "--reps", "1",
+                 "--no-generate", max_size=None)
+    d7 = td.load_tune(os.path.join(tmp, "exec-top", "tune.json")) if p7.returncode == 0 else {"sizes": {}}
+    check("without --max-size the sizes reach the largest a candidate covers (512K)",
+          d7["sizes"].get("allgather", [0])[-1] == 512 << 10, (p7.stderr, d7["sizes"]))
     p6, runs6 = tune(tmp, os.path.join(tmp, "exec-noshim"), "--executor", "2", "--only", "allgather",
                      "--reps", "1", "--shim", os.path.join(tmp, "no-such-shim.so"))
     check("executor: the shim is not needed", p6.returncode == 0 and runs6, p6.stderr)
