@@ -1136,11 +1136,12 @@ static ncclResult_t comm_error_result(const struct shim_comm *c, const struct sh
  * buffer as it is: NCCL itself launches nothing for it. When no plan takes
  * such a call because of what it is (its size, datatype, op or root, or no
  * plan of its collective), the shim answers it instead of forwarding it,
- * which costs the caller less than NCCL's own checks. Not when the call
- * must go to NCCL (forced, a group that went to NCCL, a registered window,
- * a refused launch), not in a group that is being kept (it then goes to
- * NCCL with the group), not for ncclAvg and PreMulSum ops (NCCL scales, a
- * kernel), and not with a null buffer (NCCL's argument error).
+ * which costs the caller less than NCCL's own checks. In a group that is
+ * being kept, the group then stays ours: the call has no effect to order.
+ * Not when the call must go to NCCL (forced, a group that went to NCCL, a
+ * registered window, a refused launch), not for ncclAvg and PreMulSum ops
+ * (NCCL scales, a kernel), and not with a null buffer (NCCL's argument
+ * error).
  */
 static int identity_serves(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
                            enum shim_reason why)
@@ -1150,7 +1151,7 @@ static int identity_serves(const struct shim_comm *c, const struct shim_coll_cal
     int plans_lack = why == SHIM_WHY_SIZE || why == SHIM_WHY_NO_PLAN || why == SHIM_WHY_DTYPE ||
                      why == SHIM_WHY_OP || why == SHIM_WHY_ROOT;
     return c->nranks == 1 && plans_lack && msg > 0 &&
-           call->recvbuf && call->sendbuf == call->recvbuf && !shim_group_collecting &&
+           call->recvbuf && call->sendbuf == call->recvbuf &&
            (!reduces || shim_redop_map(call->op, &op) == 0);
 }
 

@@ -11,6 +11,8 @@
  *              order, after the real ncclGroupEnd; none reaches NCCL
  *   mixed      routable, an unroutable dtype, routable: the group goes to
  *              NCCL in issue order
+ *   identity   the same unroutable dtype in place, at one rank, changes
+ *              nothing: the shim answers it and the group stays routed
  *   send       an ncclSend in the middle, or a communicator not ours: the
  *              group goes to NCCL in issue order
  *   streams    three streams of one communicator are joined on the first
@@ -193,6 +195,29 @@ static void mode_mixed(void)
     check_log("mixed", &w);
     destroy(comm);
     check_summary(comm, 0, " group 2 dtype 1");
+}
+
+static void mode_identity(void)
+{
+    ncclComm_t comm = new_comm();
+    struct want w;
+    want_reset(&w);
+    fake_log_clear();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, comm, S(1));
+    call_ok("ncclAllReduce", ncclAllReduce(bufs[2], bufs[2], 512, ncclFloat64, ncclSum, comm, S(1)));
+    allreduce(4, 512, ncclFloat32, comm, S(1));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 1024, S(1));
+    want_launch(&w, 2048, S(1));
+    check_log("identity", &w);
+    destroy(comm);
+    check_summary(comm, 3, "");
+    char *line = summary_line(comm);
+    if (line && !strstr(line, " identity 1"))
+        FAIL("the summary does not name the call answered in place: %s", line);
 }
 
 static void mode_send(void)
@@ -478,7 +503,8 @@ static void mode_simulate(void)
 }
 
 static const struct shim_mode modes[] = {
-    {"routed", mode_routed},       {"mixed", mode_mixed},     {"send", mode_send},
+    {"routed", mode_routed},       {"mixed", mode_mixed},     {"identity", mode_identity},
+    {"send", mode_send},
     {"streams", mode_streams},     {"comms", mode_comms},     {"nested", mode_nested},
     {"end-fails", mode_end_fails}, {"refused", mode_refused}, {"no-events", mode_no_events},
     {"simulate", mode_simulate},   {"threads", mode_threads},
