@@ -146,12 +146,19 @@ static void destroy(ncclComm_t comm)
 
 /* ---- modes ---- */
 
-static void mode_routed(void)
+/* A mode's start: a communicator of its own, nothing expected yet, the log empty. */
+static ncclComm_t mode_begin(struct want *w)
 {
     ncclComm_t comm = new_comm();
-    struct want w;
-    want_reset(&w);
+    want_reset(w);
     fake_log_clear();
+    return comm;
+}
+
+static void mode_routed(void)
+{
+    struct want w;
+    ncclComm_t comm = mode_begin(&w);
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     call_ok("ncclAllGather", ncclAllGather(bufs[2], bufs[3], 256, ncclFloat32, comm, S(1)));
@@ -199,10 +206,8 @@ static void mode_mixed(void)
 
 static void mode_identity(void)
 {
-    ncclComm_t comm = new_comm();
     struct want w;
-    want_reset(&w);
-    fake_log_clear();
+    ncclComm_t comm = mode_begin(&w);
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     call_ok("ncclAllReduce", ncclAllReduce(bufs[2], bufs[2], 512, ncclFloat64, ncclSum, comm, S(1)));
@@ -257,10 +262,8 @@ static void mode_send(void)
 
 static void mode_streams(void)
 {
-    ncclComm_t comm = new_comm();
     struct want w;
-    want_reset(&w);
-    fake_log_clear();
+    ncclComm_t comm = mode_begin(&w);
     for (int round = 0; round < 2; round++) {
         call_ok("ncclGroupStart", ncclGroupStart());
         allreduce(0, 256, ncclFloat32, comm, S(1));
@@ -331,10 +334,8 @@ static void *other_main(void *arg)
 
 static void mode_threads(void)
 {
-    ncclComm_t comm = new_comm();
     struct want w;
-    want_reset(&w);
-    fake_log_clear();
+    ncclComm_t comm = mode_begin(&w);
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     /* another thread is in no group: its call launches at once */
@@ -355,10 +356,8 @@ static void mode_threads(void)
 
 static void mode_nested(void)
 {
-    ncclComm_t comm = new_comm();
     struct want w;
-    want_reset(&w);
-    fake_log_clear();
+    ncclComm_t comm = mode_begin(&w);
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     call_ok("ncclGroupStart", ncclGroupStart());
@@ -384,10 +383,8 @@ static void mode_nested(void)
 
 static void mode_end_fails(void)
 {
-    ncclComm_t comm = new_comm();
     struct want w;
-    want_reset(&w);
-    fake_log_clear();
+    ncclComm_t comm = mode_begin(&w);
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     allreduce(2, 512, ncclFloat32, comm, S(2));
@@ -415,10 +412,8 @@ static void mode_end_fails(void)
 
 static void mode_refused(void)
 {
-    ncclComm_t comm = new_comm();
     struct want w;
-    want_reset(&w);
-    fake_log_clear();
+    ncclComm_t comm = mode_begin(&w);
     refuse_bytes = 2048;
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
@@ -457,10 +452,8 @@ static void mode_refused(void)
 
 static void mode_no_events(void)
 {
-    ncclComm_t comm = new_comm();
     struct want w;
-    want_reset(&w);
-    fake_log_clear();
+    ncclComm_t comm = mode_begin(&w);
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
     allreduce(2, 512, ncclFloat32, comm, S(2));
