@@ -58,6 +58,7 @@ VERSION = 1
 # dtype class -> (the mscx-perf type that times it, the plan dtypes it decides), for a collective that reduces:
 # its time depends on the element type
 CLASSES = (("16", "half", ("fp16", "bf16")), ("32", "float", ("fp32", "int32", "uint32")))
+CLASS_DTYPES = tuple(t for _, _, dts in CLASSES for t in dts)  # a plan that names no dtypes takes these
 # a collective that only moves bytes has one class, timed with float, for every dtype its candidate takes
 BYTE_CLASSES = (("any", "float", None),)
 REDUCING = ("allreduce", "reducescatter")
@@ -380,7 +381,7 @@ def plan_files(d, dec):
             for (cand, lo, hi), win in zip(per["ranges"], per["beats_nccl_window"]):
                 takes = d["candidates"][cand].get("dtypes")
                 if dts is None:
-                    ok = list(takes) if takes else [t for _, _, ds in CLASSES for t in ds]
+                    ok = list(takes or CLASS_DTYPES)
                 else:
                     ok = [t for t in dts if t in (takes or dts)]
                 if ok:
@@ -388,8 +389,7 @@ def plan_files(d, dec):
         for k, (lo, hi, cand, win) in enumerate(sorted(merged)):
             stem = "%s_%s_n%d_rpn%d_%02d_%s_%s_%s" % ("choice" if executor_mode(d) else "tune", coll,
                                                      cfg["nranks"], cfg["ranks_per_node"], k, cand, lo, hi)
-            order = [t for _, _, dts in CLASSES for t in dts]
-            key = lambda t: (order.index(t) if t in order else len(order), t)  # noqa: E731
+            key = lambda t: (CLASS_DTYPES.index(t) if t in CLASS_DTYPES else len(CLASS_DTYPES), t)  # noqa: E731
             files.append({"file": stem + ".json", "candidate": cand, "coll": coll, "min": lo, "max": hi,
                           "dtypes": sorted(set(merged[(lo, hi, cand, win)]), key=key),
                           "beats_nccl_window": win})
