@@ -537,9 +537,11 @@ static int point_dead(const struct scen *sc, uint32_t round, uint32_t rank, stru
     return rank != sc->n - 1 && rank != sc->arg; /* the last rank is dead; arg: one more that stays away */
 }
 
-/* Fork rank @p rank of @p w: it opens, posts yes at position 0 and waits; @return its pid once it has posted.
+/*
+ * The segment of @p secret mapped as an onlooker, not as a rank (it must
+ * exist). Its creator sizes it after creating it: the mapping waits for the
+ * size, as touching a page beyond a shorter object raises SIGBUS.
  */
-/* The segment of @p secret mapped as an onlooker, not as a rank (it must exist). */
 static struct agree_seg *map_segment(const uint8_t secret[SHIM_SECRET_BYTES])
 {
     char name[AGREE_NAME_MAX];
@@ -547,12 +549,20 @@ static struct agree_seg *map_segment(const uint8_t secret[SHIM_SECRET_BYTES])
     agree_name(secret, name, &check);
     int fd = shm_open(name, O_RDWR, 0);
     ck_assert_int_ge(fd, 0);
+    uint64_t t0 = now_ns();
+    struct stat sb;
+    while (fstat(fd, &sb) == 0 && (size_t)sb.st_size < sizeof(struct agree_seg)) {
+        ck_assert_msg(elapsed_ms(t0) < 5000, "the segment was not sized");
+        sched_yield();
+    }
+    ck_assert_uint_eq((size_t)sb.st_size, sizeof(struct agree_seg));
     void *p = mmap(NULL, sizeof(struct agree_seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     ck_assert_ptr_ne(p, MAP_FAILED);
     return p;
 }
 
+/* Fork rank @p rank of @p w: it opens, posts yes at position 0 and waits; @return its pid once it has posted. */
 static pid_t fork_poster(struct world *w, uint32_t rank, struct agree_seg **seg_p)
 {
     pid_t pid = fork();
