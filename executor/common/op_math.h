@@ -4,8 +4,11 @@
  * lines and the chunk/byte geometry. Included by the host reference executor
  * (C) and by the CUDA kernels, so the two cannot drift.
  *
- * Reductions are defined bit for bit: fp16 and bf16 widen to fp32, apply the
- * operator in fp32 and round back to nearest-even; integers wrap. Both
+ * Reductions are defined bit for bit, as NCCL computes them: fp16 and bf16
+ * sums and products widen to fp32, apply the operator in fp32 and round back
+ * to nearest-even; min and max follow fminf/fmaxf (__hmin/__hmax), where a
+ * NaN is ignored unless both operands are NaN; a NaN result is the GPU's
+ * canonical NaN; integers wrap. Both
  * executors compute exactly this, in the same operand order: the accumulator
  * starts from the first operand (never from zero, which would be wrong for
  * min, max and prod) and folds the others in list order.
@@ -112,18 +115,49 @@ MSCX_HD uint16_t mscx_f32_to_bf16(float f)
 
 /* ---- element reductions ---- */
 
-MSCX_HD float mscx_apply_f32(unsigned op, float a, float b)
+/* NCCL's canonical NaN, what the GPU's arithmetic and min/max make of NaN (fp32; fp16 and bf16). */
+#define MSCX_NAN_F32 0x7fffffffu
+#define MSCX_NAN_16 0x7fffu
+
+/*
+ * Min or max of two floats given as (bits, value), NCCL's fminf/fmaxf and
+ * __hmin/__hmax: a NaN operand is ignored, two NaNs give the canonical NaN
+ * @p nan, -0 orders below +0. The result is one operand's bits (or @p nan),
+ * whatever the operand order, so min and max never depend on the order of
+ * a fold.
+ */
+MSCX_HD uint32_t mscx_minmax_bits(unsigned op, uint32_t a, float fa, uint32_t b, float fb, uint32_t sign,
+                                  uint32_t nan)
 {
+    int a_nan = fa != fa, b_nan = fb != fb;
+    if (a_nan || b_nan)
+        return a_nan && b_nan ? nan : a_nan ? b : a;
+    int b_first; /* b orders below a */
+    if (fa == fb)
+        b_first = (b & sign) && !(a & sign); /* only a signed-zero pair differs here */
+    else
+        b_first = fb < fa;
+    if (op == MSCX_REDOP_MIN)
+        return b_first ? b : a;
+    return b_first ? a : b;
+}
+
+/* One fp32 reduction, as bits. A NaN sum or product is the canonical NaN, as on the GPU. */
+MSCX_HD uint32_t mscx_apply_f32(unsigned op, uint32_t a, uint32_t b)
+{
+    float fa = mscx_bits_f32(a), fb = mscx_bits_f32(b), r;
     switch (op) {
-    case MSCX_REDOP_PROD:
-        return a * b;
     case MSCX_REDOP_MIN:
-        return b < a ? b : a;
     case MSCX_REDOP_MAX:
-        return b > a ? b : a;
+        return mscx_minmax_bits(op, a, fa, b, fb, 0x80000000u, MSCX_NAN_F32);
+    case MSCX_REDOP_PROD:
+        r = fa * fb;
+        break;
     default:
-        return a + b;
+        r = fa + fb;
+        break;
     }
+    return r != r ? MSCX_NAN_F32 : mscx_f32_bits(r);
 }
 
 MSCX_HD uint32_t mscx_apply_u32(unsigned op, uint32_t a, uint32_t b, int is_signed)
@@ -144,12 +178,22 @@ MSCX_HD uint32_t mscx_apply_u32(unsigned op, uint32_t a, uint32_t b, int is_sign
     }
 }
 
-/* Reduce one 16-bit element held in the low bits. */
+/*
+ * Reduce one 16-bit element held in the low bits: min and max on the values
+ * themselves (exact in fp32), sums and products in fp32 rounded once to the
+ * type; a NaN result is the canonical NaN.
+ */
 MSCX_HD uint16_t mscx_reduce16(unsigned dtype, unsigned op, uint16_t a, uint16_t b)
 {
-    if (dtype == MSCX_DT_BF16)
-        return mscx_f32_to_bf16(mscx_apply_f32(op, mscx_bf16_to_f32(a), mscx_bf16_to_f32(b)));
-    return mscx_f32_to_f16(mscx_apply_f32(op, mscx_f16_to_f32(a), mscx_f16_to_f32(b)));
+    int bf = dtype == MSCX_DT_BF16;
+    float fa = bf ? mscx_bf16_to_f32(a) : mscx_f16_to_f32(a);
+    float fb = bf ? mscx_bf16_to_f32(b) : mscx_f16_to_f32(b);
+    if (op == MSCX_REDOP_MIN || op == MSCX_REDOP_MAX)
+        return (uint16_t)mscx_minmax_bits(op, a, fa, b, fb, 0x8000u, MSCX_NAN_16);
+    float r = op == MSCX_REDOP_PROD ? fa * fb : fa + fb;
+    if (r != r)
+        return (uint16_t)MSCX_NAN_16;
+    return bf ? mscx_f32_to_bf16(r) : mscx_f32_to_f16(r);
 }
 
 /**
@@ -160,7 +204,7 @@ MSCX_HD uint32_t mscx_reduce_word(unsigned dtype, unsigned op, uint32_t a, uint3
 {
     switch (dtype) {
     case MSCX_DT_FP32:
-        return mscx_f32_bits(mscx_apply_f32(op, mscx_bits_f32(a), mscx_bits_f32(b)));
+        return mscx_apply_f32(op, a, b);
     case MSCX_DT_INT32:
         return mscx_apply_u32(op, a, b, 1);
     case MSCX_DT_UINT32:
