@@ -32,7 +32,10 @@ SHIM_HOT static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, c
         .fn = shim_fn_names[api], .api = api, .prof = prof, .coll = coll, .sendbuf = send, .recvbuf = recv,
         .count = count, .dtype = dt, .op = op, .root = root, .comm = comm, .stream = stream,
     };
-    return (shim_routing_on() || shim_comm_deferred_disabled()) && shim_comm_try_route(&call, res_p);
+    int per_rank = coll == MSCX_COLL_ALLGATHER || coll == MSCX_COLL_REDUCESCATTER || coll == MSCX_COLL_ALLTOALL;
+    return (shim_routing_on() || shim_comm_deferred_disabled()) &&
+           (shim_count_overflows(prof, call.fn, count, dt, per_rank, comm, res_p) ||
+            shim_comm_try_route(&call, res_p));
 }
 
 /* The real collective a call was made to, with its arguments. */

@@ -156,6 +156,16 @@ int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p);
 /** Bytes of one element of a valid NCCL datatype. */
 size_t shim_dtype_bytes(ncclDataType_t dt);
 
+/* ---- count_check.c: sizes that overflow ---- */
+
+/**
+ * Non-zero, with *@p res_p ncclInvalidArgument and the reason set, when
+ * @p count elements of @p dt (times the rank count of @p comm when
+ * @p per_rank) do not fit in a size_t. @p fn names the call in the reason.
+ */
+int shim_count_overflows(int prof, const char *fn, size_t count, ncclDataType_t dt, int per_rank, ncclComm_t comm,
+                         ncclResult_t *res_p);
+
 /* ---- redop_table.c, redop.c: ncclAvg and PreMulSum ops as scaled sums ---- */
 
 /**
