@@ -22,10 +22,11 @@
  * rename); each later one is appended in place, so memory and the bytes
  * written per destroy stay the same however many communicators the process
  * makes. A path that is a symbolic link is refused. Nothing runs at load
- * time and the exit hook is registered by the first communicator setup. The pid of the
- * process that loaded the shim is recorded at load: a child forked from it
- * (a DataLoader worker) inherits its communicators and exit hook, but writes
- * no summary at all; a program exec'd under the preload is a new owner.
+ * time and the exit hook is registered by the first communicator setup.
+ * The pid of the process that loaded the shim is recorded at load: a child
+ * forked from it (a DataLoader worker) inherits its communicators and exit
+ * hook, but writes no summary at all; a program exec'd under the preload is
+ * a new owner.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -233,7 +234,7 @@ static int file_create(const char *path, const char *objs)
  * "]\n" is overwritten by ",\n" @p objs "]\n", so the file stays one JSON
  * list and each destroy costs one object's bytes. Only a regular file of
  * ours that ends the list is extended. @return 0, or -1 when it is not there
- * or not ours (errno ENOENT: not there)
+ * or not such a file
  */
 static int file_append(const char *path, const char *objs)
 {
@@ -251,7 +252,6 @@ static int file_append(const char *path, const char *objs)
              pwrite_all(fd, "]\n", 2, at + 2 + (off_t)n) == 0;
     }
     close(fd);
-    errno = ok ? 0 : EINVAL;
     return ok ? 0 : -1;
 }
 
