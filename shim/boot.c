@@ -370,6 +370,8 @@ static mscx_status_t boot_resources(struct shim_boot *b)
     return MSCX_OK;
 }
 
+static void deferred_reap(void);
+
 mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
                                struct mscx_bootstrap **bs_p)
 {
@@ -377,6 +379,7 @@ mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_
     int host = fake_host_memory();
     if (!host && !have_device())
         return MSCX_ERR_UNSUPPORTED;
+    deferred_reap();
     struct shim_boot *b = calloc(1, sizeof(*b));
     if (!b)
         return MSCX_ERR_NO_MEMORY;
@@ -412,11 +415,53 @@ void shim_boot_use_device(int device)
 #endif
 }
 
-/* Bootstraps of stopped communicators, freed by the next shim_boot_destroy(). */
+/*
+ * Bootstraps of stopped communicators, freed by the next shim_boot_destroy(),
+ * or by a later shim_boot_create() once their stream has no work left.
+ */
 static pthread_mutex_t g_deferred_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shim_boot *g_deferred;
 
 static void boot_free(struct shim_boot *b);
+
+/* 1 when nothing is left on @p b's stream (a query, which never waits). */
+static int boot_idle(const struct shim_boot *b)
+{
+#ifdef MSCX_SHIM_CUDA
+    cudaError_t rc = b->stream ? cudaStreamQuery(b->stream) : cudaSuccess;
+    if (rc != cudaSuccess && rc != cudaErrorNotReady)
+        (void)cudaGetLastError();
+    return rc == cudaSuccess;
+#else
+    (void)b;
+    return 1;
+#endif
+}
+
+/* Free at most two stopped bootstraps whose streams are idle: a small cost per setup, and the list shrinks. */
+static void deferred_reap(void)
+{
+    struct shim_boot *idle = NULL;
+    unsigned n = 0;
+    pthread_mutex_lock(&g_deferred_lock);
+    for (struct shim_boot **pp = &g_deferred; *pp && n < 2;) {
+        struct shim_boot *b = *pp;
+        if (!boot_idle(b)) {
+            pp = &b->next_deferred;
+            continue;
+        }
+        *pp = b->next_deferred;
+        b->next_deferred = idle;
+        idle = b;
+        n++;
+    }
+    pthread_mutex_unlock(&g_deferred_lock);
+    while (idle) {
+        struct shim_boot *next = idle->next_deferred;
+        boot_free(idle);
+        idle = next;
+    }
+}
 
 void shim_boot_destroy_deferred(struct mscx_bootstrap *bs)
 {

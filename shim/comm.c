@@ -288,15 +288,9 @@ static void stats_print(const struct shim_comm *c, const struct shim_stats *s, c
     for (size_t i = 0; i < s->nplans && at < sizeof(line); i++)
         at += (size_t)snprintf(line + at, sizeof(line) - at, " %.*s %llu", (int)s->plans[i].name_len,
                                s->plans[i].name, (unsigned long long)s->plans[i].calls);
-    /* a communicator with usable plans whose calls still went to NCCL is news: WARN, once, at its end */
-    if (c->nroute > 0 && fallback > 0)
-        MSCX_WARN("mscx: comm %p rank %u/%u at %s: routed %llu, sent %llu calls with usable plans to NCCL:%s "
-                  "(mscx-info --explain on MSCX_SUMMARY_FILE says why)", (void *)c->comm, c->rank, c->nranks,
-                  how, (unsigned long long)routed, (unsigned long long)fallback, line);
-    else
-        MSCX_INFO(MSCX_SUB_SHIM, "summary at %s: comm %p rank %u/%u: routed %llu fallback %llu:%s", how,
-                  (void *)c->comm, c->rank, c->nranks, (unsigned long long)routed, (unsigned long long)fallback,
-                  line);
+    /* calls sent to NCCL for their size, type or op are ordinary routing: one line, at INFO */
+    MSCX_INFO(MSCX_SUB_SHIM, "summary at %s: comm %p rank %u/%u: routed %llu fallback %llu:%s", how,
+              (void *)c->comm, c->rank, c->nranks, (unsigned long long)routed, (unsigned long long)fallback, line);
 }
 
 /* ---- setup ---- */
@@ -551,8 +545,13 @@ static ncclResult_t setup_exec(struct shim_comm *c, const struct mscx_config *cf
     c->exec_error = c->exec ? mscx_exec_error_word(c->exec) : NULL;
     mscx_status_t agreed = shim_boot_agree(c->bs, st == MSCX_OK);
     if (agreed != MSCX_OK) {
-        MSCX_INFO(MSCX_SUB_SHIM, "no executor (%s here, %s overall): comm %p stays on NCCL", mscx_status_str(st),
-                  mscx_status_str(agreed), (void *)c->comm);
+        /* a machine without a device is no news; a setup that failed is */
+        if (st == MSCX_ERR_UNSUPPORTED && (agreed == MSCX_ERR_UNSUPPORTED || agreed == MSCX_ERR_REMOTE))
+            MSCX_INFO(MSCX_SUB_SHIM, "no executor (%s here, %s overall): comm %p stays on NCCL",
+                      mscx_status_str(st), mscx_status_str(agreed), (void *)c->comm);
+        else
+            MSCX_WARN("mscx: the executor setup of comm %p rank %u/%u failed (%s here, %s overall): its calls go "
+                      "to NCCL", (void *)c->comm, c->rank, c->nranks, mscx_status_str(st), mscx_status_str(agreed));
         if (c->exec)
             mscx_exec_destroy(c->exec);
         c->exec = NULL;
@@ -572,10 +571,13 @@ static ncclResult_t setup_exec(struct shim_comm *c, const struct mscx_config *cf
         if (e->route.nranks != c->nranks)
             continue;
         why[0] = '\0';
-        if (e->route.ranks_per_node != c->rpn)
-            snprintf(why, sizeof(why), "needs %u ranks per node, the communicator has %u", e->route.ranks_per_node,
-                     c->rpn);
-        else if (mscx_plan_executable(e->plan, err, sizeof(err)) != MSCX_OK)
+        if (e->route.ranks_per_node != c->rpn) {
+            /* a plan for another node layout: ordinary, as a plan for another rank count is */
+            MSCX_INFO(MSCX_SUB_SHIM, "plan %s needs %u ranks per node, comm %p has %u: not used there", e->path,
+                      e->route.ranks_per_node, (void *)c->comm, c->rpn);
+            continue;
+        }
+        if (mscx_plan_executable(e->plan, err, sizeof(err)) != MSCX_OK)
             snprintf(why, sizeof(why), "not executable: %s", err);
         if (!why[0]) {
             struct shim_route_plan r = e->route;

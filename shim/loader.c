@@ -255,6 +255,11 @@ static void load(void)
     config_check(cfg);
 
     if (cfg->nccl_lib[0]) {
+        if (mscx_path_relative(cfg->nccl_lib)) {
+            load_fail(ncclSystemError, "mscx: MSCX_NCCL_LIB %s is a relative path; give an absolute path or a "
+                      "library name", cfg->nccl_lib);
+            return;
+        }
         void *h = dlopen(cfg->nccl_lib, LOADER_DLOPEN_FLAGS);
         if (!h) {
             const char *e = dlerror();

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The routing summary file (MSCX_SUMMARY_FILE): a JSON list with one object
- * per communicator of this process, rewritten whole at every destroy/abort and
- * once at exit for communicators never destroyed. The format is the one
+ * per communicator of this process, added at its destroy/abort, and at exit
+ * for communicators never destroyed. The format is the one
  * tools/ab/mscx-ab parses:
  *
  *   [{"comm": "0x...", "rank": 0, "nranks": 1, "at": "destroy",
@@ -18,19 +18,26 @@
  *
  * The file name gets ".<rank>" appended (the rank in the largest communicator
  * this process has seen), unless it contains "%p", which becomes the pid.
- * Writing is a small fopen/fprintf/rename; nothing runs at load time and the
- * exit hook is registered by the first communicator setup. The pid of the
- * process that loaded the shim is recorded at load: a child forked from it
- * (a DataLoader worker) inherits its communicators and exit hook, but writes
- * no summary at all; a program exec'd under the preload is a new owner.
+ * The first object of the process makes a new file (mkstemp beside it, then
+ * rename); each later one is appended in place, so memory and the bytes
+ * written per destroy stay the same however many communicators the process
+ * makes. A path that is a symbolic link is refused. Nothing runs at load
+ * time and the exit hook is registered by the first communicator setup.
+ * The pid of the process that loaded the shim is recorded at load: a child
+ * forked from it (a DataLoader worker) inherits its communicators and exit
+ * hook, but writes no summary at all; a program exec'd under the preload is
+ * a new owner.
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mscx/fork.h"
@@ -39,8 +46,6 @@
 
 static pthread_mutex_t sum_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static char *done_json;         /* objects of finished communicators, comma separated */
-static size_t done_len, done_cap;
 static uint32_t file_rank, file_nranks;
 static char file_written[PATH_MAX];
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -186,36 +191,108 @@ static int file_name(const char *pattern, char *out, size_t len)
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
-/* Rewrite the file with the finished objects plus @p extra (may be NULL). Called with sum_lock held. */
-static void write_file(const char *extra)
+/* Write all of @p n bytes at @p off. @return 0 or -1 */
+static int pwrite_all(int fd, const char *p, size_t n, off_t off)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, off);
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+        off += w;
+    }
+    return 0;
+}
+
+/*
+ * A new file at @p path holding the list [@p objs]: written to a fresh
+ * mkstemp file beside it, then renamed over it, so that a reader never sees
+ * half of it and nothing is written through a link. @return 0 or -1
+ */
+static int file_create(const char *path, const char *objs)
+{
+    char tmp[PATH_MAX + 8];
+    if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
+        return -1;
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen(objs);
+    int ok = fchmod(fd, 0644) == 0 && pwrite_all(fd, "[", 1, 0) == 0 && pwrite_all(fd, objs, n, 1) == 0 &&
+             pwrite_all(fd, "]\n", 2, (off_t)n + 1) == 0;
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Append @p objs to the list in this process's file @p path: the closing
+ * "]\n" is overwritten by ",\n" @p objs "]\n", so the file stays one JSON
+ * list and each destroy costs one object's bytes. Only a regular file of
+ * ours that ends the list is extended. @return 0, or -1 when it is not there
+ * or not such a file
+ */
+static int file_append(const char *path, const char *objs)
+{
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat sb;
+    char tail[2];
+    int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() && sb.st_size >= 3 &&
+             pread(fd, tail, 2, sb.st_size - 2) == 2 && tail[0] == ']' && tail[1] == '\n';
+    if (ok) {
+        size_t n = strlen(objs);
+        off_t at = sb.st_size - 2;
+        ok = pwrite_all(fd, ",\n", 2, at) == 0 && pwrite_all(fd, objs, n, at + 2) == 0 &&
+             pwrite_all(fd, "]\n", 2, at + 2 + (off_t)n) == 0;
+    }
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+/* @return 1 when @p path is a symbolic link (refused, with a WARN) */
+static int refuse_link(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0 || !S_ISLNK(sb.st_mode))
+        return 0;
+    shim_warn_once("summary-link", "mscx: MSCX_SUMMARY_FILE %s is a symbolic link; no summary written", path);
+    return 1;
+}
+
+/*
+ * Add @p objs (one or more comma-separated objects) to this process's file.
+ * The first write of the process makes a new file; later ones append. The
+ * file moves with its rank suffix when a larger communicator comes. Called
+ * with sum_lock held.
+ */
+static void write_objs(const char *objs)
 {
     const struct mscx_config *cfg = shim_config();
-    char path[PATH_MAX], tmp[PATH_MAX + 16];
-    if (!cfg || !cfg->summary_file[0])
+    char path[PATH_MAX];
+    if (!cfg || !cfg->summary_file[0] || !objs || !objs[0])
         return;
     if (file_name(cfg->summary_file, path, sizeof(path)) != 0) {
         shim_warn_once("summary-name", "mscx: MSCX_SUMMARY_FILE %s is too long; no summary written",
                        cfg->summary_file);
         return;
     }
-    snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        shim_warn_once("summary-open", "mscx: cannot write the routing summary %s", tmp);
+    if (refuse_link(path))
+        return;
+    if (file_written[0] && strcmp(file_written, path) != 0 && rename(file_written, path) != 0)
+        file_written[0] = '\0'; /* the old file is gone: start a new one */
+    int done = file_written[0] && file_append(path, objs) == 0;
+    if (!done && file_create(path, objs) != 0) {
+        shim_warn_once("summary-write", "mscx: cannot write the routing summary %s: %s", path, strerror(errno));
         return;
     }
-    int sep = done_len > 0 && extra && extra[0];
-    fprintf(f, "[%s%s%s]\n", done_json ? done_json : "", sep ? ",\n" : "", extra ? extra : "");
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        shim_warn_once("summary-write", "mscx: cannot write the routing summary %s", path);
-        unlink(tmp);
-        return;
-    }
-    if (file_written[0] && strcmp(file_written, path) != 0)
-        unlink(file_written); /* the rank suffix changed: a larger communicator came later */
     snprintf(file_written, sizeof(file_written), "%s", path);
 }
-
 
 static void at_exit(void)
 {
@@ -223,8 +300,7 @@ static void at_exit(void)
         return;
     char *live = shim_comm_live_json();
     pthread_mutex_lock(&sum_lock);
-    if (done_len || (live && live[0]))
-        write_file(live);
+    write_objs(live);
     pthread_mutex_unlock(&sum_lock);
     free(live);
 }
@@ -265,21 +341,7 @@ void shim_summary_finish(const struct shim_stats *s, const void *comm, uint32_t 
     if (!obj)
         return;
     pthread_mutex_lock(&sum_lock);
-    size_t n = strlen(obj), need = done_len + n + 3;
-    if (need > done_cap) {
-        size_t cap = done_cap ? done_cap * 2 : 4096;
-        while (cap < need)
-            cap *= 2;
-        char *q = realloc(done_json, cap);
-        if (q) {
-            done_json = q;
-            done_cap = cap;
-        }
-    }
-    if (need <= done_cap) {
-        done_len += (size_t)sprintf(done_json + done_len, "%s%s", done_len ? ",\n" : "", obj);
-        write_file(NULL);
-    }
+    write_objs(obj);
     pthread_mutex_unlock(&sum_lock);
     free(obj);
 }

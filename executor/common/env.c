@@ -2,7 +2,8 @@
 /*
  * Every MSCX_* variable, in one declarative table. The table is parsed once
  * into an immutable struct mscx_config; this is the only file that reads the
- * environment (a lint test greps for getenv elsewhere).
+ * environment (a lint test greps for getenv elsewhere). A variable that names
+ * something to load (a library, the plans) is read with secure_getenv.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -81,6 +82,17 @@ static const struct env_var env_table[] = {
 };
 
 #define ENV_COUNT (sizeof(env_table) / sizeof(env_table[0]))
+
+/* Variables that name something to load: read with secure_getenv (unset in a setuid process). */
+static const char *const env_secure[] = {"MSCX_PLAN_DIR", "MSCX_NCCL_LIB", "MSCX_IBV_SO"};
+
+static const char *env_read(const char *name)
+{
+    for (size_t i = 0; i < sizeof(env_secure) / sizeof(env_secure[0]); i++)
+        if (strcmp(name, env_secure[i]) == 0)
+            return secure_getenv(name);
+    return getenv(name);
+}
 
 struct env_state {
     struct mscx_config cfg;
@@ -245,7 +257,7 @@ static struct env_state *env_build(void)
             st->status = MSCX_ERR_INTERNAL;
             snprintf(st->bad, sizeof(st->bad), "internal bug: default of %s does not parse", e->name);
         }
-        const char *val = env_override_set[i] ? env_override_val[i] : getenv(e->name);
+        const char *val = env_override_set[i] ? env_override_val[i] : env_read(e->name);
         if (!val)
             continue;
         st->values[i] = strdup(val);
@@ -428,8 +440,13 @@ const char *mscx_env_python(const char *name)
     for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++) {
         if (strcmp(name, names[i]) != 0)
             continue;
-        const char *v = getenv(name);
+        const char *v = secure_getenv(name); /* where libraries are looked for */
         return v && *v ? v : NULL;
     }
     return NULL;
+}
+
+int mscx_path_relative(const char *path)
+{
+    return path && path[0] != '/' && strchr(path, '/') != NULL;
 }

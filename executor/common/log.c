@@ -87,7 +87,7 @@ static const char *level_name(enum mscx_log_level level)
  * MSCX_DEBUG_FILE cannot be opened: one WARN on stderr, written directly (the
  * log lock is held), and the log goes to stderr until the setting changes.
  */
-static void log_open_failed(const char *path, int err)
+static void log_open_failed(const char *path, const char *why)
 {
     char host[64], out[1200];
     if (gethostname(host, sizeof(host)) != 0)
@@ -95,7 +95,7 @@ static void log_open_failed(const char *path, int err)
     host[sizeof(host) - 1] = '\0';
     int n = snprintf(out, sizeof(out),
                      "%s:%d:%ld [mscx] WARN cannot open MSCX_DEBUG_FILE %s (%s): the log goes to stderr\n",
-                     host, (int)getpid(), (long)syscall(SYS_gettid), path, strerror(err));
+                     host, (int)getpid(), (long)syscall(SYS_gettid), path, why);
     if (n < 0)
         return;
     if ((size_t)n >= sizeof(out))
@@ -134,10 +134,11 @@ static int log_open_fd(void)
         }
     }
     path[o] = '\0';
-    log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    /* never through a symbolic link: in a shared directory it could point anywhere */
+    log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
     snprintf(log_fd_path, sizeof(log_fd_path), "%s", cfg->debug_file);
     if (log_fd < 0)
-        log_open_failed(path, errno);
+        log_open_failed(path, errno == ELOOP ? "it is a symbolic link" : strerror(errno));
     return log_fd >= 0 ? log_fd : STDERR_FILENO;
 }
 

@@ -30,7 +30,7 @@ static int try_prefix_var(const char *var, const char *how, mscx_nccl_try_fn try
 {
     const char *prefix = mscx_env_python(var);
     char dir[PATH_MAX];
-    if (!prefix || (size_t)snprintf(dir, sizeof(dir), "%s/lib/python3*/site-packages", prefix) >= sizeof(dir))
+    if (!prefix || prefix[0] != '/' || (size_t)snprintf(dir, sizeof(dir), "%s/lib/python3*/site-packages", prefix) >= sizeof(dir))
         return -1;
     return try_glob(dir, how, try, ctx);
 }
@@ -43,7 +43,7 @@ static int try_pythonpath(mscx_nccl_try_fn try, void *ctx)
         const char *end = strchr(path, ':');
         size_t n = end ? (size_t)(end - path) : strlen(path);
         char dir[PATH_MAX];
-        if (n > 0 && n < sizeof(dir)) {
+        if (n > 0 && n < sizeof(dir) && path[0] == '/') { /* a relative entry is the working directory's */
             memcpy(dir, path, n);
             dir[n] = '\0';
             if (try_glob(dir, "pip wheel (PYTHONPATH)", try, ctx) == 0)
@@ -69,7 +69,7 @@ int mscx_nccl_find(mscx_nccl_try_fn try, void *ctx)
         return 0;
     const char *home = mscx_env_python("HOME");
     char dir[PATH_MAX];
-    if (home &&
+    if (home && home[0] == '/' &&
         (size_t)snprintf(dir, sizeof(dir), "%s/.local/lib/python3*/site-packages", home) < sizeof(dir) &&
         try_glob(dir, "pip wheel (user site-packages)", try, ctx) == 0)
         return 0;

@@ -72,6 +72,11 @@ mscx_status_t mscx_ibv_load(const struct mscx_ibv **ibv_p)
 
     MSCX_CHECK(mscx_config_get(&cfg));
     const char *path = cfg->ibv_so && cfg->ibv_so[0] ? cfg->ibv_so : "libibverbs.so.1";
+    if (mscx_path_relative(path)) {
+        MSCX_WARN("ib: MSCX_IBV_SO %s is a relative path; not loaded (give an absolute path or a library name); "
+                  "RDMA disabled", path);
+        return MSCX_ERR_UNSUPPORTED;
+    }
     pthread_mutex_lock(&load_lock);
     for (int i = 0; i < nloaded; i++) {
         if (strcmp(loaded[i].path, path) == 0) {

@@ -6,9 +6,11 @@
  */
 #include "shm_slots.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +75,47 @@ static uint64_t fresh_id(void)
     return x;
 }
 
+/* The inode of this process's PID namespace, 0 when unknown. */
+static unsigned long long pid_namespace(void)
+{
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (unsigned long long)sb.st_ino : 0;
+}
+
+/*
+ * Segments of processes that died between create and the last attach (a
+ * crash, SIGKILL): their names carry the creator's PID namespace and pid.
+ * Unlinked here are only those of our namespace, owned by us, whose creator
+ * no longer exists; a pid of another namespace cannot be checked and is left.
+ * @return how many were removed
+ */
+static unsigned reap_stale(void)
+{
+    unsigned long long ns = pid_namespace(), their_ns, id;
+    long pid;
+    unsigned rank, n = 0;
+    DIR *d = ns ? opendir("/dev/shm") : NULL;
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char name[MSCX_SLOTS_NAME_MAX + 1];
+        struct stat sb;
+        if (sscanf(de->d_name, "mscx-slots-%llx-%ld-%u-%llx", &their_ns, &pid, &rank, &id) != 4 ||
+            their_ns != ns || pid <= 0 || pid == (long)getpid() ||
+            fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) ||
+            sb.st_uid != geteuid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH ||
+            snprintf(name, sizeof(name), "/%s", de->d_name) >= (int)sizeof(name))
+            continue;
+        if (shm_unlink(name) == 0) {
+            n++;
+            MSCX_INFO(MSCX_SUB_NET, "removed %s, left by process %ld, which is gone", name, pid);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
 mscx_status_t mscx_slots_create(const char *tag, uint32_t rank, uint32_t nranks, char *name_p,
                                struct mscx_slots **u_p)
 {
@@ -89,9 +132,11 @@ mscx_status_t mscx_slots_create(const char *tag, uint32_t rank, uint32_t nranks,
     u->rank = rank;
     u->nranks = nranks;
     snprintf(u->tag, sizeof(u->tag), "%s", tag ? tag : "?");
+    reap_stale();
+    unsigned long long ns = pid_namespace();
     int fd = -1;
     for (int attempt = 0; attempt < 8 && fd < 0; attempt++) {
-        snprintf(u->name, sizeof(u->name), "/mscx-slots-%ld-%u-%016llx", (long)getpid(), rank,
+        snprintf(u->name, sizeof(u->name), "/mscx-slots-%llx-%ld-%u-%016llx", ns, (long)getpid(), rank,
                  (unsigned long long)fresh_id());
         fd = shm_open(u->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0 && errno != EEXIST)

@@ -34,7 +34,10 @@ struct mscx_slots_limits {
 };
 
 /**
- * Create this rank's segment under a fresh name (O_EXCL, mode 0600).
+ * Create this rank's segment under a fresh name (O_EXCL, mode 0600) that
+ * carries this process's PID namespace and pid. First, segments of this
+ * namespace and owner whose creating process is gone (it died before the
+ * last peer attached and the name was unlinked) are removed.
  * @param tag names the exchange in messages (a plan name), copied
  * @param name_p receives the segment's name (MSCX_SLOTS_NAME_MAX bytes) to hand to the peers
  * @return MSCX_OK, MSCX_ERR_SYSTEM, MSCX_ERR_NO_MEMORY, MSCX_ERR_INVALID_ARG

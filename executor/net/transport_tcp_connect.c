@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +101,65 @@ static void pending_drop(struct mscx_tp_ep *ep, unsigned i)
     ep->pend[i] = ep->pend[--ep->npend];
 }
 
+/*
+ * Refused connections are logged once per stranger: the first refusal of an
+ * address is a WARN, and so is the next one after STRANGER_QUIET_NS; the
+ * others (a retrying or scanning peer) are INFO. A few addresses are
+ * remembered process-wide; the least recently warned one is forgotten first.
+ */
+#define STRANGERS 32
+#define STRANGER_QUIET_NS (60ull * 1000000000ull)
+
+static pthread_mutex_t strangers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char addr[48];
+    uint64_t warned_ns;
+} strangers[STRANGERS];
+
+/* @return 1 when a refusal of @p who ("address:port") is to be a WARN */
+static int stranger_news(const char *who)
+{
+    char addr[48];
+    snprintf(addr, sizeof(addr), "%s", who);
+    char *colon = strrchr(addr, ':');
+    if (colon)
+        *colon = '\0';
+    uint64_t now = mscx_tp_now_ns();
+    int news = 1;
+    pthread_mutex_lock(&strangers_lock);
+    unsigned slot = 0;
+    for (unsigned i = 0; i < STRANGERS; i++) {
+        if (strangers[i].addr[0] && strcmp(strangers[i].addr, addr) == 0) {
+            slot = i;
+            news = now - strangers[i].warned_ns >= STRANGER_QUIET_NS;
+            break;
+        }
+        if (strangers[i].warned_ns < strangers[slot].warned_ns)
+            slot = i;
+    }
+    if (news) {
+        snprintf(strangers[slot].addr, sizeof(strangers[slot].addr), "%s", addr);
+        strangers[slot].warned_ns = now;
+    }
+    pthread_mutex_unlock(&strangers_lock);
+    return news;
+}
+
+static void refused(const char *who, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refused(const char *who, const char *fmt, ...)
+{
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    if (stranger_news(who))
+        MSCX_WARN("tcp: refused connection from %s: %s (further refusals of this address for a minute at INFO)",
+                  who, why);
+    else
+        MSCX_INFO(MSCX_SUB_NET, "tcp: refused connection from %s: %s", who, why);
+}
+
 static void refuse(int fd)
 {
     struct tcp_hello_ack ack = {.magic = MSCX_TP_MAGIC, .status = 1};
@@ -110,26 +170,25 @@ static void refuse(int fd)
 static struct mscx_tp_conn *hello_check(struct mscx_tp_ep *ep, const struct tcp_hello *h, const char *who)
 {
     if (h->magic != MSCX_TP_MAGIC) {
-        MSCX_WARN("tcp: refused connection from %s: bad magic %#llx", who, (unsigned long long)h->magic);
+        refused(who, "bad magic %#llx", (unsigned long long)h->magic);
         return NULL;
     }
     if (h->version != MSCX_TP_PROTO_VERSION) {
-        MSCX_WARN("tcp: refused connection from %s: protocol version %u, expected %u", who, h->version,
-                  MSCX_TP_PROTO_VERSION);
+        refused(who, "protocol version %u, expected %u", h->version, MSCX_TP_PROTO_VERSION);
         return NULL;
     }
     if (h->comm_id != ep->p.comm_id) {
-        MSCX_WARN("tcp: refused connection from %s: communicator id %#llx, expected %#llx", who,
-                  (unsigned long long)h->comm_id, (unsigned long long)ep->p.comm_id);
+        refused(who, "communicator id %#llx, expected %#llx", (unsigned long long)h->comm_id,
+                (unsigned long long)ep->p.comm_id);
         return NULL;
     }
     if (!mscx_tp_ct_equal(h->secret, ep->p.secret, sizeof(h->secret))) {
-        MSCX_WARN("tcp: refused connection from %s: wrong communicator secret", who);
+        refused(who, "wrong communicator secret");
         return NULL;
     }
     struct mscx_tp_conn *c = h->src < ep->p.nranks && h->dst == ep->p.rank ? ep->conns[h->src] : NULL;
     if (!c || c->in_fd >= 0) {
-        MSCX_WARN("tcp: refused connection from %s: rank %u -> %u is not expected here", who, h->src, h->dst);
+        refused(who, "rank %u -> %u is not expected here", h->src, h->dst);
         return NULL;
     }
     return c;
@@ -179,8 +238,7 @@ void mscx_tcp_accept(struct mscx_tp_ep *ep)
             for (unsigned i = 1; i < ep->npend; i++)
                 if (ep->pend[i].deadline_ns < ep->pend[old].deadline_ns)
                     old = i;
-            MSCX_WARN("tcp: refused connection from %s: %u handshakes in progress, this one the oldest",
-                      ep->pend[old].who, TCP_MAX_PENDING);
+            refused(ep->pend[old].who, "%u handshakes in progress, this one the oldest", TCP_MAX_PENDING);
             pending_drop(ep, old);
         }
         struct tcp_pending *pd = &ep->pend[ep->npend++];
@@ -210,15 +268,14 @@ void mscx_tcp_pending_serve(struct mscx_tp_ep *ep)
             pending_finish(ep, i);
         } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
             if (n == 0)
-                MSCX_WARN("tcp: refused connection from %s: no handshake: closed after %zu of %zu bytes",
-                          pd->who, pd->got, sizeof(pd->hello));
+                refused(pd->who, "no handshake: closed after %zu of %zu bytes", pd->got, sizeof(pd->hello));
             else
-                MSCX_WARN("tcp: refused connection from %s: no handshake: %s", pd->who, strerror(errno));
+                refused(pd->who, "no handshake: %s", strerror(errno));
             refuse(pd->fd);
             pending_drop(ep, i);
         } else if (now >= pd->deadline_ns) {
-            MSCX_WARN("tcp: refused connection from %s: no handshake within %d ms (%zu of %zu bytes)",
-                      pd->who, TCP_HANDSHAKE_TIMEOUT_MS, pd->got, sizeof(pd->hello));
+            refused(pd->who, "no handshake within %d ms (%zu of %zu bytes)", TCP_HANDSHAKE_TIMEOUT_MS, pd->got,
+                    sizeof(pd->hello));
             refuse(pd->fd);
             pending_drop(ep, i);
         }

@@ -24,6 +24,8 @@ TCase *mscx_tcase(const char *name);
 void mscx_test_allow_warn(const char *substr);
 /** The last WARN message seen in this test, "" when none. */
 const char *mscx_test_last_warn(void);
+/** The last log line of any level seen in this test (INFO only where enabled), "" when none. */
+const char *mscx_test_last_log(void);
 /** Number of WARN messages seen in this test. */
 int mscx_test_warn_count(void);
 

@@ -13,6 +13,7 @@
 static char allow[MAX_ALLOW][128];
 static int nallow;
 static char last_warn[1536];
+static char last_log[1536];
 static int warn_count;
 static int unexpected;
 static char unexpected_msg[1536];
@@ -22,6 +23,7 @@ static void test_log_handler(enum mscx_log_level level, unsigned subsys, const c
 {
     (void)subsys;
     (void)ctx;
+    snprintf(last_log, sizeof(last_log), "%s", msg);
     if (level != MSCX_LOG_WARN) {
         if (getenv("MSCX_TEST_SHOW_LOG"))
             fprintf(stderr, "log: %s\n", msg);
@@ -41,6 +43,7 @@ static void fixture_setup(void)
 {
     nallow = 0;
     last_warn[0] = '\0';
+    last_log[0] = '\0';
     warn_count = 0;
     unexpected = 0;
     mscx_log_set_handler(test_log_handler, NULL);
@@ -70,6 +73,11 @@ void mscx_test_allow_warn(const char *substr)
 const char *mscx_test_last_warn(void)
 {
     return last_warn;
+}
+
+const char *mscx_test_last_log(void)
+{
+    return last_log;
 }
 
 int mscx_test_warn_count(void)

@@ -176,6 +176,18 @@ START_TEST(test_log_level_filter)
 }
 END_TEST
 
+/* A library path through the working directory is recognised; a bare name or an absolute path is not one. */
+START_TEST(test_path_relative)
+{
+    ck_assert_int_eq(mscx_path_relative("lib/libnccl.so.2"), 1);
+    ck_assert_int_eq(mscx_path_relative("./libnccl.so.2"), 1);
+    ck_assert_int_eq(mscx_path_relative("../x/libibverbs.so.1"), 1);
+    ck_assert_int_eq(mscx_path_relative("libnccl.so.2"), 0);
+    ck_assert_int_eq(mscx_path_relative("/usr/lib/libnccl.so.2"), 0);
+    ck_assert_int_eq(mscx_path_relative(NULL), 0);
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("env");
@@ -187,6 +199,7 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_mark_degraded);
     tcase_add_test(tc, test_fork_releases_locks);
     tcase_add_test(tc, test_log_level_filter);
+    tcase_add_test(tc, test_path_relative);
     suite_add_tcase(s, tc);
     return s;
 }

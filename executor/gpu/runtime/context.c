@@ -84,6 +84,8 @@ static mscx_status_t exec_open(struct mscx_exec *ex)
     return CU(cudaHostGetDevicePointer((void **)&ex->host_dev, ex->host, 0));
 }
 
+static void deferred_reap(void);
+
 mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device, struct mscx_exec **exec_p)
 {
     mscx_status_t st;
@@ -91,6 +93,7 @@ mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device,
     int prev;
     if (!bs || !exec_p || bs->rank >= bs->nranks)
         return MSCX_ERR_INVALID_ARG;
+    deferred_reap();
     ex = calloc(1, sizeof(*ex));
     if (!ex)
         return MSCX_ERR_NO_MEMORY;
@@ -198,16 +201,89 @@ static void exec_free(struct mscx_exec *ex)
         cudaStreamDestroy(ex->ustream);
     if (ex->host)
         cudaFreeHost(ex->host);
+    for (unsigned i = 0; i < ex->ndone_ev; i++)
+        cudaEventDestroy(ex->done_ev[i]);
     free(ex);
     mscx_gpu_dev_leave(prev);
 }
 
 /*
  * Executors released by mscx_exec_destroy_deferred(): stopped, their memory
- * kept until a destroy, which frees device memory anyway, frees it too.
+ * kept until a destroy, which frees device memory anyway, frees it too, or
+ * until a later create finds their work provably over (deferred_reap).
  */
 static pthread_mutex_t g_deferred_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mscx_exec *g_deferred;
+
+/* The most stopped executors one create frees: it stays a small cost, and the list still shrinks. */
+#define REAP_PER_CREATE 2
+
+/*
+ * At the abort, an event after every launch on each stream the executor's
+ * launches went to (cudaEventRecord does not wait). Where one cannot be
+ * recorded (a stream being captured into a graph, or gone), the end of its
+ * work is not provable: the executor stays until a destroy.
+ */
+static void done_events_record(struct mscx_exec *ex)
+{
+    for (unsigned i = 0; i < ex->nlaunch_streams && !ex->streams_unknown; i++) {
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        cudaEvent_t ev;
+        if (cudaStreamIsCapturing(ex->launch_streams[i], &cs) != cudaSuccess ||
+            cs != cudaStreamCaptureStatusNone ||
+            cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            ex->streams_unknown = 1;
+            break;
+        }
+        ex->done_ev[ex->ndone_ev++] = ev;
+        if (cudaEventRecord(ev, ex->launch_streams[i]) != cudaSuccess) {
+            (void)cudaGetLastError();
+            ex->streams_unknown = 1;
+        }
+    }
+}
+
+/* 1 when every launch of stopped @p ex has ended: each event query says done (a query never waits). */
+static int exec_idle(struct mscx_exec *ex)
+{
+    if (ex->streams_unknown)
+        return 0;
+    for (unsigned i = 0; i < ex->ndone_ev; i++) {
+        cudaError_t rc = cudaEventQuery(ex->done_ev[i]);
+        if (rc != cudaSuccess) {
+            if (rc != cudaErrorNotReady)
+                (void)cudaGetLastError();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Free at most REAP_PER_CREATE stopped executors whose work has provably ended. */
+static void deferred_reap(void)
+{
+    struct mscx_exec *idle = NULL;
+    unsigned n = 0;
+    pthread_mutex_lock(&g_deferred_lock);
+    for (struct mscx_exec **pp = &g_deferred; *pp && n < REAP_PER_CREATE;) {
+        struct mscx_exec *ex = *pp;
+        if (!exec_idle(ex)) {
+            pp = &ex->next_deferred;
+            continue;
+        }
+        *pp = ex->next_deferred;
+        ex->next_deferred = idle;
+        idle = ex;
+        n++;
+    }
+    pthread_mutex_unlock(&g_deferred_lock);
+    while (idle) {
+        struct mscx_exec *next = idle->next_deferred;
+        exec_free(idle);
+        idle = next;
+    }
+}
 
 void mscx_exec_destroy(struct mscx_exec *ex)
 {
@@ -239,11 +315,20 @@ void mscx_exec_destroy_deferred(struct mscx_exec *ex)
     for (uint32_t i = 0; i < ex->nplans; i++)
         mscx_gpu_port_stop(ex->plans[i].port);
     mscx_gpu_net_close(ex->net);
+    int prev;
+    if (mscx_gpu_dev_enter(ex->device, &prev) == MSCX_OK) {
+        done_events_record(ex);
+        mscx_gpu_dev_leave(prev);
+    } else {
+        (void)cudaGetLastError();
+        ex->streams_unknown = 1;
+    }
     pthread_mutex_lock(&g_deferred_lock);
     ex->next_deferred = g_deferred;
     g_deferred = ex;
     pthread_mutex_unlock(&g_deferred_lock);
-    MSCX_INFO(MSCX_SUB_EXEC, "rank %u: executor stopped; its memory is freed at the next destroy", ex->bs.rank);
+    MSCX_INFO(MSCX_SUB_EXEC, "rank %u: executor stopped; its memory is freed at a later setup once its launches "
+              "have ended, or at the next destroy", ex->bs.rank);
 }
 
 static mscx_status_t local_allgather(void *ctx, const void *mine, void *all, size_t bytes)

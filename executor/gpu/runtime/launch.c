@@ -341,6 +341,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
         MSCX_WARN("caller bug: plan %u launched before every rank added it", plan_id);
         return MSCX_ERR_INVALID_ARG;
     }
+    mscx_gpu_stream_note(ex, (cudaStream_t)stream);
     if (gp->c_msg != msg_bytes || gp->c_dtype != (int)dtype || gp->c_pkt != (int)pkt)
         MSCX_CHECK(args_cache(ex, gp, msg_bytes, dtype, pkt));
     if (gp->ident && gp->c_args.in_bytes == gp->c_args.out_bytes && mscx_redop_keeps_one_value(op))

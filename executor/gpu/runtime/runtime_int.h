@@ -120,6 +120,8 @@ struct local_group {
     uint32_t added[MSCX_GPU_MAX_PLANS];
 };
 
+#define MSCX_EXEC_STREAMS 4
+
 struct mscx_exec {
     struct mscx_bootstrap bs;
     int device;
@@ -131,9 +133,30 @@ struct mscx_exec {
     struct gpu_net *net;            /* proxy streams and TCP endpoint (NULL until a plan needs them) */
     cudaStream_t ustream;           /* setup copies and program uploads: non-blocking, the executor's own */
     struct mscx_exec *next_deferred; /* on the list of mscx_exec_destroy_deferred (context.c) */
+    /* the streams its launches went to, so that the end of an aborted one's work can be proven (context.c) */
+    cudaStream_t launch_streams[MSCX_EXEC_STREAMS];
+    unsigned nlaunch_streams;
+    int streams_unknown;                    /* more streams, or the per-thread one: kept until a destroy */
+    cudaEvent_t done_ev[MSCX_EXEC_STREAMS]; /* recorded at the abort after every launch on each stream */
+    unsigned ndone_ev;
     uint32_t nplans;
     struct gpu_plan plans[MSCX_GPU_MAX_PLANS];
 };
+
+/** Remember @p stream as one that ran a launch of @p ex (a compare when it is the last one). */
+static inline void mscx_gpu_stream_note(struct mscx_exec *ex, cudaStream_t stream)
+{
+    unsigned n = ex->nlaunch_streams;
+    if (n && ex->launch_streams[n - 1] == stream)
+        return;
+    for (unsigned i = 0; i + 1 < n; i++)
+        if (ex->launch_streams[i] == stream)
+            return;
+    if (n < MSCX_EXEC_STREAMS && stream != cudaStreamPerThread)
+        ex->launch_streams[ex->nlaunch_streams++] = stream;
+    else
+        ex->streams_unknown = 1; /* the abort's thread cannot name another thread's per-thread stream */
+}
 
 /** MSCX_OK when @p rc is cudaSuccess; else logs @p what with CUDA's message and returns MSCX_ERR_CUDA. */
 mscx_status_t mscx_gpu_check(cudaError_t rc, const char *what);

@@ -99,6 +99,15 @@ void mscx_config_dump(FILE *out);
  */
 const char *mscx_env_python(const char *name);
 
+/**
+ * 1 when @p path names a file through the working directory: it has a
+ * directory part that does not start at the root ("lib/x.so", "./x.so").
+ * A library or search directory of such a path is never used: where it
+ * points depends on where the process happens to run. A bare file name
+ * ("libnccl.so.2", found by the loader's search) and an absolute path are 0.
+ */
+int mscx_path_relative(const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -118,13 +118,16 @@ void mscx_exec_destroy(struct mscx_exec *ex);
 /**
  * The release of an aborted executor, which never waits on the device: its
  * kernels are told to stop (mscx_exec_abort()), its proxy and network stop
- * at once, and its device and pinned memory, which those kernels may still
- * touch, is kept on a process-wide list. A CUDA free waits for every kernel
- * on the device, a foreign one too (an NCCL kernel that only the real
- * ncclCommAbort ends); the list is therefore freed only by the next
- * mscx_exec_destroy(), which frees device memory anyway, and is otherwise
- * left to the driver at process exit. Takes no CUDA call that can block.
- * NULL is accepted.
+ * at once, an event is recorded (never waited for) after its launches on
+ * each stream they went to, and its device and pinned memory, which those
+ * kernels may still touch, is kept on a process-wide list. A CUDA free waits
+ * for every kernel on the device, a foreign one too (an NCCL kernel that
+ * only the real ncclCommAbort ends), so the list is freed by the next
+ * mscx_exec_destroy(), which frees device memory anyway, or entry by entry
+ * by a later mscx_exec_create() (at most two each) once every event of the
+ * entry says done; an entry whose launches went to more than four streams,
+ * to the per-thread stream, or to a stream being captured waits for a
+ * destroy. Takes no CUDA call that can block. NULL is accepted.
  */
 void mscx_exec_destroy_deferred(struct mscx_exec *ex);
 

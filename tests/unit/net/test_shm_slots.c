@@ -7,9 +7,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -272,6 +274,63 @@ START_TEST(test_bad_arguments)
 }
 END_TEST
 
+/* A child creates a segment, sends its name, then dies (@p die) or waits to be killed. */
+static pid_t child_segment(int die, char name[MSCX_SLOTS_NAME_MAX])
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct mscx_slots *u;
+        char mine[MSCX_SLOTS_NAME_MAX] = "";
+        if (mscx_slots_create("stale", 0, 2, mine, &u) != MSCX_OK)
+            _exit(1);
+        ssize_t w = write(fds[1], mine, sizeof(mine));
+        (void)w;
+        if (die)
+            raise(SIGKILL); /* no unlink, no exit handler: as a crash */
+        pause();
+        _exit(0);
+    }
+    close(fds[1]);
+    ck_assert_int_eq(read(fds[0], name, MSCX_SLOTS_NAME_MAX), MSCX_SLOTS_NAME_MAX);
+    close(fds[0]);
+    return pid;
+}
+
+static int segment_exists(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd >= 0)
+        close(fd);
+    return fd >= 0;
+}
+
+/* A killed rank's segment is gone after the next setup; a live process's stays. */
+START_TEST(test_stale_segment_removed)
+{
+    char dead[MSCX_SLOTS_NAME_MAX], live[MSCX_SLOTS_NAME_MAX], mine[MSCX_SLOTS_NAME_MAX];
+    int st;
+    pid_t l = child_segment(0, live);
+    pid_t d = child_segment(1, dead);
+    ck_assert_int_eq(waitpid(d, &st, 0), d);
+    int dead_left = WIFSIGNALED(st) && segment_exists(dead);
+    struct mscx_slots *u = NULL;
+    mscx_status_t made = mscx_slots_create("setup", 0, 2, mine, &u);
+    int dead_after = segment_exists(dead), live_after = segment_exists(live);
+    kill(l, SIGKILL);
+    waitpid(l, &st, 0);
+    ck_assert_msg(dead_left, "the killed child left no segment %s: the test proves nothing", dead);
+    ck_assert_int_eq(made, MSCX_OK);
+    ck_assert_msg(!dead_after, "%s of the killed process is still there after the next setup", dead);
+    ck_assert_msg(live_after, "%s of a live process was removed", live);
+    waitpid(l, &st, 0);
+    shm_unlink(live);
+    mscx_slots_destroy(u);
+}
+END_TEST
+
 Suite *mscx_test_suite(void)
 {
     Suite *s = suite_create("shm_slots");
@@ -282,6 +341,7 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_stale_and_ahead);
     tcase_add_test(tc, test_abort_ends_wait);
     tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_stale_segment_removed);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -46,7 +46,8 @@ def main():
     if not os.path.isfile(path):
         print("no summary file %s (dir has %s)" % (path, sorted(os.listdir(d))))
         return 1
-    leftovers = [f for f in os.listdir(d) if f.startswith(base) and ".tmp" in f]
+    # the temporary file beside it is PATH.XXXXXX (mkstemp)
+    leftovers = [f for f in os.listdir(d) if f.startswith(os.path.basename(path) + ".")]
     if leftovers:
         errors.append("temporary files left: %s" % leftovers)
     with open(path) as fh:

@@ -18,6 +18,11 @@
  *   several-initall    ncclCommInitAll of 2 (FAKE_NCCL_LOCAL=1): both set up
  *                      (one thread each), then each routes its calls
  *   several-group      two ncclCommInitRank in one group, likewise
+ *   quiet              ncclCommInitAll of 4 (FAKE_NCCL_LOCAL=1) with the shipped
+ *                      plans of every node layout; on each rank a routed 1 KB
+ *                      allreduce, a 64 MB one and an fp64 one (NCCL's by size
+ *                      and type), then destroy: ordinary routing, so the
+ *                      caller sees nothing on stderr at the default log level
  *   --expect-shim --lifecycle
  *                      agree.sh's rank program on a non-blocking communicator
  *                      of FAKE_NCCL_NRANKS ranks: init, poll, two allreduces,
@@ -197,6 +202,32 @@ static void several_group(void)
     check_several(comms, 2, "two inits in a group");
 }
 
+static void quiet(void)
+{
+    enum { N = 4, BIG = 16 << 20 };
+    ncclComm_t comms[N] = {NULL};
+    int devs[N] = {0, 1, 2, 3};
+    float *big = calloc(BIG, sizeof(float));
+    fake_log_clear();
+    if (!big || ncclCommInitAll(comms, N, devs) != ncclSuccess) {
+        FAIL("no 64 MB buffer, or ncclCommInitAll of %d failed", N);
+        free(big);
+        return;
+    }
+    expect_lines("mscx_exec_create", N, "ncclCommInitAll of 4");
+    for (int i = 0; i < N; i++) {
+        if (allreduce(comms[i]) != ncclSuccess ||
+            ncclAllReduce(big, big, BIG, ncclFloat, ncclSum, comms[i], NULL) != ncclSuccess ||
+            ncclAllReduce(big, big, 128, ncclFloat64, ncclSum, comms[i], NULL) != ncclSuccess)
+            FAIL("an allreduce on rank %d failed", i);
+    }
+    expect_lines("mscx_exec_launch", N, "the 1 KB allreduces");
+    expect_lines("ncclAllReduce", 2 * N, "the 64 MB and fp64 allreduces");
+    for (int i = 0; i < N; i++)
+        ncclCommDestroy(comms[i]);
+    free(big);
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
@@ -208,6 +239,7 @@ int main(int argc, char **argv)
         {"nonblocking-group", nonblocking_group},
         {"several-initall", several_initall},
         {"several-group", several_group},
+        {"quiet", quiet},
     };
     if (argc == 3 && !strcmp(argv[1], "--expect-shim") && !strcmp(argv[2], "--lifecycle")) {
         nonblocking_lifecycle();
@@ -222,7 +254,7 @@ int main(int argc, char **argv)
         return failures ? 1 : 0;
     }
     fprintf(stderr,
-            "usage: %s nonblocking|nonblocking-early|nonblocking-group|several-initall|several-group\n",
+            "usage: %s nonblocking|nonblocking-early|nonblocking-group|several-initall|several-group|quiet\n",
             argv[0]);
     return 2;
 }
