@@ -79,6 +79,7 @@ static mscx_status_t exec_open(struct mscx_exec *ex)
 {
     MSCX_CHECK(device_check(ex->device, &ex->pdl_ok));
     MSCX_CHECK(CU(cudaStreamCreateWithFlags(&ex->ustream, cudaStreamNonBlocking)));
+    MSCX_CHECK(mscx_gpu_order_open(ex));
     MSCX_CHECK(CU(cudaHostAlloc((void **)&ex->host, sizeof(*ex->host), cudaHostAllocMapped)));
     memset(ex->host, 0, sizeof(*ex->host));
     return CU(cudaHostGetDevicePointer((void **)&ex->host_dev, ex->host, 0));
@@ -108,6 +109,7 @@ mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device,
         mscx_gpu_dev_leave(prev);
         return MSCX_OK;
     }
+    mscx_gpu_order_close(ex);
     if (ex->ustream)
         cudaStreamDestroy(ex->ustream);
     if (ex->host)
@@ -197,6 +199,7 @@ static void exec_free(struct mscx_exec *ex)
         free(ex->group->execs);
         free(ex->group);
     }
+    mscx_gpu_order_close(ex);
     if (ex->ustream)
         cudaStreamDestroy(ex->ustream);
     if (ex->host)

@@ -329,18 +329,12 @@ static mscx_status_t enqueue(const struct gpu_plan *gp, const struct alias_plan 
     return MSCX_OK;
 }
 
-mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf, void *recvbuf,
-                               uint64_t msg_bytes, enum mscx_dtype dtype, enum mscx_redop op,
-                               enum mscx_pkt_format pkt, void *stream)
+/* One launch of a ready plan, its arguments checked, after the previous launch of the executor. */
+static mscx_status_t launch_run(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf, void *recvbuf,
+                                uint64_t msg_bytes, enum mscx_dtype dtype, enum mscx_redop op,
+                                enum mscx_pkt_format pkt, void *stream)
 {
-    if (!ex || plan_id >= ex->nplans || (unsigned)dtype >= MSCX_DT_COUNT ||
-        (unsigned)op >= MSCX_REDOP_COUNT || (pkt != MSCX_PKT_LL16 && pkt != MSCX_PKT_LL8))
-        return MSCX_ERR_INVALID_ARG;
     struct gpu_plan *gp = &ex->plans[plan_id];
-    if (!gp->ready) {
-        MSCX_WARN("caller bug: plan %u launched before every rank added it", plan_id);
-        return MSCX_ERR_INVALID_ARG;
-    }
     mscx_gpu_stream_note(ex, (cudaStream_t)stream);
     if (gp->c_msg != msg_bytes || gp->c_dtype != (int)dtype || gp->c_pkt != (int)pkt)
         MSCX_CHECK(args_cache(ex, gp, msg_bytes, dtype, pkt));
@@ -365,6 +359,47 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     a->pkt = pkt;
     MSCX_CHECK(args_program(ex, gp, kent, &ap));
     return enqueue(gp, &ap, stream);
+}
+
+/*
+ * Launches of one executor run in the order they were made, whatever their
+ * streams (launch_order.h): on the stream of the previous launch this is
+ * one compare; on another one the launch first waits for the previous one.
+ * The wait and the marks stay enqueued when the launch itself fails.
+ */
+static mscx_status_t order_finish(struct mscx_exec *ex, void *stream, unsigned steps, mscx_status_t st)
+{
+    if (steps & MSCX_ORDER_AFTER) {
+        mscx_status_t o = mscx_gpu_order_leave(ex, (cudaStream_t)stream, steps);
+        if (st == MSCX_OK)
+            st = o;
+    }
+    return st;
+}
+
+/* Whether plan @p plan_id of @p ex may be launched (every rank added it). */
+static int plan_ready(const struct mscx_exec *ex, uint32_t plan_id)
+{
+    if (ex->plans[plan_id].ready)
+        return 1;
+    MSCX_WARN("caller bug: plan %u launched before every rank added it", plan_id);
+    return 0;
+}
+
+mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf, void *recvbuf,
+                               uint64_t msg_bytes, enum mscx_dtype dtype, enum mscx_redop op,
+                               enum mscx_pkt_format pkt, void *stream)
+{
+    if (!ex || plan_id >= ex->nplans || (unsigned)dtype >= MSCX_DT_COUNT ||
+        (unsigned)op >= MSCX_REDOP_COUNT || (pkt != MSCX_PKT_LL16 && pkt != MSCX_PKT_LL8))
+        return MSCX_ERR_INVALID_ARG;
+    if (!plan_ready(ex, plan_id))
+        return MSCX_ERR_INVALID_ARG;
+    unsigned steps = 0;
+    if (stream != ex->ord.last)
+        MSCX_CHECK(mscx_gpu_order_enter(ex, (cudaStream_t)stream, &steps));
+    mscx_status_t st = launch_run(ex, plan_id, sendbuf, recvbuf, msg_bytes, dtype, op, pkt, stream);
+    return order_finish(ex, stream, steps, st);
 }
 
 /* Whether @p sc is a scale a launch of @p dtype, @p op on @p gp can apply. */
@@ -397,41 +432,30 @@ static mscx_status_t scaled_run(struct mscx_exec *ex, uint32_t plan_id, void *re
 {
     struct gpu_plan *gp = &ex->plans[plan_id];
     if (gp->plan->coll != MSCX_COLL_REDUCESCATTER || !gp->plan->inplace)
-        return mscx_exec_launch(ex, plan_id, gp->tmp, recvbuf, msg_bytes, dtype, MSCX_REDOP_SUM, pkt, stream);
+        return launch_run(ex, plan_id, gp->tmp, recvbuf, msg_bytes, dtype, MSCX_REDOP_SUM, pkt, stream);
     uint64_t out = gp->c_args.out_bytes;
     char *slice = gp->tmp + (uint64_t)ex->bs.rank * out;
-    MSCX_CHECK(mscx_exec_launch(ex, plan_id, gp->tmp, slice, msg_bytes, dtype, MSCX_REDOP_SUM, pkt, stream));
+    MSCX_CHECK(launch_run(ex, plan_id, gp->tmp, slice, msg_bytes, dtype, MSCX_REDOP_SUM, pkt, stream));
     if (out &&
         cudaMemcpyAsync(recvbuf, slice, out, cudaMemcpyDeviceToDevice, (cudaStream_t)stream) != cudaSuccess)
         return mscx_gpu_check(cudaGetLastError(), "scaled output copy");
     return MSCX_OK;
 }
 
-mscx_status_t mscx_exec_launch_scaled(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf,
-                                      void *recvbuf, uint64_t msg_bytes, enum mscx_dtype dtype,
-                                      enum mscx_redop op, const struct mscx_scale *scale,
-                                      enum mscx_pkt_format pkt, void *stream)
+/*
+ * The scaled launch, checked, after the previous launch of the executor:
+ * the scaling kernel writes the staging buffer, so it is ordered too.
+ */
+static mscx_status_t scaled_launch_run(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf,
+                                       void *recvbuf, uint64_t msg_bytes, enum mscx_dtype dtype,
+                                       const struct mscx_scale *scale, enum mscx_pkt_format pkt, void *stream)
 {
-    if (!scale || scale->kind == MSCX_SCALE_NONE)
-        return mscx_exec_launch(ex, plan_id, sendbuf, recvbuf, msg_bytes, dtype, op, pkt, stream);
-    if (!ex || plan_id >= ex->nplans || (unsigned)dtype >= MSCX_DT_COUNT ||
-        (pkt != MSCX_PKT_LL16 && pkt != MSCX_PKT_LL8))
-        return MSCX_ERR_INVALID_ARG;
     struct gpu_plan *gp = &ex->plans[plan_id];
-    if (!gp->ready) {
-        MSCX_WARN("caller bug: plan %u launched before every rank added it", plan_id);
-        return MSCX_ERR_INVALID_ARG;
-    }
-    if (!scale_usable(gp, dtype, op, scale)) {
-        MSCX_WARN("caller bug: plan %s: a scaled launch of %s %s (scale kind %d)", gp->plan->name,
-                  mscx_redop_name(op), mscx_dtype_name(dtype), (int)scale->kind);
-        return MSCX_ERR_INVALID_ARG;
-    }
     if (gp->c_msg != msg_bytes || gp->c_dtype != (int)dtype || gp->c_pkt != (int)pkt)
         MSCX_CHECK(args_cache(ex, gp, msg_bytes, dtype, pkt));
     uint64_t in = gp->c_args.in_bytes;
     if (in == 0)
-        return mscx_exec_launch(ex, plan_id, sendbuf, recvbuf, msg_bytes, dtype, MSCX_REDOP_SUM, pkt, stream);
+        return launch_run(ex, plan_id, sendbuf, recvbuf, msg_bytes, dtype, MSCX_REDOP_SUM, pkt, stream);
     if (gp->ident && in == gp->c_args.out_bytes) /* the output is the scaled input */
         return scale_enqueue(dtype, recvbuf, sendbuf, in, scale, stream);
     if (in > gp->tmp_bytes) {
@@ -444,4 +468,29 @@ mscx_status_t mscx_exec_launch_scaled(struct mscx_exec *ex, uint32_t plan_id, co
     }
     MSCX_CHECK(scale_enqueue(dtype, gp->tmp, sendbuf, in, scale, stream));
     return scaled_run(ex, plan_id, recvbuf, msg_bytes, dtype, pkt, stream);
+}
+
+mscx_status_t mscx_exec_launch_scaled(struct mscx_exec *ex, uint32_t plan_id, const void *sendbuf,
+                                      void *recvbuf, uint64_t msg_bytes, enum mscx_dtype dtype,
+                                      enum mscx_redop op, const struct mscx_scale *scale,
+                                      enum mscx_pkt_format pkt, void *stream)
+{
+    if (!scale || scale->kind == MSCX_SCALE_NONE)
+        return mscx_exec_launch(ex, plan_id, sendbuf, recvbuf, msg_bytes, dtype, op, pkt, stream);
+    if (!ex || plan_id >= ex->nplans || (unsigned)dtype >= MSCX_DT_COUNT ||
+        (pkt != MSCX_PKT_LL16 && pkt != MSCX_PKT_LL8))
+        return MSCX_ERR_INVALID_ARG;
+    if (!plan_ready(ex, plan_id))
+        return MSCX_ERR_INVALID_ARG;
+    struct gpu_plan *gp = &ex->plans[plan_id];
+    if (!scale_usable(gp, dtype, op, scale)) {
+        MSCX_WARN("caller bug: plan %s: a scaled launch of %s %s (scale kind %d)", gp->plan->name,
+                  mscx_redop_name(op), mscx_dtype_name(dtype), (int)scale->kind);
+        return MSCX_ERR_INVALID_ARG;
+    }
+    unsigned steps = 0;
+    if (stream != ex->ord.last)
+        MSCX_CHECK(mscx_gpu_order_enter(ex, (cudaStream_t)stream, &steps));
+    mscx_status_t st = scaled_launch_run(ex, plan_id, sendbuf, recvbuf, msg_bytes, dtype, scale, pkt, stream);
+    return order_finish(ex, stream, steps, st);
 }

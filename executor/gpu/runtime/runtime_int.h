@@ -11,6 +11,7 @@
  *   launch.c    mscx_exec_launch: the cached arguments, buffer placement
  *   programs.c  the compiled programs kept per context
  *   trace.c     MSCX_TRACE: the records of every traced executor
+ *   order.c     the order of launches across streams (launch_order.h)
  *
  * The kernel is in kernels/exec_kernel.cu; the device layout in launch_abi.h.
  */
@@ -26,6 +27,7 @@
 #include "launch_abi.h"
 #include "gpu_port.h"
 #include "peer_buffers.h"
+#include "launch_order.h"
 
 #define MSCX_GPU_MAX_PLANS 64
 
@@ -139,6 +141,10 @@ struct mscx_exec {
     int streams_unknown;                    /* more streams, or the per-thread one: kept until a destroy */
     cudaEvent_t done_ev[MSCX_EXEC_STREAMS]; /* recorded at the abort after every launch on each stream */
     unsigned ndone_ev;
+    struct mscx_order ord;          /* launches in the order they were made (order.c) */
+    cudaEvent_t ord_done, ord_join;
+    cudaGraphNode_t ord_sink;       /* the record node of ord_done of capture ord.cap_id */
+    cudaGraphNode_t ord_sink_dep;   /* the node it was last made to follow, when that was one node */
     uint32_t nplans;
     struct gpu_plan plans[MSCX_GPU_MAX_PLANS];
 };
@@ -203,6 +209,21 @@ int mscx_progcache_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint3
 
 /** Make entry @p e's program visible to a kernel on any stream (copied once; see programs.c). */
 mscx_status_t mscx_progcache_upload(struct mscx_exec *ex, struct gpu_plan *gp, struct kp_ent *e);
+
+/* order.c */
+
+/** At create: the events and the state of launch_order.h. */
+mscx_status_t mscx_gpu_order_open(struct mscx_exec *ex);
+/** At free. */
+void mscx_gpu_order_close(struct mscx_exec *ex);
+/**
+ * Before a launch on @p s (called only when @p s differs from ex->ord.last):
+ * make it wait for the previous launch. *@p steps_p receives what
+ * mscx_gpu_order_leave() must do after the launch.
+ */
+mscx_status_t mscx_gpu_order_enter(struct mscx_exec *ex, cudaStream_t s, unsigned *steps_p);
+/** After a launch whose steps include one of MSCX_ORDER_AFTER. */
+mscx_status_t mscx_gpu_order_leave(struct mscx_exec *ex, cudaStream_t s, unsigned steps);
 
 /* trace.c */
 
