@@ -1040,12 +1040,12 @@ SHIM_HOT static int decide(const struct shim_comm *c, const struct shim_coll_cal
                    ? shim_route_pick_windowed(&q, c->route, c->nroute, &c->win[call->coll], why_p)
                    : shim_route_pick(&q, c->route, c->nroute, why_p);
     /*
-     * A buffer in a registered NCCL window may take NCCL's symmetric kernels, faster than the NCCL
-     * our plans' ranges were measured against: only a plan measured faster than those takes it. A
-     * local fact, but rank-uniform as NCCL's own choice of those kernels is: they need every rank to
-     * pass registered buffers at the same offsets.
+     * Buffers in symmetric NCCL windows may take NCCL's symmetric kernels, faster than the NCCL
+     * our plans' ranges were measured against: only a plan measured faster than those takes them.
+     * A local fact, but rank-uniform as NCCL's own choice of those kernels is: a symmetric window
+     * binds every rank to pass such buffers at the same offsets.
      */
-    if (pick >= 0 && !c->route[pick].beats_nccl_window && shim_window_covers_call(call, c->nranks)) {
+    if (pick >= 0 && !c->route[pick].beats_nccl_window && shim_window_covers_call(call)) {
         *why_p = SHIM_WHY_WINDOW;
         return -1;
     }

@@ -90,7 +90,7 @@ enum shim_reason {
     SHIM_WHY_ROOT,          /* no broadcast plan for this root */
     SHIM_WHY_NO_PLAN,       /* no plan for this collective and communicator */
     SHIM_WHY_LAUNCH,        /* the executor refused the launch before enqueueing anything */
-    SHIM_WHY_WINDOW,        /* a buffer is in a registered NCCL window, where the plan does not beat NCCL */
+    SHIM_WHY_WINDOW,        /* buffers in symmetric NCCL windows, where the plan does not beat NCCL */
     SHIM_WHY_SENDRECV,      /* a send/recv group shaped as an alltoall that not every rank ran as one */
     SHIM_WHY_COUNT
 };
@@ -273,20 +273,15 @@ void shim_table_each(void (*fn)(void *obj, void *ctx), void *ctx);
 
 /* ---- window.c: the NCCL windows the application registered ---- */
 
-/**
- * 1 when [@p p, @p p + @p bytes) overlaps a window registered on @p comm
- * (ncclCommWindowRegister), or may: a communicator whose windows could not
- * all be kept counts every buffer as registered. One relaxed atomic load
- * and no lock while no window is registered anywhere.
- */
-int shim_window_covers(ncclComm_t comm, const void *p, size_t bytes);
 struct shim_coll_call;
 /**
- * 1 when a buffer of @p call that every rank uses (both of most
- * collectives; a broadcast's receive buffer) is registered on its
- * communicator of @p nranks ranks (shim_window_covers()).
+ * 1 when NCCL would consider its symmetric kernels for @p call: its send
+ * and receive buffers (a broadcast's receive buffer) each start inside a
+ * window registered on its communicator with NCCL_WIN_COLL_SYMMETRIC. The
+ * same on every rank. One relaxed atomic load and no lock while no such
+ * window is registered anywhere.
  */
-int shim_window_covers_call(const struct shim_coll_call *call, uint32_t nranks);
+int shim_window_covers_call(const struct shim_coll_call *call);
 /** Forget every window of @p comm (it ended): a later communicator at its address starts with none. */
 void shim_window_forget_comm(ncclComm_t comm);
 

@@ -1,16 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The NCCL windows the application registered (ncclCommWindowRegister), so
- * that routing can leave a call on a registered buffer to NCCL's symmetric
- * kernels unless the plan was measured faster than those (comm.c decide()).
+ * The NCCL windows the application registered with NCCL_WIN_COLL_SYMMETRIC
+ * (ncclCommWindowRegister), so that routing can leave to NCCL a call that
+ * NCCL would run on its symmetric kernels, unless the plan was measured
+ * faster than those (comm.c decide()).
  *
- * One table of (communicator, window, [lo, hi)) under a lock: registration
+ * NCCL 2.28 considers its symmetric kernels for a collective only when the
+ * send and the receive buffer each start inside a window registered with
+ * that flag; a symmetric window binds every rank to pass such buffers at
+ * the same offsets, so the test is the same on every rank. A window
+ * registered without the flag binds nobody (a buffer may lie in one on one
+ * rank only), so it is not kept and never changes a decision.
+ *
+ * One list of (communicator, window, [lo, hi)) under a lock: registration
  * is rare. A lookup while nothing is registered anywhere reads one counter
- * and takes no lock. The table never misses a registered window: a window
- * it cannot keep (no memory, or WIN_MAX windows kept) marks its
- * communicator incomplete, and every buffer of an incomplete communicator
- * counts as registered until the communicator ends. When even that mark
- * cannot be kept, every buffer of every communicator counts, for good.
+ * and takes no lock. The list never loses a window: its entry is allocated
+ * before NCCL registers it, and where there is no memory for that the
+ * registration fails with ncclSystemError before NCCL sees it, as NCCL's
+ * own registration fails where it cannot allocate.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -20,10 +27,8 @@
 #include "mscx/fork.h"
 #include "shim_int.h"
 
-#define WIN_MAX (1u << 14) /* windows kept at once; more mark their communicator incomplete */
-#define WIN_LOST_MAX 64u   /* incomplete communicators at once; more make every buffer count */
-
 struct win_entry {
+    struct win_entry *next;
     ncclComm_t comm;
     ncclWindow_t win; /* the handle NCCL gave, NULL while unknown (a deferred registration) */
     uintptr_t lo, hi; /* [lo, hi) */
@@ -31,11 +36,8 @@ struct win_entry {
 
 static pthread_mutex_t win_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct win_entry *wins;
-static size_t nwins, capwins;
-static ncclComm_t lost[WIN_LOST_MAX]; /* incomplete communicators */
-static size_t nlost;
-static int lost_all; /* lost[] was full: every buffer of every communicator counts */
-/* nwins + nlost + lost_all: 0 spares a lookup the lock. Written under the lock. */
+static size_t nwins;
+/* nwins: 0 spares a lookup the lock. Written under the lock. */
 static atomic_size_t win_watch;
 
 /* A leaf lock (nothing is taken while it is held): any level after the ones held around it. */
@@ -46,26 +48,7 @@ __attribute__((constructor)) static void win_fork_init(void)
 
 static void watch_update(void)
 {
-    atomic_store_explicit(&win_watch, nwins + nlost + (size_t)lost_all, memory_order_relaxed);
-}
-
-static int is_lost(ncclComm_t comm)
-{
-    for (size_t i = 0; i < nlost; i++)
-        if (lost[i] == comm)
-            return 1;
-    return 0;
-}
-
-/* The table cannot hold a window of @p comm: all its buffers count from now on. The lock is held. */
-static void mark_lost(ncclComm_t comm)
-{
-    if (lost_all || is_lost(comm))
-        return;
-    if (nlost < WIN_LOST_MAX)
-        lost[nlost++] = comm;
-    else
-        lost_all = 1;
+    atomic_store_explicit(&win_watch, nwins, memory_order_relaxed);
 }
 
 static uintptr_t range_end(const void *p, size_t bytes)
@@ -74,127 +57,87 @@ static uintptr_t range_end(const void *p, size_t bytes)
     return bytes > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + bytes;
 }
 
-/* Keep window @p win (NULL: unknown) of @p comm over [@p buff, @p buff + @p size). */
-static void win_record(ncclComm_t comm, ncclWindow_t win, const void *buff, size_t size)
-{
-    int kept = 0;
-    size_t n;
-    pthread_mutex_lock(&win_lock);
-    if (nwins == capwins && capwins < WIN_MAX) {
-        size_t cap = capwins ? capwins * 2 : 16;
-        struct win_entry *grown = realloc(wins, cap * sizeof(*wins));
-        if (grown) {
-            wins = grown;
-            capwins = cap;
-        }
-    }
-    if (nwins < capwins) {
-        wins[nwins++] = (struct win_entry){comm, win, (uintptr_t)buff, range_end(buff, size)};
-        kept = 1;
-    } else {
-        mark_lost(comm);
-    }
-    n = nwins;
-    watch_update();
-    pthread_mutex_unlock(&win_lock);
-    if (!kept)
-        shim_warn_once("window:lost",
-                       "mscx: cannot keep NCCL window %p of comm %p (%zu windows kept, or no memory); "
-                       "every buffer of such a communicator counts as registered until it ends",
-                       (void *)win, (void *)comm, n);
-}
-
 /* Forget window @p win of @p comm, if kept. */
 static void win_forget(ncclComm_t comm, ncclWindow_t win)
 {
+    struct win_entry *gone = NULL;
     pthread_mutex_lock(&win_lock);
-    for (size_t i = 0; win && i < nwins; i++) {
-        if (wins[i].comm == comm && wins[i].win == win) {
-            wins[i] = wins[--nwins];
+    for (struct win_entry **pp = &wins; win && *pp; pp = &(*pp)->next) {
+        if ((*pp)->comm == comm && (*pp)->win == win) {
+            gone = *pp;
+            *pp = gone->next;
+            nwins--;
             break;
         }
     }
     watch_update();
     pthread_mutex_unlock(&win_lock);
+    free(gone);
 }
 
 void shim_window_forget_comm(ncclComm_t comm)
 {
     if (atomic_load_explicit(&win_watch, memory_order_relaxed) == 0)
         return;
+    struct win_entry *gone = NULL;
     pthread_mutex_lock(&win_lock);
-    for (size_t i = 0; i < nwins;) {
-        if (wins[i].comm == comm)
-            wins[i] = wins[--nwins];
-        else
-            i++;
-    }
-    for (size_t i = 0; i < nlost; i++) {
-        if (lost[i] == comm) {
-            lost[i] = lost[--nlost];
-            break;
+    for (struct win_entry **pp = &wins; *pp;) {
+        struct win_entry *e = *pp;
+        if (e->comm == comm) {
+            *pp = e->next;
+            e->next = gone;
+            gone = e;
+            nwins--;
+        } else {
+            pp = &e->next;
         }
     }
     watch_update();
     pthread_mutex_unlock(&win_lock);
+    while (gone) {
+        struct win_entry *next = gone->next;
+        free(gone);
+        gone = next;
+    }
 }
 
-int shim_window_covers(ncclComm_t comm, const void *p, size_t bytes)
+/* 1 when @p p lies in a symmetric window of @p comm. */
+static int window_holds(ncclComm_t comm, const void *p)
 {
     if (atomic_load_explicit(&win_watch, memory_order_relaxed) == 0)
         return 0;
-    uintptr_t lo = (uintptr_t)p, hi = range_end(p, bytes);
+    uintptr_t a = (uintptr_t)p;
+    int hit = 0;
     pthread_mutex_lock(&win_lock);
-    int hit = lost_all || is_lost(comm);
-    for (size_t i = 0; !hit && i < nwins; i++)
-        hit = wins[i].comm == comm && lo < wins[i].hi && wins[i].lo < hi;
+    for (const struct win_entry *e = wins; !hit && e; e = e->next)
+        hit = e->comm == comm && e->lo <= a && a < e->hi;
     pthread_mutex_unlock(&win_lock);
     return hit;
 }
 
 /*
- * The buffers every rank passes: a broadcast's send buffer matters at its
- * root only (NCCL ignores it elsewhere), so it is left out for the answer
- * to be the same on every rank.
+ * NCCL's test for its symmetric kernels: both buffers in symmetric windows.
+ * A broadcast's send buffer matters at its root only (NCCL ignores it
+ * elsewhere), so only its receive buffer is tested, for the answer to be
+ * the same on every rank.
  */
-SHIM_HOT int shim_window_covers_call(const struct shim_coll_call *call, uint32_t nranks)
+SHIM_HOT int shim_window_covers_call(const struct shim_coll_call *call)
 {
     if (atomic_load_explicit(&win_watch, memory_order_relaxed) == 0)
         return 0;
-    size_t unit, all;
-    if (__builtin_mul_overflow(call->count, shim_dtype_bytes(call->dtype), &unit))
-        unit = SIZE_MAX;
-    if (__builtin_mul_overflow(unit, (size_t)(nranks ? nranks : 1), &all))
-        all = SIZE_MAX;
-    size_t send = unit, recv = unit;
-    switch (call->coll) {
-    case MSCX_COLL_ALLGATHER:
-        recv = all;
-        break;
-    case MSCX_COLL_REDUCESCATTER:
-        send = all;
-        break;
-    case MSCX_COLL_ALLTOALL:
-        send = recv = all;
-        break;
-    case MSCX_COLL_BROADCAST:
-        send = 0;
-        break;
-    default:
-        break;
-    }
-    return (send && shim_window_covers(call->comm, call->sendbuf, send)) ||
-           shim_window_covers(call->comm, call->recvbuf, recv);
+    return (call->coll == MSCX_COLL_BROADCAST || window_holds(call->comm, call->sendbuf)) &&
+           window_holds(call->comm, call->recvbuf);
 }
 
 /* ---- the intercepts ---- */
 
 #ifdef SHIM_HAVE_ncclCommWindowRegister
 /*
- * Kept on success. Inside a group, or when a non-blocking communicator
- * answers ncclInProgress, the handle may be written only when the
- * operation completes: the range is kept without it, so no deregister
- * removes it, and it counts until the communicator ends.
+ * A symmetric window is kept on success. Inside a group, or when a
+ * non-blocking communicator answers ncclInProgress, the handle may be
+ * written only when the operation completes: the range is kept without it,
+ * so no deregister removes it, and it counts until the communicator ends
+ * (on every rank alike: each registered it).
  */
 ncclResult_t shim_ncclCommWindowRegister(int prof, ncclComm_t comm, void *buff, size_t size,
                                          ncclWindow_t *win, int winFlags)
@@ -203,10 +146,26 @@ ncclResult_t shim_ncclCommWindowRegister(int prof, ncclComm_t comm, void *buff, 
     if (!fn)
         return shim_err_result();
     shim_err_clear();
+    struct win_entry *e = NULL;
+    if (winFlags & NCCL_WIN_COLL_SYMMETRIC) {
+        e = calloc(1, sizeof(*e));
+        if (!e)
+            return shim_err_set(ncclSystemError, "mscx: ncclCommWindowRegister: out of host memory");
+    }
     int deferred = shim_group_depth() > 0;
     ncclResult_t res = fn(comm, buff, size, win, winFlags);
-    if (res == ncclSuccess || res == ncclInProgress)
-        win_record(comm, res == ncclSuccess && !deferred && win ? *win : NULL, buff, size);
+    if (e && (res == ncclSuccess || res == ncclInProgress)) {
+        *e = (struct win_entry){NULL, comm, res == ncclSuccess && !deferred && win ? *win : NULL, (uintptr_t)buff,
+                                range_end(buff, size)};
+        pthread_mutex_lock(&win_lock);
+        e->next = wins;
+        wins = e;
+        nwins++;
+        watch_update();
+        pthread_mutex_unlock(&win_lock);
+        e = NULL;
+    }
+    free(e);
     return res;
 }
 #endif

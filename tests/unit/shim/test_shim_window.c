@@ -7,21 +7,25 @@
  * NCCL (FAKE_NCCL_LOG); the summary at destroy (MSCX_DEBUG_FILE) counts the
  * fallbacks under the reason "window".
  *
- *   tracked  shipped plans (none marked "beats_nccl_window"): a call with a
- *            buffer in a window of its communicator goes to NCCL, the same
- *            call on other buffers routes; one byte inside either edge
- *            counts, adjacent does not; a window of another communicator
- *            does not count; a broadcast's send buffer does not count; the
- *            pnccl* names; deregister makes the call route again; a window
- *            registered inside a group counts until its communicator ends
+ *   tracked  shipped plans (none marked "beats_nccl_window"): a call whose
+ *            send and receive buffers both start in symmetric windows of its
+ *            communicator goes to NCCL (NCCL's test for its symmetric
+ *            kernels); one buffer outside, a buffer starting below the
+ *            window, a window of another communicator or one registered
+ *            with NCCL_WIN_DEFAULT: the call routes; a broadcast's send
+ *            buffer does not count; the pnccl* names; deregister makes the
+ *            call route again; a window registered inside a group counts
+ *            until its communicator ends
  *   marked   MSCX_PLAN_DIR holds the allreduce plan with "beats_nccl_window":
  *            true and the broadcast plan without: the registered allreduce
  *            routes, the registered broadcast does not
  *   ends     destroy and abort forget a communicator's windows: the next
  *            communicator at its address routes the same buffers
- *   lost     more windows than the shim keeps (window.c's WIN_MAX): every
- *            buffer of that communicator goes to NCCL until it ends, with
- *            one warning; another communicator is not affected
+ *   many     20,000 symmetric windows: every one is kept (no cap, nothing
+ *            counted as registered that is not), without a warning
+ *   uneven   run as rank FAKE_NCCL_RANK of two: an NCCL_WIN_DEFAULT window
+ *            covers the buffers on rank 0 only, and both ranks route the
+ *            call; then a symmetric window on both: both send it to NCCL
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -37,7 +41,7 @@
 #define WIN_OFF 16384   /* the window: [mem + WIN_OFF, mem + WIN_OFF + WIN_BYTES) */
 #define WIN_BYTES 8192
 #define OUT_OFF 40960          /* a buffer outside every window */
-#define WIN_MAX_KEPT (1 << 14) /* window.c's WIN_MAX */
+#define MANY 20000
 
 static _Alignas(4096) char mem[1 << 16];
 
@@ -88,13 +92,18 @@ static void want_bcast(const char *what, ncclComm_t comm, size_t send_off, size_
         FAIL("%s: broadcast at %zu, %zu %s", what, send_off, recv_off, routed ? "went to NCCL" : "routed");
 }
 
-static ncclWindow_t reg(ncclComm_t comm, void *buff, size_t size)
+static ncclWindow_t reg_flags(ncclComm_t comm, void *buff, size_t size, int flags)
 {
     ncclWindow_t w = NULL;
-    ncclResult_t r = ncclCommWindowRegister(comm, buff, size, &w, NCCL_WIN_COLL_SYMMETRIC);
+    ncclResult_t r = ncclCommWindowRegister(comm, buff, size, &w, flags);
     if (r != ncclSuccess || !w)
         FAIL("ncclCommWindowRegister returned %d, window %p", (int)r, (void *)w);
     return w;
+}
+
+static ncclWindow_t reg(ncclComm_t comm, void *buff, size_t size)
+{
+    return reg_flags(comm, buff, size, NCCL_WIN_COLL_SYMMETRIC);
 }
 
 static void dereg(ncclComm_t comm, ncclWindow_t w)
@@ -122,38 +131,43 @@ static void destroy(ncclComm_t comm)
 static void mode_tracked(void)
 {
     ncclComm_t a = new_comm(), b = new_comm();
-    want_allreduce("nothing registered", a, 0, OUT_OFF, 1);
+    size_t in = WIN_OFF + 1024, in2 = WIN_OFF + 1024 + CALL_BYTES;
+    want_allreduce("nothing registered", a, in, in2, 1);
+    ncclWindow_t dw = reg_flags(a, mem + WIN_OFF, WIN_BYTES, NCCL_WIN_DEFAULT);
+    want_allreduce("both inside a window registered with NCCL_WIN_DEFAULT", a, in, in2, 1);
+    dereg(a, dw);
     ncclWindow_t w = reg(a, mem + WIN_OFF, WIN_BYTES);
-    want_allreduce("send buffer inside", a, WIN_OFF, OUT_OFF, 0);
-    want_allreduce("recv buffer inside", a, 0, WIN_OFF + 1024, 0);
+    want_allreduce("both inside", a, in, in2, 0);
+    want_allreduce("in place inside", a, in, in, 0);
+    want_allreduce("send buffer inside only", a, in, OUT_OFF, 1);
+    want_allreduce("recv buffer inside only", a, 0, in, 1);
     want_allreduce("outside", a, 0, OUT_OFF, 1);
-    want_allreduce("adjacent below", a, WIN_OFF - CALL_BYTES, OUT_OFF, 1);
-    want_allreduce("one byte in at the start", a, WIN_OFF - CALL_BYTES + 1, OUT_OFF, 0);
-    want_allreduce("adjacent above", a, 0, WIN_OFF + WIN_BYTES, 1);
-    want_allreduce("one byte in at the end", a, 0, WIN_OFF + WIN_BYTES - 1, 0);
-    want_allreduce("a window of another communicator", b, WIN_OFF, OUT_OFF, 1);
-    want_bcast("broadcast: the send buffer (used at the root only) inside", a, WIN_OFF, OUT_OFF, 1);
-    want_bcast("broadcast: the recv buffer inside", a, 0, WIN_OFF, 0);
+    want_allreduce("starting one byte below", a, WIN_OFF - 1, WIN_OFF - 1, 1);
+    want_allreduce("starting at the window's first byte", a, WIN_OFF, WIN_OFF, 0);
+    want_allreduce("starting at its last byte", a, WIN_OFF + WIN_BYTES - 1, WIN_OFF + WIN_BYTES - 1, 0);
+    want_allreduce("starting just above", a, WIN_OFF + WIN_BYTES, WIN_OFF + WIN_BYTES, 1);
+    want_allreduce("a window of another communicator", b, in, in2, 1);
+    want_bcast("broadcast: the send buffer (used at the root only) inside", a, in, OUT_OFF, 1);
+    want_bcast("broadcast: the recv buffer inside", a, 0, in, 0);
 
     ncclWindow_t pw = NULL;
-    if (pncclCommWindowRegister(b, mem, CALL_BYTES, &pw, NCCL_WIN_COLL_SYMMETRIC) != ncclSuccess || !pw)
+    if (pncclCommWindowRegister(b, mem, 2 * CALL_BYTES, &pw, NCCL_WIN_COLL_SYMMETRIC) != ncclSuccess || !pw)
         FAIL("pncclCommWindowRegister failed");
-    want_allreduce("registered through pnccl*", b, 0, OUT_OFF, 0);
+    want_allreduce("registered through pnccl*", b, 0, CALL_BYTES, 0);
     if (pncclCommWindowDeregister(b, pw) != ncclSuccess)
         FAIL("pncclCommWindowDeregister failed");
-    want_allreduce("deregistered through pnccl*", b, 0, OUT_OFF, 1);
+    want_allreduce("deregistered through pnccl*", b, 0, CALL_BYTES, 1);
 
     dereg(a, w);
-    want_allreduce("deregistered", a, WIN_OFF, OUT_OFF, 1);
-    want_allreduce("deregistered, one byte in", a, 0, WIN_OFF + WIN_BYTES - 1, 1);
+    want_allreduce("deregistered", a, in, in2, 1);
 
     /* in a group the handle may be written only at its end: the range counts until the comm ends */
     ncclGroupStart();
     ncclWindow_t gw = reg(a, mem + WIN_OFF, WIN_BYTES);
     ncclGroupEnd();
-    want_allreduce("registered in a group", a, WIN_OFF, OUT_OFF, 0);
+    want_allreduce("registered in a group", a, in, in2, 0);
     dereg(a, gw);
-    want_allreduce("registered in a group, deregistered", a, WIN_OFF, OUT_OFF, 0);
+    want_allreduce("registered in a group, deregistered", a, in, in2, 0);
     destroy(a);
     destroy(b);
     check_summary(a, "reasons: window 7", NULL);
@@ -188,53 +202,82 @@ static void mode_ends(void)
 {
     ncclComm_t a = new_comm();
     reg(a, mem + WIN_OFF, WIN_BYTES);
-    want_allreduce("registered", a, WIN_OFF, OUT_OFF, 0);
+    want_allreduce("registered", a, WIN_OFF, WIN_OFF, 0);
     destroy(a); /* without deregistering */
     ncclComm_t again = comm_at(a);
-    want_allreduce("a new communicator where a destroyed one was", again, WIN_OFF, OUT_OFF, 1);
+    want_allreduce("a new communicator where a destroyed one was", again, WIN_OFF, WIN_OFF, 1);
     reg(again, mem + WIN_OFF, WIN_BYTES);
-    want_allreduce("registered", again, WIN_OFF, OUT_OFF, 0);
+    want_allreduce("registered", again, WIN_OFF, WIN_OFF, 0);
     if (ncclCommAbort(again) != ncclSuccess)
         FAIL("ncclCommAbort failed");
     ncclComm_t third = comm_at(a);
-    want_allreduce("a new communicator where an aborted one was", third, WIN_OFF, OUT_OFF, 1);
+    want_allreduce("a new communicator where an aborted one was", third, WIN_OFF, WIN_OFF, 1);
     destroy(third);
     check_summary(a, "reasons: window 1", NULL); /* the first communicator at that address */
 }
 
-static void mode_lost(void)
+static void mode_many(void)
 {
-    ncclComm_t a = new_comm(), b = new_comm();
-    char *far = (char *)(uintptr_t)0x7e0000000000ull; /* nowhere near mem: only their number counts */
-    for (int i = 0; i < WIN_MAX_KEPT + 1; i++) {
-        ncclWindow_t w = NULL;
-        if (ncclCommWindowRegister(a, far + (size_t)i * 64, 64, &w, 0) != ncclSuccess) {
-            FAIL("registration %d failed", i);
-            break;
-        }
+    ncclComm_t a = new_comm();
+    ncclWindow_t *w = calloc(MANY, sizeof(*w));
+    if (!w) {
+        FAIL("no memory");
+        return;
     }
-    fake_log_clear();
-    want_allreduce("a communicator whose windows were not all kept", a, 0, OUT_OFF, 0);
-    want_allreduce("another communicator", b, 0, OUT_OFF, 1);
-    if (!strstr(read_file(getenv("MSCX_DEBUG_FILE")), "cannot keep NCCL window"))
-        FAIL("no warning that a window could not be kept");
+    char *far = (char *)(uintptr_t)0x7e0000000000ull; /* nowhere near mem: only their number counts */
+    for (int i = 0; i < MANY; i++)
+        w[i] = reg(a, far + (size_t)i * 64, 64);
+    ncclWindow_t last = reg(a, mem + WIN_OFF, WIN_BYTES);
+    want_allreduce("outside every one of many windows", a, 0, OUT_OFF, 1);
+    want_allreduce("inside the last of many windows", a, WIN_OFF, WIN_OFF, 0);
+    for (int i = 0; i < MANY; i++)
+        dereg(a, w[i]);
+    want_allreduce("inside the last, the others deregistered", a, WIN_OFF, WIN_OFF, 0);
+    dereg(a, last);
+    want_allreduce("all deregistered", a, WIN_OFF, WIN_OFF, 1);
+    free(w);
+    if (strstr(read_file(getenv("MSCX_DEBUG_FILE")), "WARN"))
+        FAIL("a warning in %s", getenv("MSCX_DEBUG_FILE"));
     destroy(a);
-    ncclComm_t again = comm_at(a);
-    want_allreduce("a new communicator where that one was", again, 0, OUT_OFF, 1);
-    destroy(again);
-    destroy(b);
-    check_summary(a, "reasons: window 1", NULL);
+    check_summary(a, "reasons: window 2", NULL);
+}
+
+/* One rank of two: registration is collective, so both register, each its own buffer. */
+static void mode_uneven(void)
+{
+    int rank = atoi(getenv("FAKE_NCCL_RANK") ? getenv("FAKE_NCCL_RANK") : "0");
+    ncclUniqueId id;
+    ncclComm_t c = NULL;
+    memset(&id, 7, sizeof(id));
+    if (ncclCommInitRank(&c, 2, id, rank) != ncclSuccess || !c) {
+        FAIL("ncclCommInitRank of rank %d of 2 failed", rank);
+        return;
+    }
+    size_t in = WIN_OFF + 1024, in2 = WIN_OFF + 1024 + CALL_BYTES;
+    want_allreduce("nothing registered", c, in, in2, 1);
+    /* legal in NCCL: a default window binds no rank to the others' offsets */
+    ncclWindow_t dw = reg_flags(c, mem + (rank == 0 ? WIN_OFF : OUT_OFF), WIN_BYTES, NCCL_WIN_DEFAULT);
+    want_allreduce("a default window over the buffers on rank 0 only", c, in, in2, 1);
+    ncclWindow_t sw = reg(c, mem + WIN_OFF, WIN_BYTES);
+    want_allreduce("a symmetric window over the buffers on every rank", c, in, in2, 0);
+    dereg(c, sw);
+    dereg(c, dw);
+    want_allreduce("deregistered", c, in, in2, 1);
+    destroy(c);
+    check_summary(c, "reasons: window 1", NULL);
 }
 
 static const struct shim_mode modes[] = {
-    {"tracked", mode_tracked}, {"marked", mode_marked}, {"ends", mode_ends}, {"lost", mode_lost}};
+    {"tracked", mode_tracked}, {"marked", mode_marked}, {"ends", mode_ends}, {"many", mode_many},
+    {"uneven", mode_uneven}};
 #else
 static void mode_skip(void)
 {
     printf("nccl.h older than 2.27: no windows\n");
 }
 static const struct shim_mode modes[] = {
-    {"tracked", mode_skip}, {"marked", mode_skip}, {"ends", mode_skip}, {"lost", mode_skip}};
+    {"tracked", mode_skip}, {"marked", mode_skip}, {"ends", mode_skip}, {"many", mode_skip},
+    {"uneven", mode_skip}};
 #endif
 
 int main(int argc, char **argv)
