@@ -20,6 +20,10 @@
 #include "mscx/fork.h"
 #include "shim_int.h"
 
+#ifndef SHIM_HAVE_ncclCommWindowRegister
+typedef void *ncclWindow_t; /* an nccl.h without windows (before 2.27): none is ever registered */
+#endif
+
 #define WIN_MAX (1u << 14) /* windows kept at once; more mark their communicator incomplete */
 #define WIN_LOST_MAX 64u   /* incomplete communicators at once; more make every buffer count */
 
