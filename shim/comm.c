@@ -744,9 +744,10 @@ static ncclResult_t comm_build(struct shim_comm *c, const struct mscx_config *cf
         shim_route_window_init(&c->win[k], c->route, c->nroute, (enum mscx_coll)k, c->nranks, c->rpn);
     p2p_track(c);
     shim_summary_note_comm(c->rank, c->nranks);
-    MSCX_INFO(MSCX_SUB_SHIM, "mscx %s comm %p (%s) rank %u/%u ranks/node %u: real NCCL %s version %d; %zu plans "
-              "from %s, %zu usable here%s", MSCX_VERSION, (void *)comm, c->how, c->rank, c->nranks, c->rpn,
-              shim_real_path(), shim_real_version(), nplans, shim_plans_dir(), c->nroute,
+    MSCX_INFO(MSCX_SUB_SHIM, "mscx %s comm %p (%s) rank %u/%u ranks/node %u: real NCCL %s version %d (shim built "
+              "on nccl.h %d); %zu plans from %s, %zu usable here%s", MSCX_VERSION, (void *)comm, c->how, c->rank,
+              c->nranks, c->rpn, shim_real_path(), shim_real_version(), NCCL_VERSION_CODE, nplans, shim_plans_dir(),
+              c->nroute,
               c->exec ? "" : " (no executor: NCCL only)");
     return ncclSuccess;
 }
@@ -1029,6 +1030,10 @@ SHIM_HOT static int decide(const struct shim_comm *c, const struct shim_coll_cal
 {
     if (!c->exec) {
         *why_p = SHIM_WHY_NO_STATE;
+        return -1;
+    }
+    if (call->config_nccl) { /* the same config on every rank (NCCL's rule for nccl<Coll>Config) */
+        *why_p = SHIM_WHY_CONFIG;
         return -1;
     }
     struct shim_route_query q = {

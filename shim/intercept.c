@@ -68,6 +68,14 @@ ncclResult_t shim_coll_forward(const struct shim_coll_call *c)
         return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->comm, c->stream);
     }
 #endif
+#ifdef SHIM_HAVE_ncclAllReduceConfig
+    case SHIM_FN_ncclAllReduceConfig:
+    case SHIM_FN_ncclAllGatherConfig:
+    case SHIM_FN_ncclReduceScatterConfig:
+    case SHIM_FN_ncclBroadcastConfig:
+    case SHIM_FN_ncclAlltoAllConfig:
+        return shim_coll_config_forward(c);
+#endif
     default:
         return shim_err_set(ncclInternalError, "mscx: %s cannot be forwarded as a collective", c->fn);
     }
@@ -265,6 +273,26 @@ ncclResult_t shim_ncclCommSplit(int prof, ncclComm_t comm, int color, int key, n
     REAL_OR_FAIL(fn, prof, ncclCommSplit);
     ncclResult_t res = fn(comm, color, key, newcomm, config);
     return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommSplit", config);
+}
+
+#ifdef SHIM_HAVE_ncclCommGrow
+/*
+ * Every rank of the grown communicator calls ncclCommGrow (the parent's with
+ * comm set, the new ones with comm NULL), so each sets it up here as after
+ * ncclCommInitRank, in the same agreement.
+ */
+ncclResult_t shim_ncclCommGrow(int prof, ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                               ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommGrow);
+    ncclResult_t res = fn(comm, nRanks, uniqueId, rank, newcomm, config);
+    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommGrow", config);
+}
+#endif
+
+ncclResult_t shim_comm_after_resume(int prof, ncclResult_t res, ncclComm_t comm)
+{
+    return after_init(prof, res, comm, "by ncclCommResume", NULL);
 }
 
 #ifdef SHIM_HAVE_ncclCommShrink

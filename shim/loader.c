@@ -321,6 +321,9 @@ static int is_init_fn(enum shim_fn id)
 #ifdef SHIM_HAVE_ncclCommShrink
     case SHIM_FN_ncclCommShrink:
 #endif
+#ifdef SHIM_HAVE_ncclCommGrow
+    case SHIM_FN_ncclCommGrow:
+#endif
         return 1;
     default:
         return 0;
@@ -339,7 +342,9 @@ SHIM_HOT void *shim_real_fn(enum shim_fn id)
         return NULL;
     }
     if (!real_fns[id]) {
-        shim_err_set(ncclSystemError, "mscx: the real NCCL %s has no %s", real_path, shim_fn_names[id]);
+        /* a shim built on a newer nccl.h over an older library: the call does not exist there */
+        shim_err_set(ncclInvalidUsage, "mscx: %s is not in the real NCCL %s (version %d); the application needs "
+                     "a newer NCCL for it", shim_fn_names[id], real_path, shim_real_version());
         return NULL;
     }
     return real_fns[id];

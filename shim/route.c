@@ -217,7 +217,7 @@ const char *shim_reason_name(enum shim_reason why)
 {
     static const char *const names[SHIM_WHY_COUNT] = {
         "routed", "no-state", "forced", "group", "dtype", "op", "size", "root", "no-plan", "launch",
-        "window", "sendrecv",
+        "window", "sendrecv", "config",
     };
     return (unsigned)why < SHIM_WHY_COUNT ? names[why] : "unknown";
 }

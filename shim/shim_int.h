@@ -92,6 +92,7 @@ enum shim_reason {
     SHIM_WHY_LAUNCH,        /* the executor refused the launch before enqueueing anything */
     SHIM_WHY_WINDOW,        /* buffers in symmetric NCCL windows, where the plan does not beat NCCL */
     SHIM_WHY_SENDRECV,      /* a send/recv group shaped as an alltoall that not every rank ran as one */
+    SHIM_WHY_CONFIG,        /* its ncclCollConfig_t picks NCCL's algorithm or protocol, or asks what we cannot give */
     SHIM_WHY_COUNT
 };
 
@@ -423,6 +424,8 @@ struct shim_coll_call {
     int root;
     ncclComm_t comm;
     cudaStream_t stream;
+    const void *config;      /* the ncclCollConfig_t of an nccl<Coll>Config call (NULL: none) */
+    int config_nccl;         /* that config asks for NCCL itself (coll_config.c): the call goes to NCCL */
 };
 /**
  * Try our executor. A communicator not in our table goes to NCCL untouched;
@@ -447,6 +450,13 @@ int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p,
 int shim_comm_p2p_agree(const struct shim_coll_call *a2a, int yes);
 /** Forward a collective to the real NCCL (the function and name it was called by). */
 ncclResult_t shim_coll_forward(const struct shim_coll_call *call);
+/** shim_coll_forward() of an nccl<Coll>Config call (coll_config.c), with its config. */
+ncclResult_t shim_coll_config_forward(const struct shim_coll_call *call);
+/**
+ * After the real ncclCommResume of a communicator whose state ncclCommSuspend dropped
+ * (suspend.c): set it up again as after a blocking init (@p res: the real result).
+ */
+ncclResult_t shim_comm_after_resume(int prof, ncclResult_t res, ncclComm_t comm);
 
 /* ---- boot.c: the exchange over the real communicator ---- */
 struct mscx_bootstrap;

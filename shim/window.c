@@ -27,6 +27,10 @@
 #include "mscx/fork.h"
 #include "shim_int.h"
 
+#ifndef SHIM_HAVE_ncclCommWindowRegister
+typedef void *ncclWindow_t; /* an nccl.h without windows (before 2.27): none is ever registered */
+#endif
+
 struct win_entry {
     struct win_entry *next;
     ncclComm_t comm;

@@ -64,13 +64,17 @@ static void print_nccl(FILE *out, const struct mscx_config *cfg)
         fprintf(out, "real NCCL: %s (%s), version %d\n", p.path, p.how, p.version);
     else
         fprintf(out, "real NCCL: none found (%s)\n", p.why);
+#ifdef MSCX_NCCL_H_VERSION
+    fprintf(out, "shim built on: nccl.h %s\n", MSCX_NCCL_H_VERSION);
+#endif
 }
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mscx-info               every MSCX_* environment variable: default, current value,\n"
                "                                 help; then the real NCCL the shim would forward to\n"
-               "       mscx-info --nccl          only that real NCCL: path, how it was found, version\n"
+               "       mscx-info --nccl          only that real NCCL: path, how it was found, version;\n"
+               "                                 and the nccl.h version the shim was built on\n"
                "       mscx-info --explain FILE  per collective and size, what ran and why, from a routing\n"
                "                                 summary (MSCX_SUMMARY_FILE)\n");
 }

@@ -30,6 +30,8 @@ static const struct reason_text reasons[] = {
     {"sendrecv", "a group of one ncclSend and one ncclRecv per rank, counted as an AlltoAll, went to NCCL: it "
                  "was not captured in a CUDA graph, its buffers were not one contiguous block per side with "
                  "the rank itself included, or not every rank agreed to run the same group"},
+    {"config", "an nccl<Coll>Config call whose ncclCollConfig_t selects NCCL's algorithm or protocol "
+               "(algSelection), asks for a launch-completion event, or is not a valid config: NCCL serves it"},
 };
 
 static const char *reason_text(const char *name)

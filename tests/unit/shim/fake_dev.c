@@ -153,8 +153,13 @@ void fake_hook_ncclCommRevoke(ncclComm_t comm, int revokeFlags)
 
 void fake_dev_shrink(ncclComm_t comm, int shrinkFlags)
 {
+#ifdef NCCL_SHRINK_ABORT
     if (dev_on() && (shrinkFlags & NCCL_SHRINK_ABORT))
         fake_stop(comm);
+#else
+    (void)comm;
+    (void)shrinkFlags;
+#endif
 }
 
 /* A revoked or aborted communicator refuses new collectives, as NCCL's does. */

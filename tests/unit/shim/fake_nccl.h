@@ -24,6 +24,10 @@ void fake_hook_ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myr
                                         ncclConfig_t *config);
 void fake_hook_ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
 void fake_hook_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
+#ifdef REC_HAVE_ncclCommGrow
+void fake_hook_ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                            ncclComm_t *newcomm, ncclConfig_t *config);
+#endif
 void fake_hook_ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
                               ncclConfig_t *config, int shrinkFlags);
 void fake_hook_ncclCommCount(const ncclComm_t comm, int *count);

@@ -218,6 +218,23 @@ void fake_hook_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *ne
         *newcomm = color == NCCL_SPLIT_NOCOLOR ? NULL : fake_comm();
 }
 
+#ifdef REC_HAVE_ncclCommGrow
+/* The grown communicator, a new one as after ncclCommInitRank (rank -1: a rank of the parent). */
+void fake_hook_ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                            ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    (void)uniqueId;
+    (void)config;
+    if (!newcomm)
+        return;
+    *newcomm = fake_comm();
+    unsigned *c = fake_slot(comm);
+    int at = rank >= 0 ? rank : c && c[SLOT_LRANK] ? (int)c[SLOT_LRANK] - 1 : 0;
+    local_mark(*newcomm, at, nRanks);
+}
+#endif
+
+#ifdef REC_HAVE_ncclCommShrink
 void fake_hook_ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
                               ncclConfig_t *config, int shrinkFlags)
 {
@@ -228,6 +245,7 @@ void fake_hook_ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int exclud
     if (newcomm)
         *newcomm = fake_comm();
 }
+#endif
 
 void fake_hook_ncclCommCount(const ncclComm_t comm, int *count)
 {
