@@ -5,6 +5,7 @@
  * aborted ones may pile up.
  *
  *   test-gpu-recreate SHIM CYCLES
+ *   test-gpu-recreate SHIM capture
  *
  * The shim is opened with dlopen over the real NCCL (MSCX_NCCL_LIB). At world
  * size 1, CYCLES times: ncclCommInitRank, a 4 KB fp32 AllReduce that a plan
@@ -14,10 +15,16 @@
  * its bound (DEVICE_BOUND, RSS_BOUND): one executor leaked per cycle is
  * several MB of device memory, far past them at 1,000 cycles.
  *
+ * "capture": a communicator is made (and its executor set up) while another
+ * thread captures a graph in global mode; the capture must survive, as it
+ * does with NCCL alone, which switches to relaxed capture mode around its
+ * allocations.
+ *
  * Exits 77 without a GPU or when MSCX_NCCL_LIB cannot be opened.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +39,7 @@
 #define COUNT 1024
 
 struct api {
+    ncclResult_t (*destroy)(ncclComm_t);
     ncclResult_t (*get_id)(ncclUniqueId *);
     ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int);
     ncclResult_t (*allreduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
@@ -46,7 +54,8 @@ static int api_load(void *h, struct api *a)
     a->allreduce = (ncclResult_t(*)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                                     cudaStream_t))dlsym(h, "ncclAllReduce");
     a->abort = (ncclResult_t(*)(ncclComm_t))dlsym(h, "ncclCommAbort");
-    return a->get_id && a->init && a->allreduce && a->abort ? 0 : -1;
+    a->destroy = (ncclResult_t(*)(ncclComm_t))dlsym(h, "ncclCommDestroy");
+    return a->destroy && a->get_id && a->init && a->allreduce && a->abort ? 0 : -1;
 }
 
 /* Whether a GPU is there, asked in a child: CUDA must not start here before the fork. */
@@ -103,13 +112,110 @@ static int routed(void)
     return strstr(buf, "usable here") && !strstr(buf, "no executor") && strstr(buf, "routed 1 ");
 }
 
+/* The capturing thread and the main thread take turns: 1 capturing, 2 communicator made, 3 capture ended. */
+struct capture {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int step;
+    float *buf;
+    cudaError_t end_rc;
+    int replay_ok;
+};
+
+static void step_set(struct capture *c, int step)
+{
+    pthread_mutex_lock(&c->lock);
+    c->step = step;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void step_wait(struct capture *c, int step)
+{
+    pthread_mutex_lock(&c->lock);
+    while (c->step < step)
+        pthread_cond_wait(&c->cond, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Captures two memsets in global mode around the other thread's communicator setup, then replays the graph. */
+static void *capturer(void *arg)
+{
+    struct capture *c = arg;
+    cudaStream_t cs;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge;
+    size_t half = COUNT * sizeof(float);
+    c->end_rc = cudaErrorUnknown;
+    if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal) != cudaSuccess) {
+        step_set(c, 1);
+        return NULL;
+    }
+    int ok = cudaMemsetAsync(c->buf, 0x11, half, cs) == cudaSuccess;
+    step_set(c, 1);
+    step_wait(c, 2);
+    ok = ok && cudaMemsetAsync((char *)c->buf + half, 0x22, half, cs) == cudaSuccess;
+    c->end_rc = cudaStreamEndCapture(cs, &g);
+    if (!ok && c->end_rc == cudaSuccess)
+        c->end_rc = cudaErrorUnknown;
+    unsigned char h[2] = {0, 0};
+    c->replay_ok = c->end_rc == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
+                   cudaGraphLaunch(ge, cs) == cudaSuccess && cudaStreamSynchronize(cs) == cudaSuccess &&
+                   cudaMemcpy(&h[0], c->buf, 1, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                   cudaMemcpy(&h[1], (char *)c->buf + half, 1, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                   h[0] == 0x11 && h[1] == 0x22;
+    step_set(c, 3);
+    return NULL;
+}
+
+/* A communicator made while another thread captures in global mode; 0 when the capture survived. */
+static int capture_run(const struct api *a, float *buf, cudaStream_t s)
+{
+    struct capture c = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, buf, cudaSuccess, 0};
+    pthread_t t;
+    if (pthread_create(&t, NULL, capturer, &c) != 0) {
+        fprintf(stderr, "FAIL: no thread\n");
+        return 1;
+    }
+    step_wait(&c, 1);
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    int made = a->get_id(&id) == ncclSuccess && a->init(&comm, 1, id, 0) == ncclSuccess && comm;
+    step_set(&c, 2);
+    pthread_join(t, NULL);
+    int ran = made && a->allreduce(buf, buf + COUNT, COUNT, ncclFloat32, ncclSum, comm, s) == ncclSuccess &&
+              cudaStreamSynchronize(s) == cudaSuccess;
+    if (comm)
+        a->destroy(comm);
+    int failures = 0;
+    if (!made || !ran) {
+        fprintf(stderr, "FAIL: communicator made during the capture: init %s, allreduce %s\n", made ? "ok" : "failed",
+                ran ? "ok" : "failed");
+        failures++;
+    }
+    if (c.end_rc != cudaSuccess || !c.replay_ok) {
+        fprintf(stderr, "FAIL: the other thread's capture: end %s, replay %s\n", cudaGetErrorString(c.end_rc),
+                c.replay_ok ? "ok" : "wrong or failed");
+        failures++;
+    }
+    if (!routed()) {
+        fprintf(stderr, "FAIL: the shim's log shows no executor or no routed call: the test proves nothing\n");
+        failures++;
+    }
+    if (!failures)
+        printf("communicator and executor set up while another thread captured in global mode: capture intact\n");
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s SHIM CYCLES\n", argv[0]);
+        fprintf(stderr, "usage: %s SHIM CYCLES|capture\n", argv[0]);
         return 2;
     }
-    int cycles = atoi(argv[2]);
+    int capture = strcmp(argv[2], "capture") == 0;
+    int cycles = capture ? WARMUP + 1 : atoi(argv[2]);
     const char *real = getenv("MSCX_NCCL_LIB");
     if (!gpu_present() || !real || !dlopen(real, RTLD_NOW | RTLD_GLOBAL)) {
         printf("skip: no GPU, or MSCX_NCCL_LIB %s cannot be opened\n", real ? real : "(unset)");
@@ -128,6 +234,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "FAIL: no buffer or stream\n");
         return 1;
     }
+    if (capture)
+        return capture_run(&a, buf, s);
     long long dev0 = 0, rss0 = 0;
     for (int i = 0; i < cycles; i++) {
         if (cycle(&a, buf, s) != 0) {

@@ -54,21 +54,28 @@ static mscx_status_t device_check(int dev, int *pdl_ok_p)
     return MSCX_OK;
 }
 
-mscx_status_t mscx_gpu_dev_enter(int dev, int *prev_p)
+mscx_status_t mscx_gpu_dev_enter(int dev, struct mscx_gpu_dev_scope *sc)
 {
-    *prev_p = -1;
-    if (cudaGetDevice(prev_p) != cudaSuccess)
-        *prev_p = -1;
+    sc->mode = cudaStreamCaptureModeRelaxed;
+    sc->mode_set = cudaThreadExchangeStreamCaptureMode(&sc->mode) == cudaSuccess;
+    if (!sc->mode_set)
+        (void)cudaGetLastError();
+    sc->prev_dev = -1;
+    if (cudaGetDevice(&sc->prev_dev) != cudaSuccess)
+        sc->prev_dev = -1;
     return CU(cudaSetDevice(dev));
 }
 
-void mscx_gpu_dev_leave(int prev)
+void mscx_gpu_dev_leave(const struct mscx_gpu_dev_scope *sc)
 {
     int now = -1;
-    if (prev < 0 || (cudaGetDevice(&now) == cudaSuccess && now == prev))
-        return;
-    if (cudaSetDevice(prev) != cudaSuccess)
+    if (sc->prev_dev >= 0 && !(cudaGetDevice(&now) == cudaSuccess && now == sc->prev_dev) &&
+        cudaSetDevice(sc->prev_dev) != cudaSuccess)
         (void)cudaGetLastError();
+    if (sc->mode_set) {
+        enum cudaStreamCaptureMode m = sc->mode;
+        (void)cudaThreadExchangeStreamCaptureMode(&m);
+    }
 }
 
 /*
@@ -91,7 +98,7 @@ mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device,
 {
     mscx_status_t st;
     struct mscx_exec *ex;
-    int prev;
+    struct mscx_gpu_dev_scope scope;
     if (!bs || !exec_p || bs->rank >= bs->nranks)
         return MSCX_ERR_INVALID_ARG;
     deferred_reap();
@@ -100,13 +107,13 @@ mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device,
         return MSCX_ERR_NO_MEMORY;
     ex->bs = *bs;
     ex->device = cuda_device;
-    st = mscx_gpu_dev_enter(cuda_device, &prev);
+    st = mscx_gpu_dev_enter(cuda_device, &scope);
     if (st == MSCX_OK)
         st = exec_open(ex);
     if (st == MSCX_OK) {
         ex->traced = mscx_gpu_trace_attach();
         *exec_p = ex;
-        mscx_gpu_dev_leave(prev);
+        mscx_gpu_dev_leave(&scope);
         return MSCX_OK;
     }
     mscx_gpu_order_close(ex);
@@ -115,7 +122,7 @@ mscx_status_t mscx_exec_create(const struct mscx_bootstrap *bs, int cuda_device,
     if (ex->host)
         cudaFreeHost(ex->host);
     free(ex);
-    mscx_gpu_dev_leave(prev);
+    mscx_gpu_dev_leave(&scope);
     return st;
 }
 
@@ -184,8 +191,8 @@ static void plan_release(struct mscx_exec *ex, uint32_t id)
 /* Free everything of @p ex (its kernels ended, or told to stop and its memory no longer read). */
 static void exec_free(struct mscx_exec *ex)
 {
-    int prev;
-    if (mscx_gpu_dev_enter(ex->device, &prev) != MSCX_OK)
+    struct mscx_gpu_dev_scope scope;
+    if (mscx_gpu_dev_enter(ex->device, &scope) != MSCX_OK)
         (void)cudaGetLastError();
     /* no proxy request and no received TCP write touches memory past this point */
     for (uint32_t i = 0; i < ex->nplans; i++)
@@ -207,7 +214,7 @@ static void exec_free(struct mscx_exec *ex)
     for (unsigned i = 0; i < ex->ndone_ev; i++)
         cudaEventDestroy(ex->done_ev[i]);
     free(ex);
-    mscx_gpu_dev_leave(prev);
+    mscx_gpu_dev_leave(&scope);
 }
 
 /*
@@ -318,14 +325,14 @@ void mscx_exec_destroy_deferred(struct mscx_exec *ex)
     for (uint32_t i = 0; i < ex->nplans; i++)
         mscx_gpu_port_stop(ex->plans[i].port);
     mscx_gpu_net_close(ex->net);
-    int prev;
-    if (mscx_gpu_dev_enter(ex->device, &prev) == MSCX_OK) {
+    struct mscx_gpu_dev_scope scope;
+    if (mscx_gpu_dev_enter(ex->device, &scope) == MSCX_OK) {
         done_events_record(ex);
-        mscx_gpu_dev_leave(prev);
     } else {
         (void)cudaGetLastError();
         ex->streams_unknown = 1;
     }
+    mscx_gpu_dev_leave(&scope);
     pthread_mutex_lock(&g_deferred_lock);
     ex->next_deferred = g_deferred;
     g_deferred = ex;

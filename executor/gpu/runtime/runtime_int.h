@@ -167,10 +167,22 @@ static inline void mscx_gpu_stream_note(struct mscx_exec *ex, cudaStream_t strea
 /** MSCX_OK when @p rc is cudaSuccess; else logs @p what with CUDA's message and returns MSCX_ERR_CUDA. */
 mscx_status_t mscx_gpu_check(cudaError_t rc, const char *what);
 
-/** Make @p dev current; *prev_p gets the caller's current device (-1 if unknown) for mscx_gpu_dev_leave. */
-mscx_status_t mscx_gpu_dev_enter(int dev, int *prev_p);
-/** Make the caller's device @p prev current again (nothing for -1). */
-void mscx_gpu_dev_leave(int prev);
+/*
+ * Where setup and teardown run: the executor's device current and the thread
+ * in relaxed capture mode, as in NCCL's own setup, so that our allocations,
+ * stream creations and synchronisations never invalidate a graph capture
+ * this thread or another one is making in global mode.
+ */
+struct mscx_gpu_dev_scope {
+    int prev_dev;                  /* the caller's device, -1 if unknown */
+    enum cudaStreamCaptureMode mode; /* the caller's capture mode */
+    int mode_set;                  /* mode was exchanged and is restored at leave */
+};
+
+/** Enter the setup scope on @p dev; leave it with mscx_gpu_dev_leave() whatever this returns. */
+mscx_status_t mscx_gpu_dev_enter(int dev, struct mscx_gpu_dev_scope *sc);
+/** The caller's device and capture mode again. */
+void mscx_gpu_dev_leave(const struct mscx_gpu_dev_scope *sc);
 /* mscx_gpu_check of a CUDA call, named by its text */
 #define CU(call) mscx_gpu_check((call), #call)
 

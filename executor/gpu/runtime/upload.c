@@ -338,12 +338,12 @@ fail:
 mscx_status_t mscx_exec_add_plan(struct mscx_exec *ex, const struct mscx_plan *plan, uint64_t max_msg_bytes,
                                  uint32_t *plan_id_p)
 {
-    int prev;
+    struct mscx_gpu_dev_scope scope;
     if (!ex || !plan || !plan_id_p || plan->nranks != ex->bs.nranks)
         return MSCX_ERR_INVALID_ARG;
-    mscx_status_t st = mscx_gpu_dev_enter(ex->device, &prev);
+    mscx_status_t st = mscx_gpu_dev_enter(ex->device, &scope);
     if (st == MSCX_OK)
         st = add_plan_on(ex, plan, max_msg_bytes, plan_id_p);
-    mscx_gpu_dev_leave(prev);
+    mscx_gpu_dev_leave(&scope);
     return st;
 }
