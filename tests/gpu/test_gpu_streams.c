@@ -136,8 +136,12 @@ static int check(struct rk *r, uint32_t first, size_t n, const char *what)
         const uint8_t *want = mscx_test_ref_out(&g_ref[k], (i / 2u) % NPAT, r->rank);
         uint64_t d = mscx_test_data_diff(h + j * SZMAX, want, g_size[k]);
         if (d != g_size[k]) {
-            FAIL("rank %u: %s: launch %u (stream %d, %llu bytes) differs from the host executor at byte %llu",
-                 r->rank, what, i, k, (unsigned long long)g_size[k], (unsigned long long)d);
+            uint64_t w = d & ~(uint64_t)3;
+            FAIL("rank %u: %s: launch %u (stream %d, %llu bytes) differs from the host executor at byte %llu: "
+                 "word %02x%02x%02x%02x, expected %02x%02x%02x%02x",
+                 r->rank, what, i, k, (unsigned long long)g_size[k], (unsigned long long)d, h[j * SZMAX + w + 3],
+                 h[j * SZMAX + w + 2], h[j * SZMAX + w + 1], h[j * SZMAX + w], want[w + 3], want[w + 2], want[w + 1],
+                 want[w]);
             bad++;
         }
     }
