@@ -124,27 +124,47 @@ static void *boot_stream(const struct shim_boot *b)
 #endif
 }
 
-/* Make the boot's device current; *prev_p receives the one to restore. @return 1 on success. */
-static int dev_enter(const struct shim_boot *b, int *prev_p)
+/*
+ * Where the bootstrap runs: its device current and the thread in relaxed
+ * capture mode, as in NCCL's own setup, so that its allocations and
+ * synchronisations never invalidate a graph capture of any thread.
+ */
+struct boot_scope {
+    int prev_dev; /* the caller's device, -1: unknown or unchanged */
+#ifdef MSCX_SHIM_CUDA
+    enum cudaStreamCaptureMode mode;
+    int mode_set;
+#endif
+};
+
+/* Enter @p b's scope; leave it with dev_leave() whatever this returns. @return 1 on success. */
+static int dev_enter(const struct shim_boot *b, struct boot_scope *sc)
 {
-    *prev_p = -1;
+    sc->prev_dev = -1;
+#ifdef MSCX_SHIM_CUDA
+    sc->mode_set = 0;
     if (b->host)
         return 1;
-#ifdef MSCX_SHIM_CUDA
-    return cudaGetDevice(prev_p) == cudaSuccess && cudaSetDevice(b->device) == cudaSuccess;
+    sc->mode = cudaStreamCaptureModeRelaxed;
+    sc->mode_set = cudaThreadExchangeStreamCaptureMode(&sc->mode) == cudaSuccess;
+    return cudaGetDevice(&sc->prev_dev) == cudaSuccess && cudaSetDevice(b->device) == cudaSuccess;
 #else
-    return 0;
+    return b->host;
 #endif
 }
 
-static void dev_leave(const struct shim_boot *b, int prev)
+static void dev_leave(const struct shim_boot *b, const struct boot_scope *sc)
 {
     (void)b;
 #ifdef MSCX_SHIM_CUDA
-    if (prev >= 0)
-        cudaSetDevice(prev);
+    if (sc->prev_dev >= 0)
+        cudaSetDevice(sc->prev_dev);
+    if (sc->mode_set) {
+        enum cudaStreamCaptureMode m = sc->mode;
+        cudaThreadExchangeStreamCaptureMode(&m);
+    }
 #else
-    (void)prev;
+    (void)sc;
 #endif
 }
 
@@ -280,11 +300,13 @@ static mscx_status_t boot_allgather(void *ctx, const void *mine, void *all, size
     struct shim_boot *b = ctx;
     size_t total = bytes * b->bs.nranks;
     void *dbuf = NULL;
-    int prev = -1;
+    struct boot_scope scope;
     mscx_status_t st;
 
-    if (!dev_enter(b, &prev))
+    if (!dev_enter(b, &scope)) {
+        dev_leave(b, &scope);
         return MSCX_ERR_CUDA; /* cannot happen after create; nothing to take part with */
+    }
     /* Allocate before the header round, so that a failure is announced, not a hang. */
     int ok = bytes == 0 || xbuf_alloc(b, &dbuf, total + bytes);
     st = head_round(b, ok, bytes);
@@ -300,32 +322,36 @@ out:
     if (st == MSCX_ERR_REMOTE)
         MSCX_INFO(MSCX_SUB_SHIM, "mscx: a rank could not take part in a bootstrap exchange of %zu bytes", bytes);
     xbuf_free(b, dbuf);
-    dev_leave(b, prev);
+    dev_leave(b, &scope);
     return st;
 }
 
 mscx_status_t shim_boot_fixed(struct mscx_bootstrap *bs, const void *mine, void *all)
 {
     struct shim_boot *b = bs->ctx;
-    int prev = -1;
-    if (!dev_enter(b, &prev))
+    struct boot_scope scope;
+    if (!dev_enter(b, &scope)) {
+        dev_leave(b, &scope);
         return MSCX_ERR_CUDA;
+    }
     char *dmine = (char *)b->dhead + (size_t)b->bs.nranks * SHIM_BOOT_FIXED_BYTES;
     mscx_status_t st = MSCX_ERR_CUDA;
     if (buf_put(b, dmine, mine, SHIM_BOOT_FIXED_BYTES))
         st = gather(b, dmine, b->dhead, all, SHIM_BOOT_FIXED_BYTES);
-    dev_leave(b, prev);
+    dev_leave(b, &scope);
     return st;
 }
 
 mscx_status_t shim_boot_agree(struct mscx_bootstrap *bs, int ok)
 {
     struct shim_boot *b = bs->ctx;
-    int prev = -1;
-    if (!dev_enter(b, &prev))
+    struct boot_scope scope;
+    if (!dev_enter(b, &scope)) {
+        dev_leave(b, &scope);
         return MSCX_ERR_CUDA;
+    }
     mscx_status_t st = head_round(b, ok, 0);
-    dev_leave(b, prev);
+    dev_leave(b, &scope);
     return st;
 }
 
@@ -350,13 +376,13 @@ static int have_device(void)
 /* The device, buffer and stream of @p b. @return MSCX_OK or MSCX_ERR_CUDA (logged). */
 static mscx_status_t boot_resources(struct shim_boot *b)
 {
-    int prev = -1;
+    struct boot_scope scope;
     size_t bytes = ((size_t)b->bs.nranks + 1) * SHIM_BOOT_FIXED_BYTES;
-    if (!dev_enter(b, &prev) || !buf_alloc(b, &b->dhead, bytes)) {
+    if (!dev_enter(b, &scope) || !buf_alloc(b, &b->dhead, bytes)) {
 #ifdef MSCX_SHIM_CUDA
         MSCX_WARN("mscx: bootstrap on device %d: %s", b->device, cudaGetErrorString(cudaGetLastError()));
 #endif
-        dev_leave(b, prev);
+        dev_leave(b, &scope);
         return MSCX_ERR_CUDA;
     }
 #ifdef MSCX_SHIM_CUDA
@@ -366,7 +392,7 @@ static mscx_status_t boot_resources(struct shim_boot *b)
         b->stream = 0;
     }
 #endif
-    dev_leave(b, prev);
+    dev_leave(b, &scope);
     return MSCX_OK;
 }
 
