@@ -79,7 +79,7 @@ static int refs_make(const struct mscx_plan *plan)
     return 0;
 }
 
-/* Streams, the inputs of every pattern (as the host reference filled them) and the output slots. */
+/* Streams, the inputs of every pattern (filled as the host reference fills them) and the output slots. */
 static int rk_buffers(struct rk *r, size_t slots)
 {
     uint8_t *h = malloc(SZMAX);
@@ -94,7 +94,9 @@ static int rk_buffers(struct rk *r, size_t slots)
     for (int k = 0; k < 2 && !bad; k++) {
         bad |= cudaStreamCreateWithFlags(&r->st[k], cudaStreamNonBlocking) != cudaSuccess;
         for (int p = 0; p < NPAT && !bad; p++) {
-            memcpy(h, mscx_test_ref_in(&g_ref[k], (uint32_t)p, r->rank), g_size[k]);
+            /* the reference's collected input is its output here: the plan runs in place */
+            mscx_test_data_fill(h, g_size[k], MSCX_DT_FP32, mscx_test_data_seed(r->rank, (uint32_t)p, 0),
+                                MSCX_TEST_DATA_ANY);
             bad |= cudaMalloc((void **)&r->din[k][p], g_size[k]) != cudaSuccess ||
                    cudaMemcpy(r->din[k][p], h, g_size[k], cudaMemcpyHostToDevice) != cudaSuccess;
         }
