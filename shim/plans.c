@@ -140,9 +140,18 @@ static void plans_load(void)
             nfailed++;
             continue;
         }
-        fill_route(e);
         plans_hash = fnv(plans_hash, names[i], strlen(names[i]) + 1);
         plans_hash = hash_file(plans_hash, e->path);
+        if (mscx_plan_reaches_peer_user(e->plan)) {
+            /* NCCL's enqueue never waits for peers; such a launch would: the same on every rank */
+            MSCX_INFO(MSCX_SUB_SHIM,
+                      "plan %s not used: it reaches other ranks' input or output buffers, which would make "
+                      "each launch wait on the host for its peers; its calls go to NCCL", e->path);
+            mscx_plan_destroy(e->plan);
+            e->plan = NULL;
+            continue;
+        }
+        fill_route(e);
         nplans++;
     }
     for (size_t i = 0; i < nnames; i++)

@@ -169,6 +169,18 @@ int mscx_plan_beats_nccl_window(const struct mscx_plan *plan)
     return plan->beats_nccl_window ? 1 : 0;
 }
 
+int mscx_plan_reaches_peer_user(const struct mscx_plan *plan)
+{
+    for (uint32_t r = 0; r < plan->nranks; r++) {
+        const struct mscx_gpu *g = &plan->gpus[r];
+        for (uint32_t i = 0; i < g->nrbuf; i++)
+            if ((g->rbuf[i].type == MSCX_BUF_INPUT || g->rbuf[i].type == MSCX_BUF_OUTPUT) &&
+                g->rbuf[i].rank != r)
+                return 1;
+    }
+    return 0;
+}
+
 int mscx_plan_inplace(const struct mscx_plan *plan)
 {
     return plan->inplace ? 1 : 0;

@@ -74,6 +74,13 @@ uint32_t mscx_plan_root(const struct mscx_plan *plan);
  * with ncclCommWindowRegister (mscx-tune), so the shim routes it there too.
  */
 int mscx_plan_beats_nccl_window(const struct mscx_plan *plan);
+/**
+ * Non-zero when some rank's program reads or writes another rank's input or
+ * output buffer (the "direct" plans): the buffers the caller passes at each
+ * launch, which ranks in other processes can only reach after exchanging
+ * their handles at that launch, each host waiting for its peers.
+ */
+int mscx_plan_reaches_peer_user(const struct mscx_plan *plan);
 int mscx_plan_inplace(const struct mscx_plan *plan);
 /** Thread blocks of @p rank's program; 0 when @p rank is not below the plan's ranks. */
 uint32_t mscx_plan_threadblocks(const struct mscx_plan *plan, uint32_t rank);
