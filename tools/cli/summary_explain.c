@@ -3,7 +3,7 @@
  * mscx-info --explain. The summary is a JSON list of communicators, each
  * with "rank", "nranks", "routed", "fallback" (reason name -> calls) and
  * "buckets" (one per collective and size bucket, with the same counts).
- * Reason names are stable; the README's routing-summary table lists them.
+ * Reason names are stable; docs/routing.md's table lists them.
  */
 #include <jansson.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """mscx-info --explain on summaries, good and bad; and every reason name the
-shim can write is explained by the tool and listed in the README.
+shim can write is explained by the tool and listed in docs/routing.md.
 
     test_mscx_info_explain.py MSCX_INFO SOURCE_ROOT
 """
@@ -68,18 +68,18 @@ check("an empty summary says so", rc == 0 and "no communicator" in out, out)
 p = subprocess.run([INFO, "--explain", "/nonexistent/summary.json"], capture_output=True, text=True, timeout=30)
 check("a missing file: rc 1, naming it", p.returncode == 1 and "/nonexistent/summary.json" in p.stderr, p.stderr)
 
-# The names the shim writes (shim/route.c's shim_reason_name) against the tool and the README.
+# The names the shim writes (shim/route.c's shim_reason_name) against the tool and docs/routing.md.
 route = open(os.path.join(ROOT, "shim", "route.c")).read()
 m = re.search(r"shim_reason_name\(enum shim_reason why\)\s*\{.*?\{(.*?)\}", route, re.S)
 names = re.findall(r'"([a-z-]+)"', m.group(1)) if m else []
 check("the shim's reason names found", len(names) > 3, route[:0])
 tool = open(os.path.join(ROOT, "tools", "cli", "summary_explain.c")).read()
-readme = open(os.path.join(ROOT, "README.md")).read()
+readme = open(os.path.join(ROOT, "docs", "routing.md")).read()
 for n in names:
     if n == "routed":
         continue
     check("reason %s explained by mscx-info" % n, '{"%s", ' % n in tool)
-    check("reason %s in the README table" % n, "| `%s` |" % n in readme)
+    check("reason %s in the table of docs/routing.md" % n, "| `%s` |" % n in readme)
 
 print("%d failures" % failures)
 sys.exit(1 if failures else 0)
