@@ -14,7 +14,10 @@
  *     --evict=N     before each call, write N bytes elsewhere (as the real NCCL's own work
  *                   would) and time that call alone: the cost with cold caches
  *     --churn=N     no timing: each thread creates a communicator, makes --calls calls on it
- *                   and destroys it, N times, while the other threads do the same
+ *                   and destroys it, N times, while the other threads do the same; the
+ *                   process's resident memory is printed after a tenth of them and at the end
+ *     --rss-growth=KB  with --churn: fail when the resident memory grew by more than KB from
+ *                   the tenth to the end (what every communicator leaves behind adds up)
  *     --group=N     N calls in each ncclGroupStart/ncclGroupEnd (the time is still per call)
  *
  * Under the shim, give MSCX_NCCL_LIB the silent bench NCCL (bench_nccl.c)
@@ -27,10 +30,12 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <nccl.h>
 
@@ -64,6 +69,10 @@ static long calls = 1000000;
 static int reps = 15;
 static size_t evict;
 static long churn;
+static long rss_growth_kb = -1;
+static _Atomic long churned;   /* communicators made and destroyed, over all threads */
+static long churn_total;       /* churn x threads */
+static long rss_tenth_kb = -1; /* resident memory when a tenth of them were done */
 static int out_of_place;
 static long group; /* calls per group; 0: no groups */
 static unsigned char *evict_buf;
@@ -132,6 +141,18 @@ static double run_cold(ncclComm_t comm, void *buf, long n, long *bad_p)
     return sum;
 }
 
+/* The process's resident memory in KB, -1 when unknown. */
+static long rss_kb(void)
+{
+    long pages = 0, rss = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%ld %ld", &pages, &rss) != 2)
+        rss = -1;
+    if (f)
+        fclose(f);
+    return rss < 0 ? -1 : rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
 /* Communicators made, used and destroyed in turn: @return 0 when every call succeeded. */
 static int run_churn(void)
 {
@@ -146,6 +167,8 @@ static int run_churn(void)
         long bad = run_calls(comm, buf, calls);
         if (api.destroy(comm) != ncclSuccess || bad)
             return -1;
+        if (atomic_fetch_add(&churned, 1) + 1 == churn_total / 10)
+            rss_tenth_kb = rss_kb();
     }
     return 0;
 }
@@ -241,6 +264,8 @@ static int parse_args(int argc, char **argv, const char **direct_p, int *threads
             reps = atoi(a + 7);
         } else if (!strncmp(a, "--churn=", 8)) {
             churn = atol(a + 8);
+        } else if (!strncmp(a, "--rss-growth=", 13)) {
+            rss_growth_kb = atol(a + 13);
         } else if (!strncmp(a, "--group=", 8)) {
             group = atol(a + 8);
             if (group < 1)
@@ -269,7 +294,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: %s [--direct=LIB] [--coll=allreduce|allgather|reducescatter|broadcast] "
                 "[--bytes=N] [--nranks=N] [--calls=N>=10] [--reps=1..%d] [--threads=1..%d] [--out-of-place] [--evict=N] "
-                "[--churn=N] [--group=N]\n",
+                "[--churn=N [--rss-growth=KB]] [--group=N]\n",
                 argv[0], MAX_REPS, MAX_THREADS);
         return 2;
     }
@@ -286,6 +311,7 @@ int main(int argc, char **argv)
     pthread_t tid[MAX_THREADS];
     struct result res[MAX_THREADS];
     memset(res, 0, sizeof(res));
+    churn_total = churn * nthreads;
     pthread_barrier_init(&barrier, NULL, (unsigned)nthreads);
     for (int i = 0; i < nthreads; i++)
         if (pthread_create(&tid[i], NULL, bench_thread, &res[i]) != 0) {
@@ -303,8 +329,16 @@ int main(int argc, char **argv)
     }
     pthread_barrier_destroy(&barrier);
     free(evict_buf);
-    if (churn)
-        printf("churn: %d threads made %ld communicators each, %ld calls on each\n", nthreads, churn, calls);
+    if (churn) {
+        long end_kb = rss_kb();
+        printf("churn: %d threads made %ld communicators each, %ld calls on each; resident memory %ld KB "
+               "after a tenth of them, %ld KB at the end\n", nthreads, churn, calls, rss_tenth_kb, end_kb);
+        if (rss_growth_kb >= 0 && (rss_tenth_kb < 0 || end_kb < 0 || end_kb - rss_tenth_kb > rss_growth_kb)) {
+            fprintf(stderr, "resident memory grew by %ld KB, more than %ld\n", end_kb - rss_tenth_kb,
+                    rss_growth_kb);
+            failed = 1;
+        }
+    }
     if (failed) {
         fprintf(stderr, "a call failed\n");
         return 1;

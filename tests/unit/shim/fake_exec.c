@@ -3,10 +3,13 @@
  * A stand-in for the GPU executor (mscx/exec.h), linked into a test build
  * of the shim, so that a communicator gets an executor without a GPU. Its
  * kernels run on the fake libnccl's device model (fake_dev.c): a launch
- * starts one that runs until the abort word is set, and mscx_exec_destroy
- * frees as CUDA does, waiting for the device to be idle. Every call is
- * appended to FAKE_NCCL_LOG ("mscx_exec_<verb>"), in order with the fake
- * libnccl's own records; a launch as "mscx_exec_launch <bytes> <stream>".
+ * with FAKE_EXEC_STUCK=1 (a dead peer) starts one that runs until the abort
+ * word is set, and mscx_exec_destroy frees as CUDA does, waiting for the
+ * device to be idle, so that a free before the abort waits as it would on a
+ * GPU. Without it a launch's kernel ends at once, as a healthy one does.
+ * Every call is appended to FAKE_NCCL_LOG ("mscx_exec_<verb>"), in order
+ * with the fake libnccl's own records; a launch as
+ * "mscx_exec_launch <bytes> <stream>".
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -76,6 +79,13 @@ static void record(const char *what)
     close(fd);
 }
 
+/* FAKE_EXEC_STUCK=1: kernels wait for a dead peer, until the abort word; else they end at once. */
+static int stuck(void)
+{
+    const char *s = getenv("FAKE_EXEC_STUCK");
+    return s && *s == '1';
+}
+
 static void dev_busy(int delta)
 {
     void (*fn)(int) = TEST_SYM(void (*)(int), "mscxFakeDevBusy");
@@ -140,7 +150,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     if (copy && *copy == '1' && sendbuf && recvbuf && sendbuf != recvbuf)
         memmove(recvbuf, sendbuf, msg_bytes);
     pthread_mutex_lock(&mu);
-    int run = !ex->aborted; /* after the abort word a kernel exits at once */
+    int run = !ex->aborted && stuck(); /* after the abort word a kernel exits at once */
     ex->inflight += run;
     pthread_mutex_unlock(&mu);
     if (run)

@@ -119,7 +119,7 @@ static int count_exact(const char *line)
 static void mode_ranks2(void)
 {
     static const size_t counts[] = {128, 8192, 8193, 262145, 64};
-    static const int routed[] = {1, 1, 1, 0, 0};
+    static const int routed[] = {1, 1, 0, 0, 0}; /* one node: LL packets up to 64 KB, NCCL above */
     ncclComm_t comms[2] = {NULL, NULL};
     int devs[2] = {0, 1};
     char line[LINE_LEN];
@@ -145,12 +145,12 @@ static void mode_ranks2(void)
     for (int i = 0; i < 2; i++)
         if (ncclCommDestroy(comms[i]) != ncclSuccess)
             FAIL("ncclCommDestroy failed");
-    static const char *const has[] = {"routed 3 fallback 2:",
+    static const char *const has[] = {"routed 2 fallback 3:",
                                       "alltoall<=1K routed 1 fallback 1",
                                       "alltoall<=64K routed 1",
-                                      "alltoall<=512K routed 1",
+                                      "alltoall<=512K routed 0 fallback 1",
                                       "alltoall<=4M routed 0 fallback 1",
-                                      "reasons: size 2",
+                                      "reasons: size 3",
                                       NULL};
     check_summary(comms[0], has);
 }
