@@ -17,7 +17,7 @@
 #include <string.h>
 #include "launch_abi.h"
 #include "op_math.h"
-#include "plan_int.h"
+#include "plan_model.h"
 
 struct kp_build {
     const struct mscx_gpu_args *a;

@@ -10,7 +10,7 @@
  * byte to the same thread (same operand shape and unit) need none either.
  */
 #include <string.h>
-#include "plan_int.h"
+#include "plan_model.h"
 #include "launch_abi.h"
 
 #define SYNC_MAX_ACC 64

@@ -11,7 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "plan_int.h"
+#include "plan_model.h"
 
 /* Copy pairs a plan may have and still be looked at (the coverage scan is quadratic in them). */
 #define MSCX_ONERANK_MAX_PAIRS 4096u

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "mscx/hostexec.h"
-#include "plan_int.h"
+#include "plan_model.h"
 
 #define HX_PIECE 4096u /* bytes of logical payload processed per step */
 

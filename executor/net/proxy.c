@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The process's port-channel proxy thread (see proxy_int.h and port_fifo.h
+ * The process's port-channel proxy thread (see proxy.h and port_fifo.h
  * for the FIFO protocol). The network link it serves TCP and RDMA channels
  * through is in proxy_tcp.c.
  *
@@ -28,7 +28,7 @@
 
 #include "mscx/dev_types.h"
 #include "mscx/log.h"
-#include "proxy_int.h"
+#include "proxy.h"
 
 #define PROXY_BATCH 64          /* requests of one queue served before looking at the next */
 #define PROXY_CHECK_NS 10000000 /* health checks of an active queue, at most this often */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The proxy's network link (proxy_int.h): one port channel over the TCP or
+ * The proxy's network link (proxy.h): one port channel over the TCP or
  * RDMA transport of transport.h, sources staged through a registered host
  * bounce buffer. Also where the receiver of a late-bound put finds the
  * buffer it goes to.
@@ -11,7 +11,7 @@
 
 #include "mscx/dev_types.h"
 #include "mscx/log.h"
-#include "proxy_int.h"
+#include "proxy.h"
 
 /* ---------------------------------------------------------------- the link */
 

@@ -13,7 +13,7 @@
 
 #include "mscx/log.h"
 #include "mscx/plan.h"
-#include "plan_int.h"
+#include "plan_model.h"
 
 /* ---- names ---- */
 

@@ -27,7 +27,7 @@
 
 #include "mscx/log.h"
 #include "mscx/plan.h"
-#include "plan_int.h"
+#include "plan_model.h"
 
 struct fuse_ctx {
     const struct mscx_gpu *gpu;

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "mscx/log.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "json_arena.h"
 #include "plan_json_int.h"
 

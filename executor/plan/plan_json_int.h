@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "plan_int.h"
+#include "plan_model.h"
 
 #define MSCX_PJ_PATH_DEPTH 16 /* path components kept; deeper ones are counted, not named */
 

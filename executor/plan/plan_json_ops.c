@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "mscx/log.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "plan_json_int.h"
 
 #define push_key mscx_pj_push_key

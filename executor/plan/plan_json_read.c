@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan_int.h"
+#include "plan_model.h"
 #include "plan_json_int.h"
 
 /* ---- paths and errors ---- */

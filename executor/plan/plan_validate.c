@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan_int.h"
+#include "plan_model.h"
 #include "plan_validate_int.h"
 
 const char *const mscx_pv_ctype_names[MSCX_CHAN_COUNT] = {"none", "memory", "port", "switch"};

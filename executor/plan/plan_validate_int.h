@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "plan_int.h"
+#include "plan_model.h"
 
 /* Where the first violation goes: the JSON path of the offending node and "expected <what>, got <value>". */
 struct vctx {

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan_int.h"
+#include "plan_model.h"
 #include "plan_validate_int.h"
 
 /* The happens-before graph over every op of the plan (and one node per barrier meeting). */

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "plan_int.h"
+#include "plan_model.h"
 #include "plan_validate_int.h"
 
 /* Every block using barrier b uses it equally often; their count is num_threadblocks. */

@@ -22,7 +22,7 @@
 
 #include "mscx/log.h"
 #include "mscx/plan.h"
-#include "plan_int.h"
+#include "plan_model.h"
 
 static const char *const buf_names[MSCX_BUF_COUNT] = {"i", "o", "s"};
 static const char *const chan_names[MSCX_CHAN_COUNT] = {"none", "memory", "port", "switch"};

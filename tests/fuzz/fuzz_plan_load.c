@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "mscx/plan.h"
-#include "plan_int.h"
+#include "plan_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

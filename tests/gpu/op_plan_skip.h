@@ -3,14 +3,14 @@
  * Op-test plans (collective "test", the DSL's op demonstrations) that no
  * executor can run alone, shared by the gpu tests: plans that read packets no
  * op sends, and plans whose result depends on an unordered race on a user
- * buffer. Uses the plan internals (plan_int.h).
+ * buffer. Uses the plan model (plan_model.h).
  */
 #ifndef MSCX_TEST_OP_PLAN_SKIP_H
 #define MSCX_TEST_OP_PLAN_SKIP_H
 
 #include <stdint.h>
 #include <stdlib.h>
-#include "plan_int.h"
+#include "plan_model.h"
 
 #define OPS_MAXR 64 /* ranks checked by raw_write_race */
 

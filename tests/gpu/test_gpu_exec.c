@@ -24,7 +24,7 @@
 #include "mscx/exec.h"
 #include "mscx/env.h"
 #include "mscx/hostexec.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "launch_abi.h"
 #include "op_plan_skip.h"
 #include "op_math.h"

@@ -16,7 +16,7 @@
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
 #include "mscx/sim.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "test_common.h"
 
 /* ---- inline plan builder ---- */

@@ -18,7 +18,7 @@
 #include "mscx/plan.h"
 #include "launch_abi.h"
 #include "op_math.h"
-#include "plan_int.h"
+#include "plan_model.h"
 
 #define MAX_RB 64
 

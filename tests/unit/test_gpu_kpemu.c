@@ -34,7 +34,7 @@
 #include "mscx/plan.h"
 #include "launch_abi.h"
 #include "op_math.h"
-#include "plan_int.h"
+#include "plan_model.h"
 
 #define MAXR 16
 #define LAUNCHES 2

@@ -16,7 +16,7 @@
 #include "onerank.h"
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "test_common.h"
 #include "test_data.h"
 

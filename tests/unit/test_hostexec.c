@@ -10,7 +10,7 @@
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
 #include "op_math.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "test_common.h"
 
 #define MAXR 2

@@ -13,7 +13,7 @@
 #include "mscx/env.h"
 #include "mscx/log.h"
 #include "mscx/plan.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "test_common.h"
 
 static struct mscx_plan *load_ref(const char *rel)

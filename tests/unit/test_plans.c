@@ -17,7 +17,7 @@
 #include "mscx/hostexec.h"
 #include "mscx/plan.h"
 #include "mscx/sim.h"
-#include "plan_int.h"
+#include "plan_model.h"
 
 #define MAX_PLANS 128
 #define SIM_CAP (2ull << 20)

@@ -6,7 +6,7 @@
 #include "mscx/env.h"
 #include "mscx/plan.h"
 #include "mscx/sim.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "test_common.h"
 
 static const char *const op_plans[] = {

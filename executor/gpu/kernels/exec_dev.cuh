@@ -14,7 +14,7 @@
 #include "op_math.h"
 #include "launch_abi.h"
 #include "mscx/status.h"
-#include "mscx/trace.h"
+#include "mscx/dev_types.h"
 
 #define MSCX_SLICE_UNIT 16u
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include "mscx/exec.h"
 #include "mscx/status.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "launch_abi.h"
 
 /* What add_plan knows about each rank of a plan (from the bootstrap allgather). */

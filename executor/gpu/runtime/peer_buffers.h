@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include "mscx/exec.h"
 #include "mscx/status.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "launch_abi.h"
 #include "gpu_port.h"
 

@@ -44,7 +44,7 @@
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 #include "gpu_port.h"
-#include "proxy_int.h"
+#include "proxy.h"
 #include "transport.h"
 #include "runtime_int.h"
 

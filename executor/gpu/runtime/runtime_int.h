@@ -23,7 +23,7 @@
 #include "mscx/exec.h"
 #include "mscx/status.h"
 #include "mscx/trace.h"
-#include "plan_int.h"
+#include "plan_model.h"
 #include "launch_abi.h"
 #include "gpu_port.h"
 #include "peer_buffers.h"

@@ -18,29 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "mscx/dev_types.h" /* struct mscx_trace_rec, as the device writes it */
 #include "mscx/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/**
- * One executed op, as the device writes it. Times are nanoseconds of one
- * clock shared by every block of the trace (%globaltimer on the GPU).
- * A record whose start_ns is 0 was never written and is skipped.
- */
-struct mscx_trace_rec {
-    uint32_t op_index; /* index of the op in its thread block's op list */
-    uint32_t opcode;   /* enum mscx_opcode */
-    uint64_t start_ns;
-    uint64_t end_ns;
-};
-
-/**
- * Pseudo-opcode of the record that covers a kernel's prologue: from the
- * block's first instruction to the start of its first op (flag, op staging).
- */
-#define MSCX_TRACE_OP_PROLOGUE 0xffffu
 
 /** The records of one thread block of one rank, in execution order. */
 struct mscx_trace_block {

@@ -20,7 +20,7 @@
 #include "mscx/dev_types.h"
 #include "mscx/log.h"
 #include "net_pair.h"
-#include "proxy_int.h"
+#include "proxy.h"
 #include "test_common.h"
 #include "transport.h"
 

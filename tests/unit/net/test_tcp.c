@@ -23,7 +23,7 @@
 #include "mscx/log.h"
 #include "mscx/dev_types.h"
 #include "net_pair.h"
-#include "proxy_int.h"
+#include "proxy.h"
 #include "test_common.h"
 #include "transport.h"
 #include "transport_tcp_int.h"

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The in-memory plan model, private to the executor (tests may include it).
+ * The in-memory plan model: the plan module's interface to the executor's
+ * other modules (not to the shim or the tools, which use mscx/plan.h).
  * A struct mscx_plan is built once by the loader (plan_json.c), checked by
  * the validator (plan_validate.c) and never modified afterwards.
  */
-#ifndef MSCX_PLAN_INT_H
-#define MSCX_PLAN_INT_H
+#ifndef MSCX_PLAN_MODEL_H
+#define MSCX_PLAN_MODEL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -182,4 +183,4 @@ static inline bool mscx_opcode_reduces(unsigned op)
     }
 }
 
-#endif /* MSCX_PLAN_INT_H */
+#endif /* MSCX_PLAN_MODEL_H */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CPU proxy of port channels (private to the executor). One thread per
+ * The CPU proxy of port channels: the net module's interface to the GPU
+ * runtime, which attaches request queues and links to it. One thread per
  * process serves every attached request queue (one per GPU plan context with
  * a port channel to another process), in position order per queue, and
  * executes requests through a link per channel:
@@ -11,8 +12,8 @@
  *    into a registered host bounce buffer.
  * Pure C without CUDA, so the unit suite runs it on host memory.
  */
-#ifndef MSCX_PROXY_INT_H
-#define MSCX_PROXY_INT_H
+#ifndef MSCX_PROXY_H
+#define MSCX_PROXY_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -153,4 +154,4 @@ void mscx_plink_tcp_destroy(void *link);
 #ifdef __cplusplus
 }
 #endif
-#endif /* MSCX_PROXY_INT_H */
+#endif /* MSCX_PROXY_H */
