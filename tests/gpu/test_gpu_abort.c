@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include "gpu_test.h"
 
 int abort_test_spin_until(volatile int *flag_dev, cudaStream_t s);
 int abort_test_spin_for(uint64_t ns, cudaStream_t s);
@@ -48,14 +49,6 @@ struct api {
     ncclResult_t (*destroy)(ncclComm_t);
 };
 
-static int failures;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
 
 static long long now_ns(void)
 {
@@ -283,19 +276,6 @@ static int run_revoke(const char *shim_path)
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         FAIL("rank 1 ended with status %d", status);
     return rc || failures;
-}
-
-/* Whether a GPU is there, asked in a child: CUDA must not start here before the fork. */
-static int gpu_present(void)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        int n = 0;
-        _exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 1);
-    }
-    int status = 1;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 int main(int argc, char **argv)

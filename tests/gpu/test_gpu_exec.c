@@ -29,27 +29,11 @@
 #include "op_plan_skip.h"
 #include "op_math.h"
 #include "test_data.h"
+#include "gpu_test.h"
 
 #define ITERS 2
 #define MAXR 64
 
-static int g_fail;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        g_fail++;                                                                                            \
-    } while (0)
-
-#define CK(call)                                                                                             \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            fprintf(stderr, "cuda: %s: %s\n", #call, cudaGetErrorString(e_));                                \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
 
 /*
  * Device buffers of one rank laid out as the plan's placement says, or the
@@ -664,7 +648,7 @@ int main(int argc, char **argv)
         }
         printf("plans: %d plans, %d cases compared (%d more with the placement flipped), %d plans refused, "
                "%d skipped, %d failures\n",
-               g_plans, g_cases, g_flipped, g_refused, g_skipped, g_fail);
+               g_plans, g_cases, g_flipped, g_refused, g_skipped, failures);
     } else if (strcmp(mode, "stress") == 0) {
         test_stress(0);
     } else if (strcmp(mode, "graph") == 0) {
@@ -677,5 +661,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
-    return g_fail ? 1 : 0;
+    return failures ? 1 : 0;
 }

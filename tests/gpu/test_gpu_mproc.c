@@ -61,6 +61,7 @@
 #include "launch_abi.h"
 #include "op_plan_skip.h"
 #include "proc_mesh.h"
+#include "gpu_test.h"
 
 #define ITERS 2
 #define KILL_TIMEOUT_MS 3000
@@ -966,18 +967,6 @@ out:
         free(ref.in[it]);
     }
     return bad;
-}
-
-/* Exit status of a child that counts the GPUs (CUDA stays uninitialised in this process). */
-static int gpu_present(void)
-{
-    pid_t p = fork();
-    if (p == 0) {
-        int n = 0;
-        _exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 77);
-    }
-    int code = 77;
-    return p > 0 && proc_mesh_wait(&p, 1, 60, &code) == 0 && code == 0;
 }
 
 /* Fork one process per rank of @p path and run @p mode there. @return 0 passed, 1 failed. */

@@ -22,27 +22,12 @@
 #include <cuda_runtime_api.h>
 #include "mscx/exec.h"
 #include "mscx/plan.h"
+#include "gpu_test.h"
 
 #define GUARD 64u
 #define MAX_MSG (1u << 20)
 
-static int g_fail, g_checks;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        g_fail++;                                                                                            \
-    } while (0)
-
-#define CK(call)                                                                                             \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            fprintf(stderr, "cuda: %s: %s\n", #call, cudaGetErrorString(e_));                                \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
+static int g_checks;
 
 static const char k_sliced[] =
     "{\"name\":\"sliced_copy_n1\",\"collective\":\"allgather\",\"protocol\":\"Simple\",\"inplace\":false,"
@@ -246,7 +231,7 @@ static void test_plan(const struct mscx_plan *plan, int ident, cudaStream_t s)
     if ((st = mscx_exec_async_error(ex)) != MSCX_OK)
         FAIL("%s: async error %s", mscx_plan_name(plan), mscx_status_str(st));
     mscx_exec_destroy(ex);
-    printf("%s %s (%s)\n", g_fail ? "FAIL" : "ok  ", mscx_plan_name(plan), ident ? "identity" : "kernel");
+    printf("%s %s (%s)\n", failures ? "FAIL" : "ok  ", mscx_plan_name(plan), ident ? "identity" : "kernel");
     fflush(stdout);
 }
 
@@ -298,6 +283,6 @@ int main(void)
         mscx_plan_destroy(sliced);
     }
     CK(cudaStreamDestroy(s));
-    printf("%d checks, %d failures\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d checks, %d failures\n", g_checks, failures);
+    return failures ? 1 : 0;
 }

@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include "gpu_test.h"
 
 #define WARMUP 50
 #define DEVICE_BOUND (64ll << 20)
@@ -56,19 +57,6 @@ static int api_load(void *h, struct api *a)
     a->abort = (ncclResult_t(*)(ncclComm_t))dlsym(h, "ncclCommAbort");
     a->destroy = (ncclResult_t(*)(ncclComm_t))dlsym(h, "ncclCommDestroy");
     return a->destroy && a->get_id && a->init && a->allreduce && a->abort ? 0 : -1;
-}
-
-/* Whether a GPU is there, asked in a child: CUDA must not start here before the fork. */
-static int gpu_present(void)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        int n = 0;
-        _exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 1);
-    }
-    int status = 1;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 static long long device_used(void)

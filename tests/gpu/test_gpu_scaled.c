@@ -25,27 +25,12 @@
 #include "mscx/scale.h"
 #include "op_math.h"
 #include "test_data.h"
+#include "gpu_test.h"
 
 #define ITERS 2
 #define MAXR 8
 
-static int g_fail, g_cases, g_plans;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        g_fail++;                                                                                            \
-    } while (0)
-
-#define CK(call)                                                                                             \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            fprintf(stderr, "cuda: %s: %s\n", #call, cudaGetErrorString(e_));                                \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
+static int g_cases, g_plans;
 
 /* The scalars of a call: kind, and per launch the scalar's bits. */
 enum scale_case { SC_AVG, SC_HOST, SC_DEVICE, SC_COUNT };
@@ -394,7 +379,7 @@ static void test_graph_plan(const char *path, enum mscx_dtype dt, uint64_t msg)
     CK(cudaGraphInstantiate(&ge, gr, 0));
     static const float k_vals[] = {0.5f, -3.0f, 0.1f, 7.25f, 1.0f, -0.0078125f};
     int replays = 0;
-    for (int k = 0; k < 60 && !g_fail; k++) {
+    for (int k = 0; k < 60 && !failures; k++) {
         uint32_t s = (uint32_t)dt_bits(dt, k_vals[k % 6] * (float)(1 + k / 6));
         for (uint32_t r = 0; r < g.n; r++)
             CK(cudaMemcpy(g.dscalar[r], &s, 4, cudaMemcpyHostToDevice));
@@ -445,7 +430,7 @@ int main(int argc, char **argv)
                 test_plan(argv[i]);
         else
             test_dir(MSCX_SOURCE_ROOT "/plans");
-        printf("scaled plans: %d plans, %d cases compared, %d failures\n", g_plans, g_cases, g_fail);
+        printf("scaled plans: %d plans, %d cases compared, %d failures\n", g_plans, g_cases, failures);
         if (argc <= 2 && g_plans < 20)
             FAIL("only %d shipped plans of 1 to 8 ranks ran", g_plans);
     } else if (strcmp(mode, "graph") == 0) {
@@ -457,5 +442,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
-    return g_fail ? 1 : 0;
+    return failures ? 1 : 0;
 }

@@ -24,28 +24,12 @@
 #include <cuda_runtime_api.h>
 #include "mscx/exec.h"
 #include "mscx/plan.h"
+#include "gpu_test.h"
 
 #define BUSY_MS 3000
 #define SETUP_LIMIT_MS 1000
 #define MSG (64u * 1024u)
 
-static int g_fail;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        g_fail++;                                                                                            \
-    } while (0)
-
-#define CK(call)                                                                                             \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            fprintf(stderr, "cuda: %s: %s\n", #call, cudaGetErrorString(e_));                                \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
 
 static const char *g_plan_path =
     MSCX_SOURCE_ROOT "/tests/data/mscclpp/mscclpp-algo-plans/allreduce_pkt_n2.json";
@@ -284,12 +268,12 @@ static int test_threads(int ndev)
     }
     if (bad)
         FAIL("threads: %zu wrong elements", bad);
-    else if (!g_fail)
+    else if (!failures)
         printf("threads: allreduce of 2 ranks on GPUs 0 and 1 in one process is right (%zu elements each)\n",
                n);
     pthread_barrier_destroy(&g.bar);
     mscx_plan_destroy(plan);
-    return g_fail ? 1 : 0;
+    return failures ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -312,5 +296,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
-    return g_fail ? 1 : 0;
+    return failures ? 1 : 0;
 }

@@ -32,6 +32,7 @@
 #include "mscx/plan.h"
 #include "proc_mesh.h"
 #include "test_data.h"
+#include "gpu_test.h"
 
 #define PLAN MSCX_SOURCE_ROOT "/plans/allreduce_n2_rpn2_oneshot_1K_16K.json"
 #define NRANKS 2
@@ -55,13 +56,6 @@ struct rk {
 };
 
 static struct mscx_test_ref g_ref[2];
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL (%s): ", g_mode);                                                              \
-        fprintf(stderr, __VA_ARGS__);                                                                        \
-        fputc('\n', stderr);                                                                                 \
-    } while (0)
 
 static int refs_make(const struct mscx_plan *plan)
 {
@@ -283,18 +277,6 @@ static int run_local(const struct mscx_plan *plan)
     for (uint32_t q = 0; q < NRANKS; q++)
         mscx_exec_destroy(ex[q]);
     return bad;
-}
-
-/* Exit status of a child that counts the GPUs (CUDA stays uninitialised in this process). */
-static int gpu_present(void)
-{
-    pid_t p = fork();
-    if (p == 0) {
-        int n = 0;
-        _exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 77);
-    }
-    int code = 77;
-    return p > 0 && proc_mesh_wait(&p, 1, 60, &code) == 0 && code == 0;
 }
 
 int main(int argc, char **argv)

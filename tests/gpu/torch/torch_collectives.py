@@ -11,35 +11,15 @@ Exits 77 without torch or without a GPU.
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from one_rank import OneRank  # noqa: E402
+
 
 def main(outfile):
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError as e:
-        print("no torch (%s): skipped" % e)
+    w = OneRank()
+    if w.skipped:
         return 77
-    if not torch.cuda.is_available():
-        print("no GPU: skipped")
-        return 77
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 2000))
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    torch.cuda.set_device(0)
-    dev = torch.device("cuda", 0)
-    dist.init_process_group("nccl", init_method="env://", rank=0, world_size=1, device_id=dev)
-    results = []
-
-    def dump(name, t):
-        torch.cuda.synchronize()
-        results.append((name, t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()))
-
-    def data(n, dtype, seed):
-        g = torch.Generator(device="cpu").manual_seed(seed)
-        x = torch.randint(-1000, 1000, (n,), generator=g, dtype=torch.int32)
-        if dtype.is_floating_point:
-            return (x.to(torch.float32) * 0.125).to(dtype).to(dev)
-        return x.to(dtype).to(dev)
+    torch, dist, dev, dump, data = w.torch, w.dist, w.dev, w.dump, w.data
 
     sizes = [1, 7, 255, 257, 513, 4099, 65537, 262147, (1 << 20) + 3]
     dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.int32]
@@ -110,14 +90,8 @@ def main(outfile):
         g.replay()
         dump("graph replay %d" % rep, static)
 
-    dist.barrier()
-    dist.destroy_process_group()
-    with open(outfile, "wb") as fh:
-        for name, b in results:
-            fh.write(("%s bytes=%d\n" % (name, len(b))).encode())
-            fh.write(b)
-            fh.write(b"\n")
-    print("torch_collectives: %d results, premul_sum %s" % (len(results), "yes" if premul else "no"))
+    nresults = w.finish(outfile)
+    print("torch_collectives: %d results, premul_sum %s" % (nresults, "yes" if premul else "no"))
     return 0
 
 

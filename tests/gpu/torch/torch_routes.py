@@ -16,39 +16,19 @@ Exits 77 without torch or without a GPU.
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from one_rank import OneRank  # noqa: E402
+
 
 def main(argv):
     nonblocking = "--nonblocking" in argv
     outfile = [a for a in argv if not a.startswith("--")][0]
     if nonblocking:
         os.environ["TORCH_NCCL_USE_COMM_NONBLOCKING"] = "1"
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError as e:
-        print("no torch (%s): skipped" % e)
+    w = OneRank()
+    if w.skipped:
         return 77
-    if not torch.cuda.is_available():
-        print("no GPU: skipped")
-        return 77
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 2000))
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    torch.cuda.set_device(0)
-    dev = torch.device("cuda", 0)
-    dist.init_process_group("nccl", init_method="env://", rank=0, world_size=1, device_id=dev)
-    results = []
-
-    def dump(name, t):
-        torch.cuda.synchronize()
-        results.append((name, t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()))
-
-    def data(n, dtype, seed):
-        g = torch.Generator(device="cpu").manual_seed(seed)
-        x = torch.randint(-1000, 1000, (n,), generator=g, dtype=torch.int32)
-        if dtype.is_floating_point:
-            return (x.to(torch.float32) * 0.125).to(dtype).to(dev)
-        return x.to(dtype).to(dev)
+    torch, dist, dev, dump, data = w.torch, w.dist, w.dev, w.dump, w.data
 
     coalescing = getattr(dist.distributed_c10d, "_coalescing_manager", None)
     sizes = [512, 1000, 4099, 65537, 262143]  # 1 KB and more in every dtype: a plan covers each
@@ -103,15 +83,9 @@ def main(argv):
         for n, o in zip(sizes, outs):
             dump("coalesced reduce_scatter_tensor avg %s %d" % (dt, n), o)
         seed += len(sizes)
-    dist.barrier()
-    dist.destroy_process_group()
-    with open(outfile, "wb") as fh:
-        for name, b in results:
-            fh.write(("%s bytes=%d\n" % (name, len(b))).encode())
-            fh.write(b)
-            fh.write(b"\n")
+    nresults = w.finish(outfile)
     print("torch_routes: %d results, coalescing manager %s, %s communicator"
-          % (len(results), "yes" if coalescing else "no", "non-blocking" if nonblocking else "blocking"))
+          % (nresults, "yes" if coalescing else "no", "non-blocking" if nonblocking else "blocking"))
     return 0
 
 
