@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Test data for the tests that compare an executor with the host reference
- * executor bit for bit (test-gpu-exec on a GPU, test-gpu-kpemu emulating the
+ * executor bit for bit (test-gpu-exec on a GPU, test-launch-emulation emulating the
  * GPU programs on the host): deterministic buffer contents, and the host
  * reference's result of a call kept for comparison. Plain C, no check: the
  * gpu suite's harness links it too.
@@ -27,7 +27,7 @@ enum mscx_test_data {
      */
     MSCX_TEST_DATA_ANY,
     /*
-     * test-gpu-kpemu: fp16 of exponents 2^-5 .. 2^5, 4-byte types as floats of
+     * test-launch-emulation: fp16 of exponents 2^-5 .. 2^5, 4-byte types as floats of
      * 2^-12 .. 2^11 (spread, so that a sum in another order rounds
      * differently); other dtypes raw bytes.
      */

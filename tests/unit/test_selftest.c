@@ -3,7 +3,7 @@
  * Our own test helpers (tests/common). The walk over the shipped plans
  * visits each of them once, in order. The test data of test_data.c are
  * pinned: the digests below are of the bytes that test-gpu-exec's and
- * test-gpu-kpemu's own generators made before they were shared, so any
+ * test-launch-emulation's own generators made before they were shared, so any
  * change to what the tests feed the executors fails here.
  */
 #include <string.h>

@@ -406,7 +406,7 @@ END_TEST
 
 Suite *mscx_test_suite(void)
 {
-    Suite *s = suite_create("gpu-onerank");
+    Suite *s = suite_create("onerank-decision");
     TCase *tc = mscx_tcase("decision");
     tcase_add_test(tc, test_shipped_plans);
     tcase_add_test(tc, test_identity_plans);

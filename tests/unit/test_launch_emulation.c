@@ -937,7 +937,7 @@ END_TEST
 
 Suite *mscx_test_suite(void)
 {
-    Suite *s = suite_create("gpu-kpemu");
+    Suite *s = suite_create("launch-emulation");
     TCase *tc = mscx_tcase("emulate");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_kp_emulate_shipped_plans);

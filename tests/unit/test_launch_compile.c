@@ -7,7 +7,7 @@
  * owner's half of a peer's scratch), with the byte counts each kind touches.
  * Whether the compiled program computes what the interpreter computes is
  * checked on the GPU (gpu suite, bit for bit against the host executor)
- * and by test_gpu_kpemu.c on the host; this test guards memory safety, that
+ * and by test_launch_emulation.c on the host; this test guards memory safety, that
  * the one-shot plans compile whole, and where the peepholes apply.
  */
 #include <dirent.h>
@@ -808,7 +808,7 @@ END_TEST
 
 Suite *mscx_test_suite(void)
 {
-    Suite *s = suite_create("gpu-compile");
+    Suite *s = suite_create("launch-compile");
     TCase *tc = mscx_tcase("compile");
     tcase_add_test(tc, test_compile_shipped_plans);
     tcase_add_test(tc, test_packet_only);
