@@ -73,6 +73,7 @@
  * left and made a fresh one).
  */
 #define _GNU_SOURCE /* pthread_mutex_clocklock */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -91,11 +92,12 @@
 #include "shim_int.h"
 
 #define AGREE_MAGIC 0x6d7363782d703270ull /* "mscx-p2p" */
-#define AGREE_VERSION 1u
+#define AGREE_VERSION 2u
 #define AGREE_NAME_MAX 48
 #define AGREE_READ_GRACE_MS 1000u /* the bound on taking the lock to finish a read */
 #define AGREE_SPINS 64            /* sched_yield rounds before sleeping */
 #define AGREE_LIVENESS_MS 10u     /* how often a waiter looks for posters that died */
+#define AGREE_STALE_S 60          /* a segment of dead openers is removed once unchanged this long */
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
                "atomics must be lock-free to be shared between processes");
@@ -111,6 +113,8 @@ struct agree_entry {
     uint32_t pad;
     int64_t pid;    /* the poster's process, for the liveness check */
     uint64_t pidns; /* its PID namespace (inode of /proc/self/ns/pid), 0 unknown */
+    int64_t opener;     /* the process that opened it as this rank, for the stale-segment check */
+    uint64_t opener_ns; /* its PID namespace */
     uint64_t sent[SHIM_P2P_AGREE_MAX_RANKS];
     uint64_t received[SHIM_P2P_AGREE_MAX_RANKS];
 };
@@ -573,6 +577,75 @@ int shim_p2p_agree_vote(struct shim_p2p_agree *a, const struct shim_p2p_point *p
 
 /* ---- open, close ---- */
 
+/*
+ * Whether the segment @p s (mapped from /dev/shm) was left by processes
+ * that are all gone: every rank that opened it recorded its pid there, in
+ * this PID namespace, and none of them is alive. A segment of a live
+ * communicator, of another namespace, or whose openers are not all known
+ * is never taken for stale.
+ */
+static int seg_stale(const struct agree_seg *s, uint64_t pidns)
+{
+    if (atomic_load_explicit(&s->init, memory_order_acquire) != INIT_READY || s->magic != AGREE_MAGIC ||
+        s->version != AGREE_VERSION || s->nranks == 0 || s->nranks > SHIM_P2P_AGREE_MAX_RANKS)
+        return 0;
+    uint64_t opened = atomic_load_explicit(&s->opened, memory_order_acquire);
+    if (opened == 0)
+        return 0;
+    for (uint32_t r = 0; r < s->nranks; r++) {
+        if (!(opened & rank_bit(r)))
+            continue;
+        const struct agree_entry *e = &s->e[r];
+        if (e->opener <= 0 || e->opener_ns == 0 || e->opener_ns != pidns)
+            return 0;
+        if (e->opener == (int64_t)getpid() || kill((pid_t)e->opener, 0) == 0 || errno != ESRCH)
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * Remove the agreement segments that processes of this user left behind
+ * when they died between creating one and the last rank's open (the name
+ * goes once every rank has it mapped). A segment changed in the last
+ * AGREE_STALE_S seconds is left alone: its communicator's other ranks may
+ * still be opening it, and they would rather find its dead opener there
+ * than wait for a vote that never comes. @return how many
+ */
+static unsigned reap_stale(void)
+{
+    uint64_t ns = pid_namespace();
+    DIR *d = ns ? opendir("/dev/shm") : NULL;
+    unsigned n = 0;
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char name[AGREE_NAME_MAX];
+        struct stat sb;
+        if (strncmp(de->d_name, "mscx-p2p-", 9) != 0 ||
+            snprintf(name, sizeof(name), "/%s", de->d_name) >= (int)sizeof(name) ||
+            fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) ||
+            sb.st_uid != geteuid() || (size_t)sb.st_size != sizeof(struct agree_seg) ||
+            time(NULL) - sb.st_mtime < AGREE_STALE_S)
+            continue;
+        int fd = shm_open(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+        void *p = fd >= 0 ? mmap(NULL, sizeof(struct agree_seg), PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+        if (fd >= 0)
+            close(fd);
+        if (p == MAP_FAILED)
+            continue;
+        int stale = seg_stale(p, ns);
+        munmap(p, sizeof(struct agree_seg));
+        if (stale && shm_unlink(name) == 0) {
+            n++;
+            MSCX_INFO(MSCX_SUB_SHIM, "removed %s, left by processes that are gone", name);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
 static void agree_name(const uint8_t secret[SHIM_SECRET_BYTES], char name[AGREE_NAME_MAX], uint64_t *check_p)
 {
     uint64_t h = fnv1a(0xcbf29ce484222325ull, secret, SHIM_SECRET_BYTES);
@@ -626,6 +699,7 @@ mscx_status_t shim_p2p_agree_open(const uint8_t secret[SHIM_SECRET_BYTES], uint3
     a->pid = (int64_t)getpid();
     a->pidns = pid_namespace();
     agree_name(secret, a->name, &a->check);
+    reap_stale();
     int fd = open_object(a->name, rank);
     if (fd < 0)
         goto err_free;
@@ -639,6 +713,8 @@ mscx_status_t shim_p2p_agree_open(const uint8_t secret[SHIM_SECRET_BYTES], uint3
     a->seg = p;
     atomic_fetch_add_explicit(&a->seg->attached, 1, memory_order_acq_rel);
     seg_init_once(a);
+    a->seg->e[rank].opener = a->pid;
+    a->seg->e[rank].opener_ns = a->pidns;
     uint64_t before = atomic_fetch_or_explicit(&a->seg->opened, rank_bit(rank), memory_order_acq_rel);
     if (before != full_mask(nranks) && (before | rank_bit(rank)) == full_mask(nranks))
         shm_unlink(a->name); /* every rank has it mapped: nothing is left behind when a process dies */

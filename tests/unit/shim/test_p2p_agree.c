@@ -9,6 +9,8 @@
  */
 #include "p2p_agree.c"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "test_common.h"
@@ -868,6 +870,47 @@ START_TEST(test_two_secrets)
 }
 END_TEST
 
+/*
+ * A process that dies between opening an agreement and the last rank's open
+ * leaves its segment; the next open of any agreement once it is a minute
+ * old removes it, and leaves one whose opener is alive.
+ */
+START_TEST(test_stale_reaped)
+{
+    uint8_t dead[SHIM_SECRET_BYTES], live[SHIM_SECRET_BYTES], next[SHIM_SECRET_BYTES];
+    char dead_name[AGREE_NAME_MAX], live_name[AGREE_NAME_MAX];
+    uint64_t check;
+    random_secret(dead);
+    random_secret(live);
+    random_secret(next);
+    agree_name(dead, dead_name, &check);
+    agree_name(live, live_name, &check);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct shim_p2p_agree *a;
+        _exit(shim_p2p_agree_open(dead, 0, 2, &a) == MSCX_OK ? 0 : 1); /* dies with it open */
+    }
+    ck_assert_int_eq(wait_bounded(pid, 10000), 0);
+    ck_assert_msg(name_exists(dead_name), "the dead process's segment %s is not there to reap", dead_name);
+    struct shim_p2p_agree *l, *n;
+    ck_assert_int_eq(shim_p2p_agree_open(live, 0, 2, &l), MSCX_OK); /* changed just now: left alone */
+    ck_assert_msg(name_exists(dead_name), "%s was removed while its peers may still be opening it", dead_name);
+    shim_p2p_agree_close(l);
+    char path[sizeof("/dev/shm") + AGREE_NAME_MAX];
+    snprintf(path, sizeof(path), "/dev/shm%s", dead_name);
+    struct timespec old[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, old, 0), 0); /* an hour old */
+    ck_assert_int_eq(shim_p2p_agree_open(live, 0, 2, &l), MSCX_OK);
+    ck_assert_msg(!name_exists(dead_name), "%s of a dead process survived the next open", dead_name);
+    ck_assert_int_eq(shim_p2p_agree_open(next, 0, 2, &n), MSCX_OK);
+    ck_assert_msg(name_exists(live_name), "%s of a live process was removed", live_name);
+    shim_p2p_agree_close(n);
+    shim_p2p_agree_close(l);
+    check_unlinked(live);
+    check_unlinked(next);
+}
+END_TEST
+
 /* Two handles as one rank, voting at once: a caller bug; both get 0 and the segment is broken. */
 START_TEST(test_same_rank_twice)
 {
@@ -915,6 +958,7 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tn, test_foreign_segment);
     tcase_add_test(tn, test_two_secrets);
     tcase_add_test(tn, test_same_rank_twice);
+    tcase_add_test(tn, test_stale_reaped);
     suite_add_tcase(s, tn);
     return s;
 }
