@@ -27,6 +27,17 @@
  *   simulate   ncclGroupSimulateEnd: the kept calls go to NCCL first, and
  *              the group is over
  *   threads    a group is this thread's: another thread's call launches at once
+ *
+ * The ranks modes run the communicators of ncclCommInitAll as ranks on
+ * threads of one process (FAKE_NCCL_LOCAL=1), each rank grouping its calls
+ * its own way; every rank's summary must show the same route for each call:
+ *
+ *   ranks-split  2 ranks, communicators A and B: rank 0 runs group{AR(A)}
+ *                then AR(B, fp64), rank 1 group{AR(A), AR(B, fp64)}
+ *   ranks-p2p    4 ranks: each runs group{send/recv between ranks 0 and 1
+ *                only, AR 1 KB}
+ *   ranks-comms  2 ranks, one group with a call on A and one on B of
+ *                another dtype, in opposite orders on the two ranks
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -498,12 +509,133 @@ static void mode_simulate(void)
     check_summary(comm, 1, " group 2");
 }
 
+/* ---- several ranks on threads ---- */
+
+#define MAX_RANKS 4
+
+struct rank_job {
+    int rank, nranks;
+    ncclComm_t a, b; /* this rank's communicators */
+    void (*body)(const struct rank_job *);
+};
+
+static float rank_bufs[MAX_RANKS][4][1024];
+
+static void init_all(ncclComm_t *comms, int n)
+{
+    int devs[MAX_RANKS] = {0, 1, 2, 3};
+    if (ncclCommInitAll(comms, n, devs) != ncclSuccess) {
+        FAIL("ncclCommInitAll of %d failed", n);
+        exit(1);
+    }
+}
+
+static void *rank_main(void *arg)
+{
+    const struct rank_job *j = arg;
+    j->body(j);
+    return NULL;
+}
+
+/* @p body on @p n ranks at once, rank r on communicators a[r] and b[r] (b may be NULL). */
+static void run_ranks(int n, const ncclComm_t *a, const ncclComm_t *b, void (*body)(const struct rank_job *))
+{
+    struct rank_job jobs[MAX_RANKS];
+    pthread_t tid[MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        jobs[r] = (struct rank_job){r, n, a[r], b ? b[r] : NULL, body};
+        if (pthread_create(&tid[r], NULL, rank_main, &jobs[r]) != 0) {
+            FAIL("cannot start rank %d", r);
+            exit(1);
+        }
+    }
+    for (int r = 0; r < n; r++)
+        pthread_join(tid[r], NULL);
+}
+
+/* An allreduce of 1 KB (fp32, routable) or of fp64 (no plan takes its sum) by @p j on @p comm. */
+static void rank_allreduce(const struct rank_job *j, int fp64, ncclComm_t comm)
+{
+    float *send = rank_bufs[j->rank][fp64 ? 2 : 0], *recv = rank_bufs[j->rank][fp64 ? 3 : 1];
+    call_ok("ncclAllReduce", ncclAllReduce(send, recv, 256, fp64 ? ncclFloat64 : ncclFloat32, ncclSum, comm,
+                                           S(1)));
+}
+
+static void split_body(const struct rank_job *j)
+{
+    call_ok("ncclGroupStart", ncclGroupStart());
+    rank_allreduce(j, 0, j->a);
+    if (j->rank == 1)
+        rank_allreduce(j, 1, j->b);
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    if (j->rank == 0)
+        rank_allreduce(j, 1, j->b);
+}
+
+static void p2p_body(const struct rank_job *j)
+{
+    call_ok("ncclGroupStart", ncclGroupStart());
+    if (j->rank < 2) { /* a neighbour exchange where ranks 2 and 3 have no peer */
+        int peer = 1 - j->rank;
+        call_ok("ncclSend", ncclSend(rank_bufs[j->rank][2], 64, ncclFloat32, peer, j->a, S(1)));
+        call_ok("ncclRecv", ncclRecv(rank_bufs[j->rank][3], 64, ncclFloat32, peer, j->a, S(1)));
+    }
+    rank_allreduce(j, 0, j->a);
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+}
+
+static void comms_body(const struct rank_job *j)
+{
+    call_ok("ncclGroupStart", ncclGroupStart());
+    rank_allreduce(j, j->rank == 1, j->rank == 1 ? j->b : j->a);
+    rank_allreduce(j, j->rank == 0, j->rank == 0 ? j->b : j->a);
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+}
+
+/* Destroy the @p n ranks of @p comms; each one's summary must show @p routed calls routed and @p reasons. */
+static void same_on_ranks(const ncclComm_t *comms, int n, int routed, const char *reasons)
+{
+    for (int r = 0; r < n; r++)
+        destroy(comms[r]);
+    for (int r = 0; r < n; r++)
+        check_summary(comms[r], routed, reasons);
+}
+
+static void mode_ranks_split(void)
+{
+    ncclComm_t a[2], b[2];
+    init_all(a, 2);
+    init_all(b, 2);
+    run_ranks(2, a, b, split_body);
+    same_on_ranks(a, 2, 1, "");
+    same_on_ranks(b, 2, 0, " op 1"); /* fp64: no plan takes its sum */
+}
+
+static void mode_ranks_p2p(void)
+{
+    ncclComm_t c[4];
+    init_all(c, 4);
+    run_ranks(4, c, NULL, p2p_body);
+    same_on_ranks(c, 4, 1, "");
+}
+
+static void mode_ranks_comms(void)
+{
+    ncclComm_t a[2], b[2];
+    init_all(a, 2);
+    init_all(b, 2);
+    run_ranks(2, a, b, comms_body);
+    same_on_ranks(a, 2, 1, "");
+    same_on_ranks(b, 2, 0, " op 1"); /* fp64: no plan takes its sum */
+}
+
 static const struct shim_mode modes[] = {
     {"routed", mode_routed},       {"mixed", mode_mixed},     {"identity", mode_identity},
     {"send", mode_send},
     {"streams", mode_streams},     {"comms", mode_comms},     {"nested", mode_nested},
     {"end-fails", mode_end_fails}, {"refused", mode_refused}, {"no-events", mode_no_events},
     {"simulate", mode_simulate},   {"threads", mode_threads},
+    {"ranks-split", mode_ranks_split}, {"ranks-p2p", mode_ranks_p2p}, {"ranks-comms", mode_ranks_comms},
 };
 
 int main(int argc, char **argv)
