@@ -27,6 +27,10 @@
  *   simulate   ncclGroupSimulateEnd: the kept calls go to NCCL first, and
  *              the group is over
  *   threads    a group is this thread's: another thread's call launches at once
+ *   nonblocking  a group that creates a non-blocking communicator and
+ *              issues routable collectives on a ready non-blocking one:
+ *              the real ncclGroupEnd answers ncclInProgress, and every
+ *              kept call still runs (its result checked)
  *
  * The ranks modes run the communicators of ncclCommInitAll as ranks on
  * threads of one process (FAKE_NCCL_LOCAL=1), each rank grouping its calls
@@ -509,6 +513,90 @@ static void mode_simulate(void)
     check_summary(comm, 1, " group 2");
 }
 
+/* A non-blocking communicator of one rank, its init completed (polled as NCCL's users must). */
+static ncclComm_t new_nonblocking(void)
+{
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r == ncclSuccess)
+        r = ncclCommInitRankConfig(&comm, 1, id, 0, &config);
+    if (r != ncclInProgress || !comm) {
+        FAIL("a non-blocking init answered %d, expected ncclInProgress", (int)r);
+        exit(1);
+    }
+    ncclResult_t async = ncclInProgress;
+    for (int polls = 0; async == ncclInProgress && polls < 1000; polls++)
+        if (ncclCommGetAsyncError(comm, &async) != ncclSuccess)
+            async = ncclInternalError;
+    if (async != ncclSuccess)
+        FAIL("the non-blocking init never completed: %d", (int)async);
+    return comm;
+}
+
+/* The offset of @p line in the fake's log (-1: absent). */
+static long log_at(const char *line)
+{
+    const char *log = read_file(getenv("FAKE_NCCL_LOG"));
+    const char *p = log ? strstr(log, line) : NULL;
+    return p ? (long)(p - log) : -1;
+}
+
+static void fill(int b, float base)
+{
+    for (int i = 0; i < 1024; i++) {
+        bufs[b][i] = base + (float)i;
+        bufs[b + 1][i] = 0;
+    }
+}
+
+static void check_copied(int b, size_t count)
+{
+    if (memcmp(bufs[b], bufs[b + 1], count * sizeof(float)) != 0)
+        FAIL("the allreduce in buffers %d never ran: its output is not its input", b);
+}
+
+static void mode_nonblocking(void)
+{
+    ncclComm_t a = new_nonblocking();
+    allreduce(6, 256, ncclFloat32, a, S(1)); /* its setup runs at its first collective outside a group */
+    fill(0, 1.0f);
+    fill(2, 5000.0f);
+    fill(4, 9000.0f);
+    fake_log_clear();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, a, S(1));
+    ncclComm_t b = NULL;
+    ncclUniqueId id;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclGetUniqueId(&id);
+    ncclResult_t r = ncclCommInitRankConfig(&b, 1, id, 0, &config);
+    if (r != ncclSuccess && r != ncclInProgress)
+        FAIL("a non-blocking init in a group answered %d", (int)r);
+    allreduce(2, 1024, ncclFloat8e4m3, a, S(1)); /* no mscx type: NCCL's, in NCCL's group */
+    allreduce(4, 512, ncclFloat32, a, S(1));
+    setenv("FAKE_NCCL_RESULT", "7", 1); /* the real ncclGroupEnd answers ncclInProgress */
+    r = ncclGroupEnd();
+    unsetenv("FAKE_NCCL_RESULT");
+    if (r != ncclInProgress)
+        FAIL("ncclGroupEnd returned %d, expected the real one's ncclInProgress", (int)r);
+    char first[LINE_MAX_LEN], last[LINE_MAX_LEN];
+    snprintf(first, sizeof(first), "mscx_exec_launch 1024 %p", (void *)S(1));
+    snprintf(last, sizeof(last), "mscx_exec_launch 2048 %p", (void *)S(1));
+    long end = log_at("ncclGroupEnd"), at_first = log_at(first), at_last = log_at(last);
+    if (end < 0 || at_first < 0 || at_last < 0 || at_first > end || at_last < end)
+        FAIL("the kept calls did not launch around ncclGroupEnd (offsets %ld, %ld, %ld)", at_first, end, at_last);
+    check_copied(0, 256);
+    check_copied(4, 512);
+    if (b)
+        destroy(b);
+    destroy(a);
+    check_summary(a, 3, " dtype 1");
+}
+
 /* ---- several ranks on threads ---- */
 
 #define MAX_RANKS 4
@@ -635,6 +723,7 @@ static const struct shim_mode modes[] = {
     {"streams", mode_streams},     {"comms", mode_comms},     {"nested", mode_nested},
     {"end-fails", mode_end_fails}, {"refused", mode_refused}, {"no-events", mode_no_events},
     {"simulate", mode_simulate},   {"threads", mode_threads},
+    {"nonblocking", mode_nonblocking},
     {"ranks-split", mode_ranks_split}, {"ranks-p2p", mode_ranks_p2p}, {"ranks-comms", mode_ranks_comms},
 };
 
