@@ -1169,7 +1169,7 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
         c = shim_comm_setup_deferred(c);
     if (!c) {
         if (shim_group_collecting)
-            shim_group_before_forward(); /* a call of the group that is not ours */
+            shim_group_before_forward(call->comm); /* a call of the group that is not ours */
         return 0; /* not a communicator we set up: NCCL's alone */
     }
     int answered = 1;
@@ -1193,7 +1193,7 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
                 atomic_fetch_add_explicit(&c->identity_calls[call->coll], 1, memory_order_relaxed);
         } else {
             if (shim_group_collecting)
-                shim_group_before_forward();
+                shim_group_before_forward(call->comm);
             stats_add(c, call->coll, msg, why);
             answered = 0;
         }

@@ -164,7 +164,8 @@ def group_hook(f):
     routed = f.base in GROUP_ROUTED and f.base in INTERCEPTED
     if not takes_comm(f) or routed or f.base in GROUP_QUERIES:
         return []
-    return ['    if (__builtin_expect(shim_group_collecting, 0))', '        shim_group_before_forward();']
+    comm = next(n for t, n in f.params if t.replace('const ', '').strip() == 'ncclComm_t')
+    return ['    if (__builtin_expect(shim_group_collecting, 0))', f'        shim_group_before_forward({comm});']
 
 
 def gen_shim(funcs, names, outdir):

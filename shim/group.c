@@ -8,10 +8,11 @@
  * (comm.c): what else the group holds never changes where it runs. A
  * collective that routes is kept in issue order. NCCL launches the calls it
  * gets in a group at the group's end, all at once; the kept calls take the
- * places that keep each rank's issue order around them: those issued before
- * the group's first NCCL-bound call launch just before the real outermost
- * ncclGroupEnd, the others just after it (docs/design.md, "Groups", argues
- * why this cannot deadlock). NCCL makes every stream of a group wait for
+ * places that keep each communicator's order: those issued before the first
+ * NCCL-bound call on their communicator in the group launch just before the
+ * real outermost ncclGroupEnd, the others just after it (docs/design.md,
+ * "Groups", argues why this cannot deadlock). A group with no NCCL-bound
+ * call launches everything after the real end. NCCL makes every stream of a group wait for
  * the whole group, per communicator: within each of those two batches,
  * when one communicator's kept calls use several streams, the first stream
  * waits for the others (an event recorded on each), every call launches on
@@ -49,6 +50,7 @@ struct kept {
     ncclCollConfig_t config; /* a copy of an nccl<Coll>Config call's config, which may not outlive the call */
 #endif
     int device;
+    int before;      /* issued before any NCCL-bound call of its communicator in the group */
     int lead;        /* index of the first kept call of the same communicator: its stream is the join's */
     int new_stream;  /* the first kept call of its communicator on this stream */
     int join_failed; /* on a lead: joining its communicator's streams failed, none of its calls run */
@@ -56,7 +58,9 @@ struct kept {
 
 static __thread struct kept *kept;
 static __thread int nkept, cap_kept;
-static __thread int nbefore; /* kept calls issued before the group's first NCCL-bound call; -1: none went yet */
+#define GROUP_MAX_FORWARDED 32
+static __thread ncclComm_t forwarded[GROUP_MAX_FORWARDED]; /* communicators with an NCCL-bound call in the group */
+static __thread int nforwarded; /* -1: more than the list holds, every communicator counts as one */
 static __thread int simulated; /* the group ends in ncclGroupSimulateEnd: its calls go to NCCL */
 static __thread ncclResult_t group_err; /* the first error of a call forwarded in the group or launched before its end */
 
@@ -277,7 +281,7 @@ void shim_group_enter(void)
     if (group_depth++ == 0) {
         shim_group_collecting = 1;
         nkept = 0;
-        nbefore = -1;
+        nforwarded = 0;
         simulated = 0;
         group_err = ncclSuccess;
     }
@@ -285,7 +289,25 @@ void shim_group_enter(void)
 
 int shim_group_p2p_open(void)
 {
-    return shim_group_collecting && nkept == 0 && nbefore < 0;
+    return shim_group_collecting && nkept == 0 && nforwarded == 0;
+}
+
+static int was_forwarded(ncclComm_t comm)
+{
+    for (int i = 0; i < nforwarded; i++)
+        if (forwarded[i] == comm)
+            return 1;
+    return nforwarded < 0;
+}
+
+static void mark_forwarded(ncclComm_t comm)
+{
+    if (!comm || was_forwarded(comm))
+        return;
+    if (nforwarded == GROUP_MAX_FORWARDED)
+        nforwarded = -1;
+    else
+        forwarded[nforwarded++] = comm;
 }
 
 int shim_group_reserve(void)
@@ -305,7 +327,7 @@ static int joins_streams(const struct shim_coll_call *call)
 ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device)
 {
     if (shim_p2p_nkept() > 0)
-        shim_group_before_forward(); /* sends and recvs beside a collective are no AlltoAll: NCCL's, first */
+        shim_group_before_forward(NULL); /* sends and recvs beside a collective are no AlltoAll: NCCL's, first */
     if (shim_group_reserve() != 0)
         return shim_err_set(ncclSystemError, "mscx: %s in a group: no memory to keep it until ncclGroupEnd",
                             call->fn);
@@ -315,6 +337,7 @@ ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device)
     struct kept *k = &kept[nkept++];
     k->call = *call;
     k->device = device;
+    k->before = !was_forwarded(call->comm);
 #ifdef SHIM_HAVE_ncclAllReduceConfig
     if (call->config) {
         const ncclCollConfig_t *cfg = call->config;
@@ -327,13 +350,15 @@ ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device)
     return ncclSuccess;
 }
 
-void shim_group_before_forward(void)
+void shim_group_before_forward(ncclComm_t comm)
 {
     if (!shim_group_collecting)
         return;
-    note_err(shim_p2p_to_nccl());
-    if (nbefore < 0)
-        nbefore = nkept;
+    if (shim_p2p_nkept() > 0) {
+        mark_forwarded(shim_p2p_comm());
+        note_err(shim_p2p_to_nccl());
+    }
+    mark_forwarded(comm);
 }
 
 void shim_group_before_simulate(void)
@@ -464,14 +489,31 @@ static ncclResult_t launch_kept(int from, int to)
     return res;
 }
 
+/* Move the kept calls marked before to the front, each part in issue order. @return how many are before */
+static int partition_before(void)
+{
+    int nb = 0;
+    for (int i = 0; i < nkept; i++) {
+        if (!kept[i].before)
+            continue;
+        struct kept k = kept[i];
+        memmove(&kept[nb + 1], &kept[nb], (size_t)(i - nb) * sizeof(k));
+        kept[nb++] = k;
+    }
+    return nb;
+}
+
+static __thread int nlaunched; /* kept calls launched before the real ncclGroupEnd */
+
 void shim_group_before_end(void)
 {
     if (group_depth != 1 || !shim_group_collecting)
         return;
     note_err(shim_p2p_group_end());
     shim_group_collecting = 0; /* what launches now runs at once */
-    if (nbefore > 0)
-        note_err(launch_kept(0, nbefore));
+    /* with nothing bound for NCCL every kept call waits for its end, which may still fail */
+    nlaunched = nforwarded != 0 ? partition_before() : 0;
+    note_err(launch_kept(0, nlaunched));
 }
 
 ncclResult_t shim_group_end(int prof, ncclResult_t res)
@@ -480,8 +522,9 @@ ncclResult_t shim_group_end(int prof, ncclResult_t res)
         return res;
     shim_group_collecting = 0;
     simulated = 0;
-    int from = nbefore > 0 ? nbefore : 0, to = nkept;
+    int from = nlaunched, to = nkept;
     nkept = 0;
+    nlaunched = 0;
     ncclResult_t err = group_err;
     group_err = ncclSuccess;
     if (res != ncclSuccess && res != ncclInProgress) {

@@ -35,6 +35,11 @@ int shim_p2p_nkept(void)
     return nkept;
 }
 
+ncclComm_t shim_p2p_comm(void)
+{
+    return nkept > 0 ? kept[0].comm : NULL;
+}
+
 static ncclResult_t forward(const struct shim_p2p_call *p)
 {
     ncclResult_t r;
@@ -103,7 +108,7 @@ ncclResult_t shim_p2p_call(const struct shim_p2p_call *p)
         return ncclSuccess;
     }
     if (shim_group_collecting)
-        shim_group_before_forward(); /* the kept sends and recvs go first */
+        shim_group_before_forward(p->comm); /* the kept sends and recvs go first */
     return forward(p);
 }
 

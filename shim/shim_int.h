@@ -354,11 +354,11 @@ extern __thread int shim_group_collecting;
  */
 ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device);
 /**
- * A forwarder's hook before a call of the group goes to NCCL: the kept sends
- * and recvs go first, and the first such call marks which kept collectives
- * launch before NCCL's group end.
+ * A forwarder's hook before a call of the group on @p comm (NULL: none) goes
+ * to NCCL: the kept sends and recvs go first, and the collectives kept on
+ * @p comm from now on launch after NCCL's group end.
  */
-void shim_group_before_forward(void);
+void shim_group_before_forward(ncclComm_t comm);
 /** ncclGroupSimulateEnd comes: the kept calls go to NCCL, and so does the rest of the group. */
 void shim_group_before_simulate(void);
 /** Non-zero while this thread's group ends in ncclGroupSimulateEnd: every call goes to NCCL (reason group). */
@@ -392,6 +392,8 @@ struct shim_p2p_call {
 ncclResult_t shim_p2p_call(const struct shim_p2p_call *p);
 /** How many sends and recvs the collecting group keeps (all of one communicator). */
 int shim_p2p_nkept(void);
+/** The communicator of the kept sends and recvs (NULL: none kept). */
+ncclComm_t shim_p2p_comm(void);
 /** The group goes to NCCL: forward the kept sends and recvs in issue order. @return the first error */
 ncclResult_t shim_p2p_to_nccl(void);
 /**

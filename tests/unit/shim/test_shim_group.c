@@ -16,6 +16,8 @@
  *              nothing: the shim answers it and the group stays routed
  *   send       an ncclSend in the middle, or a communicator not ours:
  *              that call goes to NCCL, the collectives still route
+ *   order      two communicators, an NCCL-bound call on one: only that
+ *              one's later kept calls launch after NCCL's group end
  *   streams    three streams of one communicator are joined on the first
  *   comms      two communicators in one group, each joined on its own streams
  *   nested     only the outermost ncclGroupEnd launches
@@ -267,12 +269,37 @@ static void mode_send(void)
     call_ok("ncclGroupEnd", ncclGroupEnd());
     want_add(&w, "ncclGroupStart");
     want_nccl_allreduce(&w, bufs[2], bufs[3], 256, ncclFloat32, foreign, S(1));
-    want_launch(&w, 1024, S(1));
-    want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 1024, S(1)); /* nothing of their communicator went to NCCL: both before NCCL's end */
     want_launch(&w, 2048, S(1));
+    want_add(&w, "ncclGroupEnd");
     check_log("send", &w);
     destroy(comm);
     check_summary(comm, 4, "");
+}
+
+static void mode_order(void)
+{
+    ncclComm_t a = new_comm(), b = new_comm();
+    struct want w;
+    want_reset(&w);
+    fake_log_clear();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, a, S(1));
+    allreduce(2, 1024, ncclFloat8e4m3, b, S(1)); /* NCCL's */
+    allreduce(4, 512, ncclFloat32, b, S(1));
+    allreduce(6, 768, ncclFloat32, a, S(1));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_nccl_allreduce(&w, bufs[2], bufs[3], 1024, ncclFloat8e4m3, b, S(1));
+    want_launch(&w, 1024, S(1));
+    want_launch(&w, 3072, S(1));
+    want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 2048, S(1));
+    check_log("order", &w);
+    destroy(a);
+    destroy(b);
+    check_summary(a, 2, "");
+    check_summary(b, 1, " dtype 1");
 }
 
 static void mode_streams(void)
@@ -719,7 +746,7 @@ static void mode_ranks_comms(void)
 
 static const struct shim_mode modes[] = {
     {"routed", mode_routed},       {"mixed", mode_mixed},     {"identity", mode_identity},
-    {"send", mode_send},
+    {"send", mode_send},           {"order", mode_order},
     {"streams", mode_streams},     {"comms", mode_comms},     {"nested", mode_nested},
     {"end-fails", mode_end_fails}, {"refused", mode_refused}, {"no-events", mode_no_events},
     {"simulate", mode_simulate},   {"threads", mode_threads},
