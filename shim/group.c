@@ -12,11 +12,11 @@
  * NCCL-bound call on their communicator in the group launch just before the
  * real outermost ncclGroupEnd, the others just after it (docs/design.md,
  * "Groups", argues why this cannot deadlock). A group with no NCCL-bound
- * call launches everything after the real end. NCCL makes every stream of a group wait for
- * the whole group, per communicator: within each of those two batches,
- * when one communicator's kept calls use several streams, the first stream
- * waits for the others (an event recorded on each), every call launches on
- * it, and the others wait for it.
+ * call launches everything after the real end. NCCL makes every stream of
+ * a group wait for the whole group, per communicator: within each of those
+ * two batches, when one communicator's kept calls use several streams, the
+ * first stream waits for the others (an event recorded on each), every call
+ * launches on it, and the others wait for it.
  * The sends and recvs of a group that keeps no collective and forwards
  * nothing are kept by sendrecv.c and decided before NCCL's group ends
  * (shim_group_before_end): one kept AlltoAll, or NCCL.
@@ -61,6 +61,7 @@ static __thread int nkept, cap_kept;
 #define GROUP_MAX_FORWARDED 32
 static __thread ncclComm_t forwarded[GROUP_MAX_FORWARDED]; /* communicators with an NCCL-bound call in the group */
 static __thread int nforwarded; /* -1: more than the list holds, every communicator counts as one */
+static __thread int nlaunched; /* kept calls launched before the real ncclGroupEnd */
 static __thread int simulated; /* the group ends in ncclGroupSimulateEnd: its calls go to NCCL */
 static __thread ncclResult_t group_err; /* the first error of a call forwarded in the group or launched before its end */
 
@@ -344,6 +345,7 @@ ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device)
         size_t n = cfg->size < sizeof(k->config) ? cfg->size : sizeof(k->config);
         memset(&k->config, 0, sizeof(k->config));
         memcpy(&k->config, cfg, n);
+        k->config.size = n; /* what the copy holds: NCCL reads no further */
         k->call.config = &k->config;
     }
 #endif
@@ -502,8 +504,6 @@ static int partition_before(void)
     }
     return nb;
 }
-
-static __thread int nlaunched; /* kept calls launched before the real ncclGroupEnd */
 
 void shim_group_before_end(void)
 {
