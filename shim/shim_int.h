@@ -394,7 +394,7 @@ ncclResult_t shim_p2p_call(const struct shim_p2p_call *p);
 int shim_p2p_nkept(void);
 /** The communicator of the kept sends and recvs (NULL: none kept). */
 ncclComm_t shim_p2p_comm(void);
-/** The group goes to NCCL: forward the kept sends and recvs in issue order. @return the first error */
+/** Forward the kept sends and recvs to NCCL in issue order. @return the first error */
 ncclResult_t shim_p2p_to_nccl(void);
 /**
  * At the outermost ncclGroupEnd, before NCCL's: the kept sends and recvs
