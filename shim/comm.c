@@ -1039,7 +1039,7 @@ SHIM_HOT static int decide(const struct shim_comm *c, const struct shim_coll_cal
     struct shim_route_query q = {
         .coll = call->coll, .nranks = c->nranks, .ranks_per_node = c->rpn, .msg_bytes = msg,
         .dtype = call->dtype, .op = call->op, .root = call->root, .forced_mask = c->forced,
-        .group_fallback = shim_group_depth() > 0 && !shim_group_collecting, .comm = call->comm,
+        .group_fallback = shim_group_simulated(), .comm = call->comm,
     };
     int pick = (unsigned)call->coll < MSCX_COLL_COUNT
                    ? shim_route_pick_windowed(&q, c->route, c->nroute, &c->win[call->coll], why_p)
@@ -1143,9 +1143,9 @@ static ncclResult_t comm_error_result(const struct shim_comm *c, const struct sh
  * buffer as it is: NCCL itself launches nothing for it. When no plan takes
  * such a call because of what it is (its size, datatype, op or root, or no
  * plan of its collective), the shim answers it instead of forwarding it,
- * which costs the caller less than NCCL's own checks. In a group that is
- * being kept, the group then stays ours: the call has no effect to order.
- * Not when the call must go to NCCL (forced, a group that went to NCCL, a
+ * which costs the caller less than NCCL's own checks. In a group it is no
+ * NCCL-bound call: it has no effect to order.
+ * Not when the call must go to NCCL (forced, a simulated group, a
  * registered window, a refused launch), not for ncclAvg and PreMulSum ops
  * (NCCL scales, a kernel), and not with a null buffer (NCCL's argument
  * error).
@@ -1162,22 +1162,6 @@ static int identity_serves(const struct shim_comm *c, const struct shim_coll_cal
            (!reduces || shim_redop_map(call->op, &op) == 0);
 }
 
-/*
- * A call that routes, inside a group: kept until the outermost ncclGroupEnd,
- * which launches it (group.c). When it cannot be kept, the group goes to NCCL.
- * @return as shim_comm_try_route()
- */
-static int keep(struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg, ncclResult_t *res_p)
-{
-    if (shim_group_keep(call, c->device) == 0) {
-        *res_p = ncclSuccess;
-        return 1;
-    }
-    shim_group_to_nccl();
-    stats_add(c, call->coll, msg, SHIM_WHY_GROUP);
-    return 0;
-}
-
 SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
 {
     struct shim_comm *c = shim_comm_get(call->comm);
@@ -1185,7 +1169,7 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
         c = shim_comm_setup_deferred(c);
     if (!c) {
         if (shim_group_collecting)
-            shim_group_to_nccl(); /* a call of the group that is not ours */
+            shim_group_before_forward(call->comm); /* a call of the group that is not ours */
         return 0; /* not a communicator we set up: NCCL's alone */
     }
     int answered = 1;
@@ -1200,7 +1184,7 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
         enum shim_reason why;
         int pick = decide(c, call, msg, &why);
         if (pick >= 0 && shim_group_collecting) {
-            answered = keep(c, call, msg, res_p);
+            *res_p = shim_group_keep(call, c->device); /* launched around the group's end (group.c) */
         } else if (pick >= 0) {
             answered = launch(c, call, msg, pick, res_p);
         } else if (identity_serves(c, call, msg, why)) {
@@ -1209,7 +1193,7 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
                 atomic_fetch_add_explicit(&c->identity_calls[call->coll], 1, memory_order_relaxed);
         } else {
             if (shim_group_collecting)
-                shim_group_to_nccl(); /* the kept calls go first */
+                shim_group_before_forward(call->comm);
             stats_add(c, call->coll, msg, why);
             answered = 0;
         }

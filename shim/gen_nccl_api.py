@@ -58,7 +58,8 @@ FAKE_HOOKS = [
 # Functions taking a communicator that leave a collecting group alone: the collectives whose
 # intercepts decide themselves (shim_comm_try_route; only while in INTERCEPTED), ncclSend and ncclRecv
 # (sendrecv.c keeps or forwards them) and the queries,
-# which enqueue nothing. Every other one first sends the group to NCCL (shim_group_before_forward).
+# which enqueue nothing. Every other one first tells the group an NCCL-bound call comes
+# (shim_group_before_forward).
 GROUP_ROUTED = {
     'ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadcast', 'ncclBcast', 'ncclAlltoAll',
     'ncclSend', 'ncclRecv',
@@ -159,11 +160,12 @@ def takes_comm(f):
 
 
 def group_hook(f):
-    """A call that takes a communicator sends a collecting group to NCCL before it runs."""
+    """A call that takes a communicator tells a collecting group that an NCCL-bound call comes."""
     routed = f.base in GROUP_ROUTED and f.base in INTERCEPTED
     if not takes_comm(f) or routed or f.base in GROUP_QUERIES:
         return []
-    return ['    if (__builtin_expect(shim_group_collecting, 0))', '        shim_group_before_forward();']
+    comm = next(n for t, n in f.params if t.replace('const ', '').strip() == 'ncclComm_t')
+    return ['    if (__builtin_expect(shim_group_collecting, 0))', f'        shim_group_before_forward({comm});']
 
 
 def gen_shim(funcs, names, outdir):

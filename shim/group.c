@@ -4,21 +4,28 @@
  * inside a group, set up after the outermost ncclGroupEnd (their real init
  * completes there); and the collectives kept for our executor.
  *
- * A collective that routes, issued inside a group, is kept in issue order
- * and launched after the outermost real ncclGroupEnd returned success. NCCL
- * makes every stream of a group wait for the whole group, per communicator:
- * when one communicator's kept calls use several streams, the first stream
- * waits for the others (an event recorded on each), every call launches on
- * it, and the others wait for it. The moment anything in the group cannot be
- * ours (a collective that does not route, any other call that takes a
- * communicator), the kept calls are forwarded to NCCL in issue order and the
- * rest of the group follows them there ("the group goes to NCCL").
- * The sends and recvs of a group that keeps no collective are kept by
- * sendrecv.c and decided before NCCL's group ends (shim_group_before_end):
- * one kept AlltoAll, or NCCL.
+ * Each collective of a group routes on its own merits, as outside a group
+ * (comm.c): what else the group holds never changes where it runs. A
+ * collective that routes is kept in issue order. NCCL launches the calls it
+ * gets in a group at the group's end, all at once; the kept calls take the
+ * places that keep each communicator's order: those issued before the first
+ * NCCL-bound call on their communicator in the group launch just before the
+ * real outermost ncclGroupEnd, the others just after it (docs/design.md,
+ * "Groups", argues why this cannot deadlock). A group with no NCCL-bound
+ * call launches everything after the real end. NCCL makes every stream of
+ * a group wait for the whole group, per communicator: within each of those
+ * two batches, when one communicator's kept calls use several streams, the
+ * first stream waits for the others (an event recorded on each), every call
+ * launches on it, and the others wait for it.
+ * The sends and recvs of a group that keeps no collective and forwards
+ * nothing are kept by sendrecv.c and decided before NCCL's group ends
+ * (shim_group_before_end): one kept AlltoAll, or NCCL.
+ * A group that ends in ncclGroupSimulateEnd runs nothing: its kept calls
+ * go to NCCL's simulation first.
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mscx/log.h"
 #include "shim_int.h"
@@ -39,7 +46,11 @@ __thread int shim_group_collecting;
 
 struct kept {
     struct shim_coll_call call;
+#ifdef SHIM_HAVE_ncclAllReduceConfig
+    ncclCollConfig_t config; /* a copy of an nccl<Coll>Config call's config, which may not outlive the call */
+#endif
     int device;
+    int before;      /* issued before any NCCL-bound call of its communicator in the group */
     int lead;        /* index of the first kept call of the same communicator: its stream is the join's */
     int new_stream;  /* the first kept call of its communicator on this stream */
     int join_failed; /* on a lead: joining its communicator's streams failed, none of its calls run */
@@ -47,7 +58,12 @@ struct kept {
 
 static __thread struct kept *kept;
 static __thread int nkept, cap_kept;
-static __thread ncclResult_t group_err; /* the first error of a kept call forwarded to NCCL in the group */
+#define GROUP_MAX_FORWARDED 32
+static __thread ncclComm_t forwarded[GROUP_MAX_FORWARDED]; /* communicators with an NCCL-bound call in the group */
+static __thread int nforwarded; /* -1: more than the list holds, every communicator counts as one */
+static __thread int nlaunched; /* kept calls launched before the real ncclGroupEnd */
+static __thread int simulated; /* the group ends in ncclGroupSimulateEnd: its calls go to NCCL */
+static __thread ncclResult_t group_err; /* the first error of a call forwarded in the group or launched before its end */
 
 /* ---- the stream operations of a join: the CUDA runtime, or the test suite's fake NCCL ---- */
 
@@ -123,8 +139,8 @@ static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
 /*
  * The fake NCCL of the test suite exports its own event functions, which
  * record what a join does (boot.c likewise moves host bytes under it).
- * Without those and without CUDA in the build there is no join: a second
- * stream then sends the group to NCCL.
+ * Without those and without CUDA in the build there is no join: keeping a
+ * call on a second stream of a communicator then fails.
  */
 static void choose_ops(void)
 {
@@ -222,6 +238,11 @@ SHIM_HOT int shim_group_depth(void)
     return group_depth;
 }
 
+int shim_group_simulated(void)
+{
+    return simulated;
+}
+
 void shim_group_defer(ncclComm_t comm)
 {
     if (group_npending < GROUP_MAX_PENDING)
@@ -250,36 +271,44 @@ static ncclResult_t flush_pending(int prof)
     return shim_comm_setup_several(prof, group_pending, n, "in a group");
 }
 
+static void note_err(ncclResult_t r)
+{
+    if (r != ncclSuccess && group_err == ncclSuccess)
+        group_err = r;
+}
+
 void shim_group_enter(void)
 {
     if (group_depth++ == 0) {
         shim_group_collecting = 1;
         nkept = 0;
+        nforwarded = 0;
+        simulated = 0;
         group_err = ncclSuccess;
     }
 }
 
-/* 1 when shim_coll_forward() can send @p api to NCCL, as every kept call may have to be. */
-static int forwardable(enum shim_fn api)
+int shim_group_p2p_open(void)
 {
-    switch (api) {
-    case SHIM_FN_ncclAllReduce:
-    case SHIM_FN_ncclAllGather:
-    case SHIM_FN_ncclReduceScatter:
-    case SHIM_FN_ncclBroadcast:
-    case SHIM_FN_ncclBcast:
-#ifdef SHIM_HAVE_ncclAlltoAll
-    case SHIM_FN_ncclAlltoAll:
-#endif
-        return 1;
-    default:
-        return 0;
-    }
+    return shim_group_collecting && nkept == 0 && nforwarded == 0;
 }
 
-int shim_group_nkept(void)
+static int was_forwarded(ncclComm_t comm)
 {
-    return nkept;
+    for (int i = 0; i < nforwarded; i++)
+        if (forwarded[i] == comm)
+            return 1;
+    return nforwarded < 0;
+}
+
+static void mark_forwarded(ncclComm_t comm)
+{
+    if (!comm || was_forwarded(comm))
+        return;
+    if (nforwarded == GROUP_MAX_FORWARDED)
+        nforwarded = -1;
+    else
+        forwarded[nforwarded++] = comm;
 }
 
 int shim_group_reserve(void)
@@ -287,62 +316,68 @@ int shim_group_reserve(void)
     return nkept < cap_kept || grow_kept() == 0 ? 0 : -1;
 }
 
-int shim_group_keep(const struct shim_coll_call *call, int device)
+/* 1 when an earlier kept call of @p call's communicator uses another stream: the join needs an event. */
+static int joins_streams(const struct shim_coll_call *call)
 {
-    /* a collective after kept sends and recvs: the group goes to NCCL */
-    if (!forwardable(call->api) || shim_p2p_nkept() > 0 || shim_group_reserve() != 0)
-        return -1;
-    struct kept *k = &kept[nkept];
-    k->call = *call;
-    k->device = device;
-    k->lead = nkept;
-    k->new_stream = 1;
-    k->join_failed = 0;
-    for (int i = 0; i < nkept && k->new_stream; i++) {
-        if (kept[i].call.comm != call->comm)
-            continue;
-        if (k->lead == nkept)
-            k->lead = i;
-        k->new_stream = kept[i].call.stream != call->stream;
-    }
-    /* a second stream of one communicator: its join needs an event, made now or never */
-    if (k->lead != nkept && k->new_stream && !group_event(device))
-        return -1;
-    nkept++;
+    for (int i = 0; i < nkept; i++)
+        if (kept[i].call.comm == call->comm && kept[i].call.stream != call->stream)
+            return 1;
     return 0;
 }
 
-void shim_group_to_nccl(void)
+ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device)
 {
-    int n = nkept;
+    if (shim_p2p_nkept() > 0)
+        shim_group_before_forward(NULL); /* sends and recvs beside a collective are no AlltoAll: NCCL's, first */
+    if (shim_group_reserve() != 0)
+        return shim_err_set(ncclSystemError, "mscx: %s in a group: no memory to keep it until ncclGroupEnd",
+                            call->fn);
+    if (joins_streams(call) && !group_event(device))
+        return shim_err_set(ncclUnhandledCudaError, "mscx: %s in a group: no CUDA event to join the streams of "
+                            "comm %p", call->fn, (void *)call->comm);
+    struct kept *k = &kept[nkept++];
+    k->call = *call;
+    k->device = device;
+    k->before = !was_forwarded(call->comm);
+#ifdef SHIM_HAVE_ncclAllReduceConfig
+    if (call->config) {
+        const ncclCollConfig_t *cfg = call->config;
+        size_t n = cfg->size < sizeof(k->config) ? cfg->size : sizeof(k->config);
+        memset(&k->config, 0, sizeof(k->config));
+        memcpy(&k->config, cfg, n);
+        k->config.size = n; /* what the copy holds: NCCL reads no further */
+        k->call.config = &k->config;
+    }
+#endif
+    return ncclSuccess;
+}
+
+void shim_group_before_forward(ncclComm_t comm)
+{
+    if (!shim_group_collecting)
+        return;
+    if (shim_p2p_nkept() > 0) {
+        mark_forwarded(shim_p2p_comm());
+        note_err(shim_p2p_to_nccl());
+    }
+    mark_forwarded(comm);
+}
+
+void shim_group_before_simulate(void)
+{
+    if (!shim_group_collecting)
+        return;
     shim_group_collecting = 0;
-    nkept = 0;
-    ncclResult_t p2p = shim_p2p_to_nccl(); /* kept only while no collective is */
-    if (p2p != ncclSuccess && group_err == ncclSuccess)
-        group_err = p2p;
-    for (int i = 0; i < n; i++) {
+    simulated = 1;
+    note_err(shim_p2p_to_nccl());
+    for (int i = 0; i < nkept; i++) {
         ncclResult_t r;
         /* counted there as sent to NCCL with the group */
         if (!shim_comm_try_route(&kept[i].call, &r))
             r = shim_coll_forward(&kept[i].call);
-        if (r != ncclSuccess && group_err == ncclSuccess)
-            group_err = r;
+        note_err(r);
     }
-}
-
-void shim_group_before_forward(void)
-{
-    if (shim_group_collecting)
-        shim_group_to_nccl();
-}
-
-void shim_group_before_end(void)
-{
-    if (group_depth != 1 || !shim_group_collecting)
-        return;
-    ncclResult_t r = shim_p2p_group_end();
-    if (r != ncclSuccess && group_err == ncclSuccess)
-        group_err = r;
+    nkept = 0;
 }
 
 /*
@@ -369,10 +404,28 @@ static ncclResult_t launch_one(const struct kept *k, cudaStream_t stream)
     return r;
 }
 
-/* Make the lead streams wait for the other streams of their communicators. */
-static void join_in(int n, const struct stream_ops *ops, int *cur)
+/* For each kept call in [@p from, @p to): the first call of its communicator there, and whether its stream is new. */
+static void plan_joins(int from, int to)
 {
-    for (int i = 0; i < n; i++) {
+    for (int i = from; i < to; i++) {
+        struct kept *k = &kept[i];
+        k->lead = i;
+        k->new_stream = 1;
+        k->join_failed = 0;
+        for (int j = from; j < i && k->new_stream; j++) {
+            if (kept[j].call.comm != k->call.comm)
+                continue;
+            if (k->lead == i)
+                k->lead = j;
+            k->new_stream = kept[j].call.stream != k->call.stream;
+        }
+    }
+}
+
+/* Make the lead streams wait for the other streams of their communicators. */
+static void join_in(int from, int to, const struct stream_ops *ops, int *cur)
+{
+    for (int i = from; i < to; i++) {
         struct kept *k = &kept[i], *lead = &kept[k->lead];
         if (k->lead == i || !k->new_stream || lead->join_failed)
             continue;
@@ -385,15 +438,15 @@ static void join_in(int n, const struct stream_ops *ops, int *cur)
 }
 
 /* Make the other streams of each communicator wait for its lead stream. @return 0, or -1 when one failed */
-static int join_out(int n, const struct stream_ops *ops, int *cur)
+static int join_out(int from, int to, const struct stream_ops *ops, int *cur)
 {
     int failed = 0;
-    for (int l = 0; l < n; l++) {
+    for (int l = from; l < to; l++) {
         if (kept[l].lead != l || kept[l].join_failed)
             continue;
         int recorded = 0;
         void *ev = NULL;
-        for (int i = l + 1; i < n; i++) {
+        for (int i = l + 1; i < to; i++) {
             if (kept[i].lead != l || !kept[i].new_stream)
                 continue;
             if (!recorded) {
@@ -408,35 +461,59 @@ static int join_out(int n, const struct stream_ops *ops, int *cur)
     return failed ? -1 : 0;
 }
 
-/* The kept calls, in issue order, each on its communicator's lead stream. @return the first error */
-static ncclResult_t launch_kept(void)
+/* The kept calls [@p from, @p to), in issue order, each on its communicator's lead stream. @return the first error */
+static ncclResult_t launch_kept(int from, int to)
 {
-    int n = nkept;
-    nkept = 0;
-    if (n == 0)
+    if (from >= to)
         return ncclSuccess;
     const struct stream_ops *ops = stream_ops();
     int prev = ops && ops->get_device ? ops->get_device() : -1, cur = prev;
     ncclResult_t res = ncclSuccess;
+    plan_joins(from, to);
     if (ops)
-        join_in(n, ops, &cur);
-    for (int i = 0; i < n; i++) {
+        join_in(from, to, ops, &cur);
+    for (int i = from; i < to; i++) {
         const struct kept *lead = &kept[kept[i].lead];
         use_device(ops, &cur, kept[i].device);
         ncclResult_t r = lead->join_failed ? ncclUnhandledCudaError : launch_one(&kept[i], lead->call.stream);
         if (r != ncclSuccess && res == ncclSuccess)
             res = r;
     }
-    for (int l = 0; l < n; l++)
+    for (int l = from; l < to; l++)
         if (kept[l].lead == l && kept[l].join_failed)
             res = shim_err_set(ncclUnhandledCudaError,
                                "mscx: joining the streams of a group on comm %p failed (a CUDA event record "
                                "or wait); none of its calls in that group ran", (void *)kept[l].call.comm);
-    if (ops && join_out(n, ops, &cur) != 0)
+    if (ops && join_out(from, to, ops, &cur) != 0)
         res = shim_err_set(ncclUnhandledCudaError, "mscx: making the streams of a group wait for its calls "
                            "failed (a CUDA event record or wait)");
     use_device(ops, &cur, prev);
     return res;
+}
+
+/* Move the kept calls marked before to the front, each part in issue order. @return how many are before */
+static int partition_before(void)
+{
+    int nb = 0;
+    for (int i = 0; i < nkept; i++) {
+        if (!kept[i].before)
+            continue;
+        struct kept k = kept[i];
+        memmove(&kept[nb + 1], &kept[nb], (size_t)(i - nb) * sizeof(k));
+        kept[nb++] = k;
+    }
+    return nb;
+}
+
+void shim_group_before_end(void)
+{
+    if (group_depth != 1 || !shim_group_collecting)
+        return;
+    note_err(shim_p2p_group_end());
+    shim_group_collecting = 0; /* what launches now runs at once */
+    /* with nothing bound for NCCL every kept call waits for its end, which may still fail */
+    nlaunched = nforwarded != 0 ? partition_before() : 0;
+    note_err(launch_kept(0, nlaunched));
 }
 
 ncclResult_t shim_group_end(int prof, ncclResult_t res)
@@ -444,18 +521,24 @@ ncclResult_t shim_group_end(int prof, ncclResult_t res)
     if (group_depth == 0 || --group_depth > 0)
         return res;
     shim_group_collecting = 0;
+    simulated = 0;
+    int from = nlaunched, to = nkept;
+    nkept = 0;
+    nlaunched = 0;
     ncclResult_t err = group_err;
     group_err = ncclSuccess;
-    if (res != ncclSuccess) {
-        /* NCCL ran none of the group: the kept calls are dropped with it */
-        nkept = 0;
+    if (res != ncclSuccess && res != ncclInProgress) {
+        /* NCCL ran none of the group: the calls kept for after it are dropped with it */
         group_npending = 0;
         group_overflow = 0;
         return res;
     }
+    /* ncclInProgress: NCCL took the group and finishes it in the background; what we kept runs now */
     ncclResult_t setup = flush_pending(prof);
-    ncclResult_t launched = launch_kept();
+    ncclResult_t launched = launch_kept(from, to);
     if (err != ncclSuccess)
         return err;
-    return setup != ncclSuccess ? setup : launched;
+    if (setup != ncclSuccess)
+        return setup;
+    return launched != ncclSuccess ? launched : res;
 }

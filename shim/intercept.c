@@ -4,9 +4,9 @@
  * arguments (and returns its result) unless our executor runs the call.
  * prof is 1 for the pnccl* entry points, which forward to the real pnccl*.
  *
- * Groups: a collective that routes is kept until the outermost ncclGroupEnd
- * and launched after it (group.c); a group that cannot be ours whole goes
- * to NCCL; see shim/README.md.
+ * Groups: each collective routes on its own merits; one that routes is kept
+ * and launched around the outermost ncclGroupEnd, in issue order with the
+ * group's NCCL-bound calls (group.c); see shim/README.md.
  *
  * A collective on a communicator we did not set up (not in comm.c's table)
  * is forwarded untouched: never checked, counted or routed. Calls from inside
@@ -195,7 +195,7 @@ SHIM_HOT ncclResult_t shim_ncclGroupEnd(int prof)
 ncclResult_t shim_ncclGroupSimulateEnd(int prof, ncclSimInfo_t *simInfo)
 {
     REAL_OR_FAIL(fn, prof, ncclGroupSimulateEnd);
-    shim_group_before_forward();
+    shim_group_before_simulate();
     return shim_group_end(prof, fn(simInfo));
 }
 #endif

@@ -3,8 +3,10 @@
  * ncclSend and ncclRecv. Each one that reaches NCCL on a communicator of
  * ours is counted per peer (the communicator's positions, comm.c).
  *
- * Inside a group that keeps nothing else, the sends and recvs of one
- * communicator are kept. At the outermost ncclGroupEnd, before NCCL's, a
+ * Inside a group that has kept no collective and forwarded nothing, the
+ * sends and recvs of one communicator are kept; a collective or a call
+ * bound for NCCL that follows sends them to NCCL first, and routes on its
+ * own merits. At the outermost ncclGroupEnd, before NCCL's, a
  * kept set that is one send and one recv of one count, type and stream to
  * and from every rank is an AlltoAll in NCCL's sense when the rank's own
  * pair is there and the blocks lie in one buffer per side, block j at
@@ -31,6 +33,11 @@ static __thread uint32_t kept_nranks; /* the rank count of kept[0]'s communicato
 int shim_p2p_nkept(void)
 {
     return nkept;
+}
+
+ncclComm_t shim_p2p_comm(void)
+{
+    return nkept > 0 ? kept[0].comm : NULL;
 }
 
 static ncclResult_t forward(const struct shim_p2p_call *p)
@@ -76,7 +83,7 @@ static int keepable(const struct shim_p2p_call *p)
 {
     uint32_t rank;
     int device;
-    if (!shim_group_collecting || shim_group_nkept() > 0 || nkept == P2P_MAX_KEPT)
+    if (!shim_group_p2p_open() || nkept == P2P_MAX_KEPT)
         return 0;
     if (nkept > 0 && kept[0].comm != p->comm)
         return 0;
@@ -101,7 +108,7 @@ ncclResult_t shim_p2p_call(const struct shim_p2p_call *p)
         return ncclSuccess;
     }
     if (shim_group_collecting)
-        shim_group_before_forward(); /* what the group kept goes first */
+        shim_group_before_forward(p->comm); /* the kept sends and recvs go first */
     return forward(p);
 }
 

@@ -83,7 +83,7 @@ enum shim_reason {
     SHIM_WHY_ROUTED = 0,
     SHIM_WHY_NO_STATE,      /* comm has no executor (disabled, no plan, init outside our reach) */
     SHIM_WHY_FORCED,        /* MSCX_FORCE_FALLBACK */
-    SHIM_WHY_GROUP,         /* its group mixed routed and NCCL-bound calls and went to NCCL */
+    SHIM_WHY_GROUP,         /* its group ended in ncclGroupSimulateEnd: NCCL simulated it, nothing ran */
     SHIM_WHY_DTYPE,         /* datatype has no mscx equivalent or no plan supports it */
     SHIM_WHY_OP,            /* an op no plan supports, ncclAvg of integers, a PreMulSum op not kept */
     SHIM_WHY_SIZE,          /* no plan covers the message size */
@@ -118,7 +118,7 @@ struct shim_route_query {
     ncclRedOp_t op;          /* ignored for allgather and broadcast */
     int root;                /* broadcast only */
     unsigned forced_mask;    /* 1u << enum mscx_coll of MSCX_FORCE_FALLBACK */
-    int group_fallback;      /* this thread's group went to NCCL: a call that would route goes there too */
+    int group_fallback;      /* this thread's group ends in ncclGroupSimulateEnd: every call goes to NCCL */
     ncclComm_t comm;         /* the communicator of a PreMulSum op (redop_table.c) */
 };
 
@@ -334,31 +334,43 @@ void shim_group_defer(ncclComm_t comm);
 void shim_group_enter(void);
 /**
  * After the real ncclGroupEnd (or ncclGroupSimulateEnd) returned @p res:
- * leave one level; at the outermost, when @p res is ncclSuccess, set up the
- * communicators created in the group and launch the kept calls. @return the
- * result for the application
+ * leave one level; at the outermost, when @p res is ncclSuccess or
+ * ncclInProgress (NCCL took the group), set up the communicators created in
+ * the group and launch the calls kept for after its end. @return the result
+ * for the application
  */
 ncclResult_t shim_group_end(int prof, ncclResult_t res);
 struct shim_coll_call;
 /**
  * Non-zero while this thread is inside a group whose routable collectives
- * are still kept for our executor (the group has not gone to NCCL). Read by
- * every forwarder of a function that takes a communicator.
+ * are kept for our executor. Read by every forwarder of a function that
+ * takes a communicator.
  */
 extern __thread int shim_group_collecting;
-/** Keep @p call (routable on a communicator of @p device) until the group ends. @return 0, or -1: cannot */
-int shim_group_keep(const struct shim_coll_call *call, int device);
 /**
- * The group goes to NCCL: the kept calls are forwarded to the real NCCL in
- * issue order, and every later call of the group follows them there.
+ * Keep @p call (routable on a communicator of @p device) until the group
+ * ends. @return ncclSuccess, or an error (no memory, no CUDA event for a
+ * join) set for ncclGetLastError: the call did not run
  */
-void shim_group_to_nccl(void);
-/** A forwarder's hook: a call that takes a communicator sends a collecting group to NCCL. */
-void shim_group_before_forward(void);
-/** Before the real ncclGroupEnd: at the outermost one, decide what the kept sends and recvs become. */
+ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device);
+/**
+ * A forwarder's hook before a call of the group on @p comm (NULL: none) goes
+ * to NCCL: the kept sends and recvs go first, and the collectives kept on
+ * @p comm from now on launch after NCCL's group end.
+ */
+void shim_group_before_forward(ncclComm_t comm);
+/** ncclGroupSimulateEnd comes: the kept calls go to NCCL, and so does the rest of the group. */
+void shim_group_before_simulate(void);
+/** Non-zero while this thread's group ends in ncclGroupSimulateEnd: every call goes to NCCL (reason group). */
+int shim_group_simulated(void);
+/**
+ * Before the real ncclGroupEnd: at the outermost one, decide what the kept
+ * sends and recvs become and launch the collectives kept before the group's
+ * first NCCL-bound call.
+ */
 void shim_group_before_end(void);
-/** How many collectives the collecting group keeps. */
-int shim_group_nkept(void);
+/** Non-zero while sends and recvs may be kept: the group keeps no collective and forwarded nothing. */
+int shim_group_p2p_open(void);
 /** Make room for one more kept call. @return 0, or -1 without memory */
 int shim_group_reserve(void);
 
@@ -380,7 +392,9 @@ struct shim_p2p_call {
 ncclResult_t shim_p2p_call(const struct shim_p2p_call *p);
 /** How many sends and recvs the collecting group keeps (all of one communicator). */
 int shim_p2p_nkept(void);
-/** The group goes to NCCL: forward the kept sends and recvs in issue order. @return the first error */
+/** The communicator of the kept sends and recvs (NULL: none kept). */
+ncclComm_t shim_p2p_comm(void);
+/** Forward the kept sends and recvs to NCCL in issue order. @return the first error */
 ncclResult_t shim_p2p_to_nccl(void);
 /**
  * At the outermost ncclGroupEnd, before NCCL's: the kept sends and recvs

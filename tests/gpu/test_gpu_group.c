@@ -7,13 +7,18 @@
  *   streams  allreduce, allgather and reducescatter on two streams; after
  *            ncclGroupEnd each stream copies what the other's calls wrote
  *            (right only when every stream waits for the whole group)
- *   mixed    allreduces around an ncclSend/ncclRecv to itself (the group
- *            goes to NCCL)
+ *   mixed    allreduces around an ncclSend/ncclRecv to itself (the pair
+ *            goes to NCCL; each allreduce routes, the first launched before
+ *            NCCL's group end, the second after it)
  *   graph    a group of three calls captured in a CUDA graph, replayed
  *            three times with new inputs
  *   sendrecv a group of one ncclSend and one ncclRecv to itself (an AlltoAll
  *            of one rank) at 400 B, 1 KB, 16 KB and 1 MB, 1 KB in place, and
  *            captured in a graph replayed three times
+ *   nonblocking  on a ready non-blocking communicator, a group of two
+ *            allreduces that also creates a second non-blocking
+ *            communicator: ncclGroupEnd answers ncclInProgress, and both
+ *            allreduces must still run
  *
  *   test-gpu-group OUTFILE
  *
@@ -228,6 +233,59 @@ static void run_sendrecv(ncclComm_t comm, cudaStream_t s1)
     CUDA_OK(cudaGraphDestroy(graph));
 }
 
+static ncclComm_t init_nonblocking(ncclResult_t *res_p)
+{
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    NCCL_OK(ncclGetUniqueId(&id));
+    *res_p = ncclCommInitRankConfig(&comm, 1, id, 0, &config);
+    CHECK("a non-blocking init", (*res_p == ncclSuccess || *res_p == ncclInProgress) && comm);
+    return comm;
+}
+
+/* Poll as NCCL's users of non-blocking communicators must. */
+static void wait_ready(ncclComm_t comm)
+{
+    ncclResult_t async = ncclInProgress;
+    while (async == ncclInProgress)
+        NCCL_OK(ncclCommGetAsyncError(comm, &async));
+    CHECK("a non-blocking communicator's work", async == ncclSuccess);
+}
+
+/* An allreduce on a non-blocking communicator outside a group: NCCL may answer ncclInProgress. */
+static void allreduce_nb(struct buf *b, ncclComm_t comm, cudaStream_t s)
+{
+    ncclResult_t r = ncclAllReduce(b->in, b->out, b->n, ncclFloat32, ncclSum, comm, s);
+    CHECK("ncclAllReduce on a non-blocking communicator", r == ncclSuccess || r == ncclInProgress);
+}
+
+static void run_nonblocking(cudaStream_t s1)
+{
+    ncclResult_t r;
+    ncclComm_t a = init_nonblocking(&r);
+    wait_ready(a);
+    buf_init(&bufs[0], 256, 40);
+    buf_init(&bufs[1], 512, 41);
+    buf_init(&bufs[2], 256, 42);
+    allreduce_nb(&bufs[2], a, s1); /* the shim sets a up at its first collective outside a group */
+    wait_ready(a);
+    NCCL_OK(ncclGroupStart());
+    allreduce(&bufs[0], a, s1);
+    ncclComm_t b = init_nonblocking(&r);
+    allreduce(&bufs[1], a, s1);
+    r = ncclGroupEnd();
+    CHECK("ncclGroupEnd of a group creating a non-blocking communicator", r == ncclSuccess || r == ncclInProgress);
+    wait_ready(a);
+    wait_ready(b);
+    CUDA_OK(cudaStreamSynchronize(s1));
+    for (int i = 0; i < 3; i++)
+        dump("nonblocking", bufs[i].out, bufs[i].in, bufs[i].n);
+    NCCL_OK(ncclCommDestroy(b));
+    NCCL_OK(ncclCommDestroy(a));
+}
+
 int main(int argc, char **argv)
 {
     int ndev = 0;
@@ -253,6 +311,7 @@ int main(int argc, char **argv)
     run_graph(comm, s1);
     run_sendrecv(comm, s1);
     NCCL_OK(ncclCommDestroy(comm));
+    run_nonblocking(s1);
     for (int i = 0; i < NBUF; i++) {
         cudaFree(bufs[i].in);
         cudaFree(bufs[i].out);

@@ -17,7 +17,7 @@ struct reason_text {
 static const struct reason_text reasons[] = {
     {"no-state", "the communicator has no mscx state (disabled, no plan for its size, or setup fell back)"},
     {"forced", "MSCX_FORCE_FALLBACK names the collective"},
-    {"group", "its ncclGroupStart/End group mixed routed and NCCL-bound calls, so all went to NCCL"},
+    {"group", "its ncclGroupStart group ended in ncclGroupSimulateEnd, which runs nothing: NCCL simulated it"},
     {"dtype", "no plan supports the datatype"},
     {"op", "no plan supports the reduction, or mscx does not run it (ncclAvg of integers; a PreMulSum op of "
            "another datatype or communicator, or destroyed)"},

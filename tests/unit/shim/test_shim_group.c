@@ -9,22 +9,41 @@
  *
  *   routed     four routable collectives are kept and launched, in issue
  *              order, after the real ncclGroupEnd; none reaches NCCL
- *   mixed      routable, an unroutable dtype, routable: the group goes to
- *              NCCL in issue order
+ *   mixed      routable, an unroutable dtype, routable: each call routes
+ *              on its own; the first launches before NCCL's group end,
+ *              the last after it
  *   identity   the same unroutable dtype in place, at one rank, changes
  *              nothing: the shim answers it and the group stays routed
- *   send       an ncclSend in the middle, or a communicator not ours: the
- *              group goes to NCCL in issue order
+ *   send       an ncclSend in the middle, or a communicator not ours:
+ *              that call goes to NCCL, the collectives still route
+ *   order      two communicators, an NCCL-bound call on one: only that
+ *              one's later kept calls launch after NCCL's group end
  *   streams    three streams of one communicator are joined on the first
  *   comms      two communicators in one group, each joined on its own streams
  *   nested     only the outermost ncclGroupEnd launches
  *   end-fails  the real ncclGroupEnd fails: the kept calls are dropped
  *   refused    a launch the executor refuses goes to NCCL outside the group;
  *              any other launch error is the group's result
- *   no-events  no event for a join: the group goes to NCCL
+ *   no-events  no event for a join: that call fails with an error, the
+ *              others run
  *   simulate   ncclGroupSimulateEnd: the kept calls go to NCCL first, and
  *              the group is over
  *   threads    a group is this thread's: another thread's call launches at once
+ *   nonblocking  a group that creates a non-blocking communicator and
+ *              issues routable collectives on a ready non-blocking one:
+ *              the real ncclGroupEnd answers ncclInProgress, and every
+ *              kept call still runs (its result checked)
+ *
+ * The ranks modes run the communicators of ncclCommInitAll as ranks on
+ * threads of one process (FAKE_NCCL_LOCAL=1), each rank grouping its calls
+ * its own way; every rank's summary must show the same route for each call:
+ *
+ *   ranks-split  2 ranks, communicators A and B: rank 0 runs group{AR(A)}
+ *                then AR(B, fp64), rank 1 group{AR(A), AR(B, fp64)}
+ *   ranks-p2p    4 ranks: each runs group{send/recv between ranks 0 and 1
+ *                only, AR 1 KB}
+ *   ranks-comms  2 ranks, one group with a call on A and one on B of
+ *                another dtype, in opposite orders on the two ranks
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -184,7 +203,6 @@ static void mode_mixed(void)
 {
     ncclComm_t comm = new_comm();
     struct want w;
-    char rec[2048];
     want_reset(&w);
     fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
@@ -194,14 +212,13 @@ static void mode_mixed(void)
     call_ok("pncclAllReduce", pncclAllReduce(bufs[4], bufs[5], 512, ncclFloat32, ncclSum, comm, S(1)));
     call_ok("ncclGroupEnd", ncclGroupEnd());
     want_add(&w, "ncclGroupStart");
-    want_nccl_allreduce(&w, bufs[0], bufs[1], 256, ncclFloat32, comm, S(1));
     want_nccl_allreduce(&w, bufs[2], bufs[3], 1024, ncclFloat8e4m3, comm, S(1));
-    rec_fmt_pncclAllReduce(rec, sizeof(rec), bufs[4], bufs[5], 512, ncclFloat32, ncclSum, comm, S(1));
-    want_add(&w, "%s", rec);
+    want_launch(&w, 1024, S(1));
     want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 2048, S(1));
     check_log("mixed", &w);
     destroy(comm);
-    check_summary(comm, 0, " group 2 dtype 1");
+    check_summary(comm, 2, " dtype 1");
 }
 
 static void mode_identity(void)
@@ -239,11 +256,11 @@ static void mode_send(void)
     allreduce(4, 512, ncclFloat32, comm, S(1));
     call_ok("ncclGroupEnd", ncclGroupEnd());
     want_add(&w, "ncclGroupStart");
-    want_nccl_allreduce(&w, bufs[0], bufs[1], 256, ncclFloat32, comm, S(1));
     rec_fmt_ncclSend(rec, sizeof(rec), bufs[2], 64, ncclFloat32, 0, comm, S(1));
     want_add(&w, "%s", rec);
-    want_nccl_allreduce(&w, bufs[4], bufs[5], 512, ncclFloat32, comm, S(1));
+    want_launch(&w, 1024, S(1));
     want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 2048, S(1));
     /* a collective on a communicator that is not ours */
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
@@ -251,13 +268,38 @@ static void mode_send(void)
     allreduce(4, 512, ncclFloat32, comm, S(1));
     call_ok("ncclGroupEnd", ncclGroupEnd());
     want_add(&w, "ncclGroupStart");
-    want_nccl_allreduce(&w, bufs[0], bufs[1], 256, ncclFloat32, comm, S(1));
     want_nccl_allreduce(&w, bufs[2], bufs[3], 256, ncclFloat32, foreign, S(1));
-    want_nccl_allreduce(&w, bufs[4], bufs[5], 512, ncclFloat32, comm, S(1));
+    want_launch(&w, 1024, S(1)); /* nothing of their communicator went to NCCL: both before NCCL's end */
+    want_launch(&w, 2048, S(1));
     want_add(&w, "ncclGroupEnd");
     check_log("send", &w);
     destroy(comm);
-    check_summary(comm, 0, " group 4");
+    check_summary(comm, 4, "");
+}
+
+static void mode_order(void)
+{
+    ncclComm_t a = new_comm(), b = new_comm();
+    struct want w;
+    want_reset(&w);
+    fake_log_clear();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, a, S(1));
+    allreduce(2, 1024, ncclFloat8e4m3, b, S(1)); /* NCCL's */
+    allreduce(4, 512, ncclFloat32, b, S(1));
+    allreduce(6, 768, ncclFloat32, a, S(1));
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    want_add(&w, "ncclGroupStart");
+    want_nccl_allreduce(&w, bufs[2], bufs[3], 1024, ncclFloat8e4m3, b, S(1));
+    want_launch(&w, 1024, S(1));
+    want_launch(&w, 3072, S(1));
+    want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 2048, S(1));
+    check_log("order", &w);
+    destroy(a);
+    destroy(b);
+    check_summary(a, 2, "");
+    check_summary(b, 1, " dtype 1");
 }
 
 static void mode_streams(void)
@@ -456,17 +498,20 @@ static void mode_no_events(void)
     ncclComm_t comm = mode_begin(&w);
     call_ok("ncclGroupStart", ncclGroupStart());
     allreduce(0, 256, ncclFloat32, comm, S(1));
-    allreduce(2, 512, ncclFloat32, comm, S(2));
+    /* a rank-local failure is this call's error, never a different route: nothing ran */
+    ncclResult_t r = ncclAllReduce(bufs[2], bufs[3], 512, ncclFloat32, ncclSum, comm, S(2));
+    if (r != ncclUnhandledCudaError || !strstr(ncclGetLastError(NULL), "no CUDA event"))
+        FAIL("a call with no event for its join returned %d (%s), expected ncclUnhandledCudaError", (int)r,
+             ncclGetLastError(NULL));
     allreduce(4, 768, ncclFloat32, comm, S(1));
     call_ok("ncclGroupEnd", ncclGroupEnd());
     want_add(&w, "ncclGroupStart");
-    want_nccl_allreduce(&w, bufs[0], bufs[1], 256, ncclFloat32, comm, S(1));
-    want_nccl_allreduce(&w, bufs[2], bufs[3], 512, ncclFloat32, comm, S(2));
-    want_nccl_allreduce(&w, bufs[4], bufs[5], 768, ncclFloat32, comm, S(1));
     want_add(&w, "ncclGroupEnd");
+    want_launch(&w, 1024, S(1));
+    want_launch(&w, 3072, S(1));
     check_log("no-events", &w);
     destroy(comm);
-    check_summary(comm, 0, " group 3");
+    check_summary(comm, 2, "");
 }
 
 static void mode_simulate(void)
@@ -495,12 +540,218 @@ static void mode_simulate(void)
     check_summary(comm, 1, " group 2");
 }
 
+/* A non-blocking communicator of one rank, its init completed (polled as NCCL's users must). */
+static ncclComm_t new_nonblocking(void)
+{
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r == ncclSuccess)
+        r = ncclCommInitRankConfig(&comm, 1, id, 0, &config);
+    if (r != ncclInProgress || !comm) {
+        FAIL("a non-blocking init answered %d, expected ncclInProgress", (int)r);
+        exit(1);
+    }
+    ncclResult_t async = ncclInProgress;
+    for (int polls = 0; async == ncclInProgress && polls < 1000; polls++)
+        if (ncclCommGetAsyncError(comm, &async) != ncclSuccess)
+            async = ncclInternalError;
+    if (async != ncclSuccess)
+        FAIL("the non-blocking init never completed: %d", (int)async);
+    return comm;
+}
+
+/* The offset of @p line in the fake's log (-1: absent). */
+static long log_at(const char *line)
+{
+    const char *log = read_file(getenv("FAKE_NCCL_LOG"));
+    const char *p = log ? strstr(log, line) : NULL;
+    return p ? (long)(p - log) : -1;
+}
+
+static void fill(int b, float base)
+{
+    for (int i = 0; i < 1024; i++) {
+        bufs[b][i] = base + (float)i;
+        bufs[b + 1][i] = 0;
+    }
+}
+
+static void check_copied(int b, size_t count)
+{
+    if (memcmp(bufs[b], bufs[b + 1], count * sizeof(float)) != 0)
+        FAIL("the allreduce in buffers %d never ran: its output is not its input", b);
+}
+
+static void mode_nonblocking(void)
+{
+    ncclComm_t a = new_nonblocking();
+    allreduce(6, 256, ncclFloat32, a, S(1)); /* its setup runs at its first collective outside a group */
+    fill(0, 1.0f);
+    fill(2, 5000.0f);
+    fill(4, 9000.0f);
+    fake_log_clear();
+    call_ok("ncclGroupStart", ncclGroupStart());
+    allreduce(0, 256, ncclFloat32, a, S(1));
+    ncclComm_t b = NULL;
+    ncclUniqueId id;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclGetUniqueId(&id);
+    ncclResult_t r = ncclCommInitRankConfig(&b, 1, id, 0, &config);
+    if (r != ncclSuccess && r != ncclInProgress)
+        FAIL("a non-blocking init in a group answered %d", (int)r);
+    allreduce(2, 1024, ncclFloat8e4m3, a, S(1)); /* no mscx type: NCCL's, in NCCL's group */
+    allreduce(4, 512, ncclFloat32, a, S(1));
+    setenv("FAKE_NCCL_RESULT", "7", 1); /* the real ncclGroupEnd answers ncclInProgress */
+    r = ncclGroupEnd();
+    unsetenv("FAKE_NCCL_RESULT");
+    if (r != ncclInProgress)
+        FAIL("ncclGroupEnd returned %d, expected the real one's ncclInProgress", (int)r);
+    char first[LINE_MAX_LEN], last[LINE_MAX_LEN];
+    snprintf(first, sizeof(first), "mscx_exec_launch 1024 %p", (void *)S(1));
+    snprintf(last, sizeof(last), "mscx_exec_launch 2048 %p", (void *)S(1));
+    long end = log_at("ncclGroupEnd"), at_first = log_at(first), at_last = log_at(last);
+    if (end < 0 || at_first < 0 || at_last < 0 || at_first > end || at_last < end)
+        FAIL("the kept calls did not launch around ncclGroupEnd (offsets %ld, %ld, %ld)", at_first, end, at_last);
+    check_copied(0, 256);
+    check_copied(4, 512);
+    if (b)
+        destroy(b);
+    destroy(a);
+    check_summary(a, 3, " dtype 1");
+}
+
+/* ---- several ranks on threads ---- */
+
+#define MAX_RANKS 4
+
+struct rank_job {
+    int rank, nranks;
+    ncclComm_t a, b; /* this rank's communicators */
+    void (*body)(const struct rank_job *);
+};
+
+static float rank_bufs[MAX_RANKS][4][1024];
+
+static void init_all(ncclComm_t *comms, int n)
+{
+    int devs[MAX_RANKS] = {0, 1, 2, 3};
+    if (ncclCommInitAll(comms, n, devs) != ncclSuccess) {
+        FAIL("ncclCommInitAll of %d failed", n);
+        exit(1);
+    }
+}
+
+static void *rank_main(void *arg)
+{
+    const struct rank_job *j = arg;
+    j->body(j);
+    return NULL;
+}
+
+/* @p body on @p n ranks at once, rank r on communicators a[r] and b[r] (b may be NULL). */
+static void run_ranks(int n, const ncclComm_t *a, const ncclComm_t *b, void (*body)(const struct rank_job *))
+{
+    struct rank_job jobs[MAX_RANKS];
+    pthread_t tid[MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        jobs[r] = (struct rank_job){r, n, a[r], b ? b[r] : NULL, body};
+        if (pthread_create(&tid[r], NULL, rank_main, &jobs[r]) != 0) {
+            FAIL("cannot start rank %d", r);
+            exit(1);
+        }
+    }
+    for (int r = 0; r < n; r++)
+        pthread_join(tid[r], NULL);
+}
+
+/* An allreduce of 1 KB (fp32, routable) or of fp64 (no plan takes its sum) by @p j on @p comm. */
+static void rank_allreduce(const struct rank_job *j, int fp64, ncclComm_t comm)
+{
+    float *send = rank_bufs[j->rank][fp64 ? 2 : 0], *recv = rank_bufs[j->rank][fp64 ? 3 : 1];
+    call_ok("ncclAllReduce", ncclAllReduce(send, recv, 256, fp64 ? ncclFloat64 : ncclFloat32, ncclSum, comm,
+                                           S(1)));
+}
+
+static void split_body(const struct rank_job *j)
+{
+    call_ok("ncclGroupStart", ncclGroupStart());
+    rank_allreduce(j, 0, j->a);
+    if (j->rank == 1)
+        rank_allreduce(j, 1, j->b);
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+    if (j->rank == 0)
+        rank_allreduce(j, 1, j->b);
+}
+
+static void p2p_body(const struct rank_job *j)
+{
+    call_ok("ncclGroupStart", ncclGroupStart());
+    if (j->rank < 2) { /* a neighbour exchange where ranks 2 and 3 have no peer */
+        int peer = 1 - j->rank;
+        call_ok("ncclSend", ncclSend(rank_bufs[j->rank][2], 64, ncclFloat32, peer, j->a, S(1)));
+        call_ok("ncclRecv", ncclRecv(rank_bufs[j->rank][3], 64, ncclFloat32, peer, j->a, S(1)));
+    }
+    rank_allreduce(j, 0, j->a);
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+}
+
+static void comms_body(const struct rank_job *j)
+{
+    call_ok("ncclGroupStart", ncclGroupStart());
+    rank_allreduce(j, j->rank == 1, j->rank == 1 ? j->b : j->a);
+    rank_allreduce(j, j->rank == 0, j->rank == 0 ? j->b : j->a);
+    call_ok("ncclGroupEnd", ncclGroupEnd());
+}
+
+/* Destroy the @p n ranks of @p comms; each one's summary must show @p routed calls routed and @p reasons. */
+static void same_on_ranks(const ncclComm_t *comms, int n, int routed, const char *reasons)
+{
+    for (int r = 0; r < n; r++)
+        destroy(comms[r]);
+    for (int r = 0; r < n; r++)
+        check_summary(comms[r], routed, reasons);
+}
+
+static void mode_ranks_split(void)
+{
+    ncclComm_t a[2], b[2];
+    init_all(a, 2);
+    init_all(b, 2);
+    run_ranks(2, a, b, split_body);
+    same_on_ranks(a, 2, 1, "");
+    same_on_ranks(b, 2, 0, " op 1"); /* fp64: no plan takes its sum */
+}
+
+static void mode_ranks_p2p(void)
+{
+    ncclComm_t c[4];
+    init_all(c, 4);
+    run_ranks(4, c, NULL, p2p_body);
+    same_on_ranks(c, 4, 1, "");
+}
+
+static void mode_ranks_comms(void)
+{
+    ncclComm_t a[2], b[2];
+    init_all(a, 2);
+    init_all(b, 2);
+    run_ranks(2, a, b, comms_body);
+    same_on_ranks(a, 2, 1, "");
+    same_on_ranks(b, 2, 0, " op 1"); /* fp64: no plan takes its sum */
+}
+
 static const struct shim_mode modes[] = {
     {"routed", mode_routed},       {"mixed", mode_mixed},     {"identity", mode_identity},
-    {"send", mode_send},
+    {"send", mode_send},           {"order", mode_order},
     {"streams", mode_streams},     {"comms", mode_comms},     {"nested", mode_nested},
     {"end-fails", mode_end_fails}, {"refused", mode_refused}, {"no-events", mode_no_events},
     {"simulate", mode_simulate},   {"threads", mode_threads},
+    {"nonblocking", mode_nonblocking},
+    {"ranks-split", mode_ranks_split}, {"ranks-p2p", mode_ranks_p2p}, {"ranks-comms", mode_ranks_comms},
 };
 
 int main(int argc, char **argv)

@@ -9,7 +9,8 @@
  *
  *   one      a world of one rank: the AlltoAll group launches, eagerly too,
  *            and in place (one buffer for both); unequal counts, a missing or doubled call, overlapping
- * buffers, a collective before or after, and a call outside a group go to NCCL in issue order ranks2   the
+ * buffers, and a call outside a group go to NCCL in issue order; a collective before or after sends the pair
+ * to NCCL and routes as it would alone ranks2   the
  * two communicators of ncclCommInitAll as ranks on two threads (FAKE_NCCL_LOCAL=1): captured on both
  * (FAKE_CUDA_CAPTURING) it launches on both, also after earlier sends and recvs; eager on both, or captured
  * on one only, it goes to NCCL on both at once; a rank whose group is not an AlltoAll's leaves the other
@@ -144,11 +145,15 @@ static void one_forwarded(const char *what, ncclComm_t comm, int n, const int *i
     check_log_lines(what, want[0], LINE_LEN, n + 2);
 }
 
-/* A collective beside the pair, before (@p first) or after it: all of it goes to NCCL in issue order. */
+/*
+ * A collective beside the pair, before (@p first) or after it: the pair goes
+ * to NCCL inside its group, and the collective routes as it would alone,
+ * launched before NCCL's group end when issued first, else after it.
+ */
 static void one_with_collective(ncclComm_t comm, int first)
 {
     static char want[5][LINE_LEN];
-    int at = first ? 1 : 3;
+    int at = first ? 3 : 4;
     fake_log_clear();
     call_ok("ncclGroupStart", ncclGroupStart());
     if (first)
@@ -159,10 +164,10 @@ static void one_with_collective(ncclComm_t comm, int first)
         call_ok("ncclAllReduce", ncclAllReduce(sendb, recvb, COUNT, ncclFloat32, ncclSum, comm, STREAM));
     call_ok("ncclGroupEnd", ncclGroupEnd());
     snprintf(want[0], LINE_LEN, "ncclGroupStart");
-    rec_fmt_ncclAllReduce(want[at], LINE_LEN, sendb, recvb, COUNT, ncclFloat32, ncclSum, comm, STREAM);
-    rec_fmt_ncclSend(want[first ? 2 : 1], LINE_LEN, sendb, COUNT, ncclFloat32, 0, comm, STREAM);
-    rec_fmt_ncclRecv(want[first ? 3 : 2], LINE_LEN, recvb, COUNT, ncclFloat32, 0, comm, STREAM);
-    snprintf(want[4], LINE_LEN, "ncclGroupEnd");
+    rec_fmt_ncclSend(want[1], LINE_LEN, sendb, COUNT, ncclFloat32, 0, comm, STREAM);
+    rec_fmt_ncclRecv(want[2], LINE_LEN, recvb, COUNT, ncclFloat32, 0, comm, STREAM);
+    want_launch(want[at], COUNT * sizeof(float), STREAM);
+    snprintf(want[first ? 4 : 3], LINE_LEN, "ncclGroupEnd");
     check_log_lines(first ? "a collective, then the pair" : "the pair, then a collective", want[0], LINE_LEN,
                     5);
 }
@@ -191,8 +196,8 @@ static void mode_one(void)
     one_routed(comm); /* still routes after all that */
     call_ok("ncclCommDestroy", ncclCommDestroy(comm));
     /* the three AlltoAlls; the overlapping pair is an AlltoAll's shape that this rank cannot run */
-    static const char *const has[] = {"alltoall<=1K routed 3 fallback 1", "sendrecv 1",
-                                      "plans: alltoall_n1_rpn1_copy_1K_4M 3", NULL};
+    static const char *const has[] = {"alltoall<=1K routed 3 fallback 1", "sendrecv 1", "allreduce<=1K routed 2",
+                                      "plans: allreduce_n1_rpn1_copy_1K_4M 2 alltoall_n1_rpn1_copy_1K_4M 3", NULL};
     check_summary(comm, has);
     /* the summary file names the plan, its range and its calls */
     char path[4096];
