@@ -4,6 +4,7 @@
  * the inputs in different associations is refused with its position and the
  * opt-out field; the shipped plans load; "ranks_may_differ" accepts.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,97 @@ static char *reordered_oneshot(void)
     three[strlen("\"index\": ")] = '2';
     return text;
 }
+
+/* Append to @p buf (of @p cap bytes) what the format says. */
+static void put(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void put(char *buf, size_t cap, const char *fmt, ...)
+{
+    size_t at = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + at, cap - at, fmt, ap);
+    va_end(ap);
+    ck_assert(n >= 0 && (size_t)n < cap - at);
+}
+
+/*
+ * A one-shot LL AllReduce of @p n ranks: each rank sends its input to slot
+ * r of every peer's scratch, then folds its own input and the peers' slots
+ * in rank order, so rank r computes ((r + p0) + p1) + ...: with two ranks
+ * r0 + r1 on rank 0 and r1 + r0 on rank 1, with three (r2 + r0) + r1 on
+ * rank 2 against (r0 + r1) + r2 on rank 0.
+ */
+static void own_first_plan(uint32_t n, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    put(buf, cap, "{\"name\": \"own_first_n%u\", \"collective\": \"allreduce\", \"protocol\": \"LL\", "
+                  "\"inplace\": true, \"gpus\": [", n);
+    for (uint32_t r = 0; r < n; r++) {
+        const char *sep;
+        put(buf, cap, "%s{\"id\": %u, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": %u, "
+                      "\"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [", r ? ", " : "", r, n);
+        sep = "";
+        for (uint32_t p = 0; p < n; p++)
+            if (p != r) {
+                put(buf, cap, "%s%u", sep, p);
+                sep = ", ";
+            }
+        put(buf, cap, "]}], \"remote_buffers\": [");
+        sep = "";
+        for (uint32_t p = 0; p < n; p++)
+            if (p != r) {
+                put(buf, cap, "%s{\"rank\": %u, \"type\": \"s\", \"access_channel_types\": [\"memory\"]}", sep, p);
+                sep = ", ";
+            }
+        put(buf, cap, "], \"semaphores\": [], \"threadblocks\": [{\"id\": 0, \"ops\": [{\"name\": \"ppkt\", "
+                      "\"src_buff\": [");
+        for (uint32_t k = 0; k + 1 < n; k++)
+            put(buf, cap, "%s{\"type\": \"i\", \"index\": 0, \"size\": 1}", k ? ", " : "");
+        put(buf, cap, "], \"dst_buff\": [");
+        for (uint32_t k = 0; k + 1 < n; k++)
+            put(buf, cap, "%s{\"buffer_id\": %u, \"index\": %u, \"size\": 1}", k ? ", " : "", k, r);
+        put(buf, cap, "], \"channel_type\": \"memory\"}, {\"name\": \"repkt\", \"src_buff\": "
+                      "[{\"type\": \"i\", \"index\": 0, \"size\": 1}");
+        for (uint32_t p = 0; p < n; p++)
+            if (p != r)
+                put(buf, cap, ", {\"type\": \"s\", \"index\": %u, \"size\": 1}", p);
+        put(buf, cap, "], \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}], \"reduce_op\": \"sum\"}], "
+                      "\"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [");
+        for (uint32_t k = 0; k + 1 < n; k++)
+            put(buf, cap, "%s%u", k ? ", " : "", k);
+        put(buf, cap, "]}], \"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", \"remote_buffer_ids\": [");
+        for (uint32_t k = 0; k + 1 < n; k++)
+            put(buf, cap, "%s%u", k ? ", " : "", k);
+        put(buf, cap, "]}]}]}");
+    }
+    put(buf, cap, "]}");
+}
+
+/* a + b and b + a are one order: two ranks that each add their own input first agree. */
+START_TEST(test_commutative_accepted)
+{
+    char text[8192], err[MSCX_PLAN_ERR_LEN];
+    struct mscx_plan *plan = NULL;
+    own_first_plan(2, text, sizeof(text));
+    ck_assert_msg(load_text(text, "own_first_n2.json", &plan, err) == MSCX_OK, "%s", err);
+    mscx_plan_destroy(plan);
+}
+END_TEST
+
+/* (r2 + r0) + r1 against (r0 + r1) + r2: another association, refused at rank 2's reduce. */
+START_TEST(test_association_refused)
+{
+    char text[8192], err[MSCX_PLAN_ERR_LEN];
+    struct mscx_plan *plan = NULL;
+    own_first_plan(3, text, sizeof(text));
+    ck_assert_int_eq(load_text(text, "own_first_n3.json", &plan, err), MSCX_ERR_PLAN);
+    ck_assert_ptr_null(plan);
+    ck_assert_msg(strstr(err, "own_first_n3.json") && strstr(err, "gpus[2].threadblocks[0].ops[1]") &&
+                      strstr(err, "on rank 2 than on rank 0 for its output chunk 0:") &&
+                      strstr(err, "rank 2: (r0+r2)+r1, rank 0: (r0+r1)+r2"),
+                  "%s", err);
+}
+END_TEST
 
 START_TEST(test_four_node_refused)
 {
@@ -187,6 +279,8 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_four_node_orders_named);
     tcase_add_loop_test(tc, test_four_node_opt_out, 0, (int)N_FOUR_NODE);
     tcase_add_test(tc, test_shipped_accepted);
+    tcase_add_test(tc, test_commutative_accepted);
+    tcase_add_test(tc, test_association_refused);
     tcase_add_test(tc, test_reordered_refused);
     tcase_add_test(tc, test_reordered_opt_out);
     tcase_add_test(tc, test_reordered_integers_accepted);
