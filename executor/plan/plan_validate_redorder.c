@@ -18,7 +18,10 @@
  *
  * Only float sums and products can differ; plans limited to other types or
  * operations, and plans that declare "ranks_may_differ", are not checked.
- * Multicast plans are not executed and not checked.
+ * Multicast plans are not executed and not checked, nor are plans beyond
+ * RO_MAX_CELLS cells or RO_MAX_WORK cell moves (16 and over 100 times
+ * MSCCL++'s largest default plan) and in-place plans whose output is not
+ * their whole input.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +32,8 @@
 #include "plan_validate_int.h"
 
 #define RO_MAX_CELLS_PER_CHUNK 64u
-#define RO_MAX_CELLS (1u << 24) /* all ranks and buffers together */
+#define RO_MAX_CELLS (1u << 21) /* all ranks and buffers together: 11 bytes each */
+#define RO_MAX_WORK (1ull << 26) /* cells read or written by all ops together */
 #define RO_RENDER_DEPTH 12
 #define RO_TEXT_LEN 96 /* an expression in a message */
 
@@ -76,6 +80,7 @@ struct ro {
     struct ro_pool pool;
     struct ro_rank *rk;
     uint32_t cells; /* per chunk */
+    uint64_t work;  /* cells moved so far */
     bool alias_out; /* in-place: the output is the input */
 };
 
@@ -271,6 +276,13 @@ static int ro_init(struct ro *s, const struct mscx_plan *p)
 
 /* ---- the ops ---- */
 
+/* Count @p n cells of work; @return false past the budget. */
+static bool spend(struct ro *s, uint64_t n)
+{
+    s->work += n;
+    return s->work <= RO_MAX_WORK;
+}
+
 static struct ro_buf *buf_of(struct ro *s, uint32_t rank, uint8_t type)
 {
     if (type == MSCX_BUF_OUTPUT && s->alias_out)
@@ -281,6 +293,7 @@ static struct ro_buf *buf_of(struct ro *s, uint32_t rank, uint8_t type)
 static void span_of(struct ro *s, uint32_t r, const struct mscx_dev_op *op, const struct mscx_dev_operand *o,
                     struct ro_span *sp)
 {
+    spend(s, 1);
     const struct mscx_gpu *g = &s->plan->gpus[r];
     uint32_t owner = r;
     uint8_t type = o->type;
@@ -295,6 +308,7 @@ static void span_of(struct ro *s, uint32_t r, const struct mscx_dev_op *op, cons
         sp->off = sp->b->ncell;
     if (sp->len > sp->b->ncell - sp->off)
         sp->len = sp->b->ncell - sp->off;
+    spend(s, sp->len);
 }
 
 static bool span_ready(const struct ro_span *sp)
@@ -528,6 +542,8 @@ static int run_all(struct ro *s)
                 left |= tb->pc < g->tb[t].nops;
             }
         }
+        if (!spend(s, 0))
+            return 1;
     }
     return left ? 1 : 0;
 }
@@ -538,8 +554,10 @@ static int run_all(struct ro *s)
 static uint32_t min_rank(const struct ro_pool *p, uint32_t id, int depth)
 {
     const struct ro_node *n = &p->node[id];
-    if (id == 0 || n->leaf || depth > RO_RENDER_DEPTH)
-        return id == 0 ? UINT32_MAX : n->leaf ? n->a : UINT32_MAX;
+    if (id != 0 && n->leaf)
+        return n->a;
+    if (id == 0 || depth > RO_RENDER_DEPTH)
+        return UINT32_MAX;
     uint32_t a = min_rank(p, n->a, depth + 1), b = min_rank(p, n->b, depth + 1);
     return a < b ? a : b;
 }

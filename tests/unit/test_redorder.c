@@ -81,9 +81,10 @@ static void put(char *buf, size_t cap, const char *fmt, ...)
  * r of every peer's scratch, then folds its own input and the peers' slots
  * in rank order, so rank r computes ((r + p0) + p1) + ...: with two ranks
  * r0 + r1 on rank 0 and r1 + r0 on rank 1, with three (r2 + r0) + r1 on
- * rank 2 against (r0 + r1) + r2 on rank 0.
+ * rank 2 against (r0 + r1) + r2 on rank 0. Each rank has @p scratch_chunks
+ * (at least n) of scratch.
  */
-static void own_first_plan(uint32_t n, char *buf, size_t cap)
+static void own_first_plan(uint32_t n, uint32_t scratch_chunks, char *buf, size_t cap)
 {
     buf[0] = '\0';
     put(buf, cap, "{\"name\": \"own_first_n%u\", \"collective\": \"allreduce\", \"protocol\": \"LL\", "
@@ -91,7 +92,8 @@ static void own_first_plan(uint32_t n, char *buf, size_t cap)
     for (uint32_t r = 0; r < n; r++) {
         const char *sep;
         put(buf, cap, "%s{\"id\": %u, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": %u, "
-                      "\"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [", r ? ", " : "", r, n);
+                      "\"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [", r ? ", " : "", r,
+            scratch_chunks);
         sep = "";
         for (uint32_t p = 0; p < n; p++)
             if (p != r) {
@@ -134,7 +136,7 @@ START_TEST(test_commutative_accepted)
 {
     char text[8192], err[MSCX_PLAN_ERR_LEN];
     struct mscx_plan *plan = NULL;
-    own_first_plan(2, text, sizeof(text));
+    own_first_plan(2, 2, text, sizeof(text));
     ck_assert_msg(load_text(text, "own_first_n2.json", &plan, err) == MSCX_OK, "%s", err);
     mscx_plan_destroy(plan);
 }
@@ -145,13 +147,24 @@ START_TEST(test_association_refused)
 {
     char text[8192], err[MSCX_PLAN_ERR_LEN];
     struct mscx_plan *plan = NULL;
-    own_first_plan(3, text, sizeof(text));
+    own_first_plan(3, 3, text, sizeof(text));
     ck_assert_int_eq(load_text(text, "own_first_n3.json", &plan, err), MSCX_ERR_PLAN);
     ck_assert_ptr_null(plan);
     ck_assert_msg(strstr(err, "own_first_n3.json") && strstr(err, "gpus[2].threadblocks[0].ops[1]") &&
                       strstr(err, "on rank 2 than on rank 0 for its output chunk 0:") &&
                       strstr(err, "rank 2: (r0+r2)+r1, rank 0: (r0+r1)+r2"),
                   "%s", err);
+}
+END_TEST
+
+/* A plan too large to model at load (over 2^21 cells) is left unchecked and loads. */
+START_TEST(test_too_large_unchecked)
+{
+    char text[8192], err[MSCX_PLAN_ERR_LEN];
+    struct mscx_plan *plan = NULL;
+    own_first_plan(3, 1u << 20, text, sizeof(text));
+    ck_assert_msg(load_text(text, "own_first_n3_large.json", &plan, err) == MSCX_OK, "%s", err);
+    mscx_plan_destroy(plan);
 }
 END_TEST
 
@@ -281,6 +294,7 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_shipped_accepted);
     tcase_add_test(tc, test_commutative_accepted);
     tcase_add_test(tc, test_association_refused);
+    tcase_add_test(tc, test_too_large_unchecked);
     tcase_add_test(tc, test_reordered_refused);
     tcase_add_test(tc, test_reordered_opt_out);
     tcase_add_test(tc, test_reordered_integers_accepted);
