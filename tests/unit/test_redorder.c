@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "mscx/plan.h"
+#include "mscx/sim.h"
 #include "plan_int.h"
 #include "test_common.h"
 
@@ -214,6 +215,26 @@ START_TEST(test_four_node_opt_out)
 }
 END_TEST
 
+/* The simulation agrees: the 4 x 2 plan, loaded with the opt-out, gives rank 4 other bits than rank 0. */
+START_TEST(test_four_node_sim_agrees)
+{
+    char err[MSCX_PLAN_ERR_LEN];
+    struct mscx_plan *plan = NULL;
+    char *text = mscx_test_read_file(mscx_test_ref(FOUR_NODE "/allreduce_multi_nodes_4x2.json"), NULL);
+    ck_assert_ptr_nonnull(text);
+    char *opted = with_opt_out(text);
+    ck_assert_msg(load_text(opted, "4x2.json", &plan, err) == MSCX_OK, "%s", err);
+    struct mscx_sim_case c = {1024, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 1, 1, 0};
+    struct mscx_sim_result res;
+    ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
+    ck_assert(!res.pass);
+    ck_assert_msg(strstr(res.msg, "ranks disagree on rounding-sensitive inputs: rank 4 ") != NULL, "%s", res.msg);
+    mscx_plan_destroy(plan);
+    free(opted);
+    free(text);
+}
+END_TEST
+
 /* Every shipped plan loads (mscx_test_plans_next fails the test otherwise) and none opts out. */
 START_TEST(test_shipped_accepted)
 {
@@ -290,6 +311,7 @@ Suite *mscx_test_suite(void)
     TCase *tc = mscx_tcase("redorder");
     tcase_add_loop_test(tc, test_four_node_refused, 0, (int)N_FOUR_NODE);
     tcase_add_test(tc, test_four_node_orders_named);
+    tcase_add_test(tc, test_four_node_sim_agrees);
     tcase_add_loop_test(tc, test_four_node_opt_out, 0, (int)N_FOUR_NODE);
     tcase_add_test(tc, test_shipped_accepted);
     tcase_add_test(tc, test_commutative_accepted);
