@@ -435,7 +435,7 @@ static int parse_extension(struct pctx *c, const json_t *root, struct mscx_plan 
 static const char *const known_top[] = {
     "name", "collective", "protocol", "inplace", "reuse_resources", "num_threads_per_block",
     "use_double_scratch_buffer", "buffer_alignment", "min_message_size", "max_message_size", "gpus",
-    "version", "mscx",
+    "version", "mscx", "ranks_may_differ",
 };
 
 static int parse_top(struct pctx *c, const json_t *root, struct mscx_plan *p)
@@ -479,6 +479,7 @@ static int parse_top(struct pctx *c, const json_t *root, struct mscx_plan *p)
     if (mscx_pj_bool(c, root, "inplace", false, &p->inplace) ||
         mscx_pj_bool(c, root, "reuse_resources", false, &p->reuse_resources) ||
         mscx_pj_bool(c, root, "use_double_scratch_buffer", false, &p->double_scratch) ||
+        mscx_pj_bool(c, root, "ranks_may_differ", false, &p->ranks_may_differ) ||
         mscx_pj_u32(c, root, "num_threads_per_block", true, 1024, UINT32_MAX, &p->nthreads) ||
         mscx_pj_u32(c, root, "buffer_alignment", true, 16, UINT32_MAX, &p->alignment) ||
         mscx_pj_u64(c, root, "min_message_size", true, 0, UINT64_MAX, &p->min_size) ||

@@ -93,6 +93,7 @@ struct mscx_plan {
     uint32_t root;            /* broadcast root: the extension's "root", else 0 */
     bool root_given;
     bool beats_nccl_window;   /* the extension's "beats_nccl_window", else false */
+    bool ranks_may_differ;    /* "ranks_may_differ": ranks may reduce in different orders */
     uint32_t dtype_mask;      /* 1u << enum mscx_dtype allowed */
     uint32_t redop_mask;      /* 1u << enum mscx_redop allowed */
     bool masks_given;

@@ -9,7 +9,8 @@
  * fields, and the structural checks (header, declarations, each op's
  * fields, operands and layout). The synchronisation checks are in
  * plan_validate_sync.c, the ordering of peer user-buffer accesses in
- * plan_validate_order.c.
+ * plan_validate_order.c, the ranks' reduction orders in
+ * plan_validate_redorder.c.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -721,6 +722,8 @@ mscx_status_t mscx_plan_validate(struct mscx_plan *plan, char *path_buf, size_t 
     int rc = mscx_pv_check_signals(&v);
     if (rc == 0)
         rc = mscx_pv_check_peer_accesses(&v);
+    if (rc == 0)
+        rc = mscx_pv_check_reduction_order(&v);
     if (rc)
         return v.path[0] ? MSCX_ERR_PLAN : MSCX_ERR_NO_MEMORY;
     if (infer_ranks_per_node(&v))

@@ -2,8 +2,9 @@
 /*
  * Private interface between the plan validator's files: plan_validate.c
  * (the entry point, derived fields, structural checks), plan_validate_sync.c
- * (barriers, semaphores, signals and waits) and plan_validate_order.c (peer
- * user-buffer accesses ordered within the owner's launch).
+ * (barriers, semaphores, signals and waits), plan_validate_order.c (peer
+ * user-buffer accesses ordered within the owner's launch) and
+ * plan_validate_redorder.c (every rank reduces each element in one order).
  */
 #ifndef MSCX_PLAN_VALIDATE_INT_H
 #define MSCX_PLAN_VALIDATE_INT_H
@@ -53,5 +54,7 @@ int mscx_pv_check_semaphores(struct vctx *v, uint32_t r);
 int mscx_pv_check_signals(struct vctx *v);
 /* The check of plan_validate_order.c, the same way. */
 int mscx_pv_check_peer_accesses(struct vctx *v);
+/* The check of plan_validate_redorder.c (every rank reduces in one order), the same way. */
+int mscx_pv_check_reduction_order(struct vctx *v);
 
 #endif /* MSCX_PLAN_VALIDATE_INT_H */

@@ -443,6 +443,8 @@ static json_t *write_plan(const struct mscx_plan *plan)
         set_new(root, "inplace", json_boolean(plan->inplace)) ||
         set_new(root, "reuse_resources", json_boolean(plan->reuse_resources)))
         goto err;
+    if (plan->ranks_may_differ && set_new(root, "ranks_may_differ", json_true()))
+        goto err;
     gpus = json_array();
     if (set_new(root, "gpus", gpus))
         goto err;

@@ -62,6 +62,17 @@ expect 1 "check missing file" "$TOOL" check "$TMP/does-not-exist.json" && grep_i
 expect 1 "check refuses a multicast plan" "$TOOL" check "$OPS/switch_broadcast_test.json" &&
     grep_in "$TMP/out" "switch_broadcast_test.json" "refusal names the file"
 expect 2 "check bad option" "$TOOL" check --bogus "$OPS/put_test.json" && grep_in "$TMP/err" "\-\-bogus" "bad option named"
+# a plan whose ranks reduce in different orders: refused with the loader's message, accepted with the opt-out
+NODES4=$REF/mscclpp-4node-plans/allreduce_multi_nodes_4x2.json
+expect 1 "check refuses ranks reducing in different orders" "$TOOL" check "$NODES4" && {
+    grep_in "$TMP/out" "^FAIL plan bug: .*allreduce_multi_nodes_4x2.json:1:[0-9]*: gpus\[4\].threadblocks\[1\].ops\[3\]: expected every rank to reduce each output element in the same order, got another order on rank 4 than on rank 0 for its output chunk 0" "refusal names file, op, rank and chunk"
+    grep_in "$TMP/out" '"ranks_may_differ": true' "refusal names the opt-out field"
+}
+sed '1s/^{/{"ranks_may_differ":true,/' "$NODES4" >"$TMP/may-differ.json"
+expect 0 "check accepts the opt-out" "$TOOL" check "$TMP/may-differ.json"
+expect 0 "fuse keeps the opt-out" "$TOOL" fuse "$TMP/may-differ.json" -o "$TMP/may-differ-fused.json" &&
+    grep_in "$TMP/may-differ-fused.json" '"ranks_may_differ": *true' "fused plan carries the opt-out"
+expect 0 "check the fused opt-out plan" "$TOOL" check "$TMP/may-differ-fused.json"
 
 # show
 expect 0 "show" "$TOOL" show "$ALGO/allreduce_pkt_n4.json" && grep_in "$TMP/out" "fusible:" "show reports what fusion would remove"
