@@ -11,6 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 BUILD=${MSCX_BUILD_DIR:-build}
+# The nccl.h fetched from NCCL's pip wheel where the machine has none, and the
+# oldest and newest ones the shim's tests also build against (./setup.sh test).
+NCCL_H_DEFAULT=2.28.9
+NCCL_H_RANGE="2.19.3 2.32.6"
 APT_PACKAGES="meson ninja-build pkg-config gcc g++ check libjansson-dev libibverbs-dev gnuplot-nox python3 clang"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
@@ -50,9 +54,41 @@ install_deps() {
     have_deps || { log "missing build dependencies (meson, ninja, pkg-config, jansson, check)"; exit 1; }
 }
 
+# NCCL's wheel's include directory of one version, cached outside the tree
+# (tools/dev/fetch-nccl-h.py); nothing and a log line when it cannot be had.
+fetch_nccl_h() {
+    local dir
+    if dir=$(tools/dev/fetch-nccl-h.py "$1" 2> >(sed 's/^/[setup] /' >&2)); then
+        echo "$dir"
+    fi
+}
+
+# -Dnccl_include for a new build dir where the shim's own search
+# (shim/find_nccl_h.py) finds no nccl.h and the arguments name none.
+nccl_h_args() {
+    local a dir
+    for a in "$@"; do
+        case "$a" in -Dshim=disabled | -Dnccl_include=*) return 0 ;; esac
+    done
+    if python3 shim/find_nccl_h.py >/dev/null; then
+        return 0
+    fi
+    log "no nccl.h on this machine: fetching NCCL $NCCL_H_DEFAULT's from its pip wheel"
+    dir=$(fetch_nccl_h "$NCCL_H_DEFAULT")
+    if [ -n "$dir" ]; then
+        echo "-Dnccl_include=$dir"
+    fi
+}
+
 build() {
     if [ ! -f "$BUILD/build.ninja" ]; then
-        meson setup "$BUILD" "$@" >/dev/null
+        local extra out
+        extra=$(nccl_h_args "$@")
+        # shellcheck disable=SC2086
+        if ! out=$(meson setup "$BUILD" $extra "$@" 2>&1); then
+            printf '%s\n' "$out" | tail -n 20 >&2
+            exit 1
+        fi
     fi
     ninja -C "$BUILD" >/dev/null
     log "built in $BUILD"
@@ -70,7 +106,11 @@ build) install_deps; build "$@" ;;
 test)
     install_deps
     build
-    exec tools/dev/run-tests.sh "$BUILD" "$@"
+    range=()
+    for v in $NCCL_H_RANGE; do
+        range+=("--nccl-h=$v:$(fetch_nccl_h "$v")")
+    done
+    exec tools/dev/run-tests.sh "$BUILD" "${range[@]}" "$@"
     ;;
 run)
     install_deps

@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Run the test suites and print one closing line "N passed, N failed, N skipped".
-#   tools/dev/run-tests.sh BUILD_DIR [--no-sanitize]
+#   tools/dev/run-tests.sh BUILD_DIR [--no-sanitize] [--nccl-h=VERSION:INCLUDE_DIR]...
 # Runs the unit suite (and the gpu suite where a GPU exists), then the unit
 # suite again under AddressSanitizer and UndefinedBehaviorSanitizer, then the
-# bounded fuzz suite when it was built.
+# bounded fuzz suite when it was built. Each --nccl-h builds the shim and its
+# tests (CPU only) against that nccl.h in BUILD_DIR-nccl-VERSION and runs the
+# unit suite's shim-* tests there; an empty INCLUDE_DIR (the header could not
+# be had) is reported as skipped.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 shift || true
 SANITIZE=1
+HEADERS=()
 for a in "$@"; do
     case "$a" in
     --no-sanitize) SANITIZE=0 ;;
+    --nccl-h=*) HEADERS+=("${a#--nccl-h=}") ;;
     esac
 done
 
@@ -72,6 +77,59 @@ if [ $SANITIZE = 1 ]; then
         status=1
     fi
 fi
+
+# The unit suite's shim-* tests of a configured build dir, then the targets
+# they run or depend on (paths relative to the build dir), one a line each.
+shim_tests() { # build dir
+    meson introspect "$1" --tests --targets | python3 -c '
+import json, os, sys
+info = json.load(sys.stdin)
+root = os.path.abspath(sys.argv[1])
+tests = [t for t in info["tests"] if t["name"].startswith("shim-") and any(s.endswith(":unit") for s in t["suite"])]
+by_id = {t["id"]: t["filename"] for t in info["targets"]}
+outputs = {f for fs in by_id.values() for f in fs}
+want = set()
+for t in tests:
+    want.update(f for d in t["depends"] for f in by_id.get(d, []))
+    words = t["cmd"] + list(t["env"].values())
+    want.update(w for w in words if w in outputs)
+print(" ".join(t["name"] for t in tests))
+print(" ".join(sorted(os.path.relpath(f, root) for f in want)))
+' "$1"
+}
+
+run_header() { # NCCL version, directory of its nccl.h (empty: none could be had)
+    local v=$1 inc=$2 dir="$BUILD-nccl-$1" label="nccl-$1" t0 t1 names targets
+    if [ -z "$inc" ]; then
+        echo "$label: skipped (no nccl.h $v could be downloaded; see the fetch-nccl-h line above)"
+        total_skip=$((total_skip + 1))
+        return
+    fi
+    t0=$(date +%s)
+    if [ -f "$dir/build.ninja" ]; then
+        meson configure "$dir" -Dnccl_include="$inc" >/dev/null
+    else
+        meson setup "$dir" -Dcuda=disabled -Dfuzz=disabled -Dnccl_include="$inc" >/dev/null
+    fi
+    { read -r names; read -r targets; } < <(shim_tests "$dir")
+    # shellcheck disable=SC2086
+    if ! ninja -C "$dir" $targets >"$dir/meson-logs/shim-build.txt" 2>&1; then
+        tail -n 40 "$dir/meson-logs/shim-build.txt"
+        echo "$label: build against $inc/nccl.h failed"
+        total_fail=$((total_fail + 1))
+        status=1
+        return
+    fi
+    t1=$(date +%s)
+    # shellcheck disable=SC2086
+    run_suite "$dir" "$label" --suite unit --no-rebuild $names
+    echo "$label: $(grep -h '^ok: .* exports equal' "$dir/meson-logs/testlog.txt" | head -n 1)"
+    echo "$label: built in $((t1 - t0)) s, tested in $(($(date +%s) - t1)) s"
+}
+
+for h in "${HEADERS[@]}"; do
+    run_header "${h%%:*}" "${h#*:}"
+done
 
 if meson test -C "$BUILD" --list 2>/dev/null | grep -q ':fuzz'; then
     run_suite "$BUILD" fuzz --suite fuzz

@@ -201,6 +201,10 @@ static void mode_routed(void)
 
 static void mode_mixed(void)
 {
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 24, 0)
+    printf("skip: the call no plan takes is an fp8 one, which this nccl.h lacks\n");
+    exit(77);
+#else
     ncclComm_t comm = new_comm();
     struct want w;
     want_reset(&w);
@@ -219,6 +223,7 @@ static void mode_mixed(void)
     check_log("mixed", &w);
     destroy(comm);
     check_summary(comm, 2, " dtype 1");
+#endif
 }
 
 static void mode_identity(void)
@@ -279,6 +284,10 @@ static void mode_send(void)
 
 static void mode_order(void)
 {
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 24, 0)
+    printf("skip: the call no plan takes is an fp8 one, which this nccl.h lacks\n");
+    exit(77);
+#else
     ncclComm_t a = new_comm(), b = new_comm();
     struct want w;
     want_reset(&w);
@@ -300,6 +309,7 @@ static void mode_order(void)
     destroy(b);
     check_summary(a, 2, "");
     check_summary(b, 1, " dtype 1");
+#endif
 }
 
 static void mode_streams(void)
@@ -516,6 +526,10 @@ static void mode_no_events(void)
 
 static void mode_simulate(void)
 {
+#ifndef NCCL_SIM_INFO_INITIALIZER
+    printf("skip: this nccl.h has no ncclGroupSimulateEnd\n");
+    exit(77);
+#else
     ncclComm_t comm = new_comm();
     struct want w;
     char rec[2048];
@@ -538,6 +552,7 @@ static void mode_simulate(void)
     check_log("simulate", &w);
     destroy(comm);
     check_summary(comm, 1, " group 2");
+#endif
 }
 
 /* A non-blocking communicator of one rank, its init completed (polled as NCCL's users must). */
@@ -587,6 +602,10 @@ static void check_copied(int b, size_t count)
 
 static void mode_nonblocking(void)
 {
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 24, 0)
+    printf("skip: the call no plan takes is an fp8 one, which this nccl.h lacks\n");
+    exit(77);
+#else
     ncclComm_t a = new_nonblocking();
     allreduce(6, 256, ncclFloat32, a, S(1)); /* its setup runs at its first collective outside a group */
     fill(0, 1.0f);
@@ -622,6 +641,7 @@ static void mode_nonblocking(void)
         destroy(b);
     destroy(a);
     check_summary(a, 3, " dtype 1");
+#endif
 }
 
 /* ---- several ranks on threads ---- */

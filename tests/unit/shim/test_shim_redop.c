@@ -10,6 +10,13 @@
 #include "shim_int.h"
 #include "test_common.h"
 
+/* NCCL's fp8 e4m3 type, named from 2.24 on; an older nccl.h has only its value (a newer client's calls carry it). */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+#define FP8_E4M3 ncclFloat8e4m3
+#else
+#define FP8_E4M3 ((ncclDataType_t)10)
+#endif
+
 /* Two communicators, as handles only. */
 static int comm_a_obj, comm_b_obj;
 #define COMM_A ((ncclComm_t)&comm_a_obj)
@@ -44,7 +51,7 @@ START_TEST(test_builtin_and_avg)
     ck_assert_int_eq(s.kind, MSCX_SCALE_NONE);
     /* integers: NCCL sums, then divides; fp64 and fp8: not a type the executors scale */
     static const ncclDataType_t other[] = {ncclInt32, ncclUint32,  ncclInt8,
-                                           ncclInt64, ncclFloat64, ncclFloat8e4m3};
+                                           ncclInt64, ncclFloat64, FP8_E4M3};
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
         ck_assert_int_eq(shim_redop_resolve(COMM_A, 4, ncclAvg, other[i], &op, &s), -1);
 }

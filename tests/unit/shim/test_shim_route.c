@@ -7,6 +7,15 @@
 #include "shim_int.h"
 #include "test_common.h"
 
+/* NCCL's fp8 types, named from 2.24 on; an older nccl.h has their values only (a newer client's calls carry them). */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+#define FP8_E4M3 ncclFloat8e4m3
+#define FP8_E5M2 ncclFloat8e5m2
+#else
+#define FP8_E4M3 ((ncclDataType_t)10)
+#define FP8_E5M2 ((ncclDataType_t)11)
+#endif
+
 static struct shim_route_plan mk_plan(enum mscx_coll coll, uint32_t nranks, uint32_t rpn, uint64_t lo, uint64_t hi)
 {
     struct shim_route_plan p;
@@ -106,7 +115,7 @@ START_TEST(test_dtype_op_layout)
     ck_assert_int_eq(shim_route_pick(&q, plans, 3, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_OP);
     /* fp8 has no mscx type */
-    q.dtype = ncclFloat8e4m3;
+    q.dtype = FP8_E4M3;
     ck_assert_int_eq(shim_route_pick(&q, plans, 3, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_DTYPE);
     /* allgather ignores the op and moves any dtype */
@@ -471,7 +480,7 @@ START_TEST(test_window_edges)
     ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_GROUP);
     q.group_fallback = 0;
-    q.dtype = ncclFloat8e5m2;
+    q.dtype = FP8_E5M2;
     ck_assert_int_eq(shim_route_pick_windowed(&q, plans, 3, &w, &why), -1);
     ck_assert_int_eq(why, SHIM_WHY_DTYPE);
     /* a plan capped below its own minimum: an empty range, but still a plan, so SIZE */
