@@ -57,6 +57,14 @@ static int fake_host_memory(void)
     return fn && fn();
 }
 
+int shim_boot_fault(const char *point)
+{
+    int (*fn)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "mscxFakeNcclSetupFault");
+    if (!fn)
+        fn = (int (*)(const char *))shim_real_sym("mscxFakeNcclSetupFault");
+    return fn && fn(point);
+}
+
 /* ---- buffers: device memory, or host memory under the fake NCCL ---- */
 
 static int buf_alloc(const struct shim_boot *b, void **p, size_t n)
@@ -193,9 +201,23 @@ static ncclResult_t wait_done(const struct shim_boot *b, ncclResult_t r)
     return r;
 }
 
+/* The end of everything enqueued on the boot stream. */
+static mscx_status_t buf_sync(const struct shim_boot *b)
+{
+#ifdef MSCX_SHIM_CUDA
+    if (!b->host && cudaStreamSynchronize(b->stream) != cudaSuccess) {
+        MSCX_WARN("mscx: bootstrap exchange: CUDA error %s", cudaGetErrorString(cudaGetLastError()));
+        return MSCX_ERR_CUDA;
+    }
+#else
+    (void)b;
+#endif
+    return MSCX_OK;
+}
+
 /*
  * One ncclAllGather of @p bytes from buffer @p dmine into buffer @p dall,
- * then to host @p all. At one rank there is nothing to exchange: the rank's
+ * then to host @p all (NULL: not read, only waited for). At one rank there is nothing to exchange: the rank's
  * own bytes are read back, and the communicator never sees a call on the
  * boot stream.
  */
@@ -211,6 +233,8 @@ static mscx_status_t gather(struct shim_boot *b, void *dmine, void *dall, void *
         MSCX_WARN("mscx: bootstrap ncclAllGather of %zu bytes failed: %d", bytes, (int)r);
         return MSCX_ERR_SYSTEM;
     }
+    if (!all)
+        return buf_sync(b);
     if (!buf_get(b, all, b->bs.nranks == 1 ? dmine : dall, bytes * b->bs.nranks)) {
 #ifdef MSCX_SHIM_CUDA
         MSCX_WARN("mscx: bootstrap exchange: CUDA error %s", cudaGetErrorString(cudaGetLastError()));
@@ -378,9 +402,9 @@ static mscx_status_t boot_resources(struct shim_boot *b)
 {
     struct boot_scope scope;
     size_t bytes = ((size_t)b->bs.nranks + 1) * SHIM_BOOT_FIXED_BYTES;
-    if (!dev_enter(b, &scope) || !buf_alloc(b, &b->dhead, bytes)) {
+    if (!dev_enter(b, &scope) || shim_boot_fault("boot") || !buf_alloc(b, &b->dhead, bytes)) {
 #ifdef MSCX_SHIM_CUDA
-        MSCX_WARN("mscx: bootstrap on device %d: %s", b->device, cudaGetErrorString(cudaGetLastError()));
+        MSCX_INFO(MSCX_SUB_SHIM, "bootstrap on device %d: %s", b->device, cudaGetErrorString(cudaGetLastError()));
 #endif
         dev_leave(b, &scope);
         return MSCX_ERR_CUDA;
@@ -423,6 +447,80 @@ mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_
     }
     *bs_p = &b->bs;
     return MSCX_OK;
+}
+
+/*
+ * The receiving buffer of a vote: device memory, else pinned host memory
+ * (which the device reaches through unified addressing), so that a rank
+ * whose device is full still takes part. *pinned_p: which one it is.
+ */
+static int vote_alloc(const struct shim_boot *b, void **p, size_t n, int *pinned_p)
+{
+    *pinned_p = 0;
+    if (buf_alloc(b, p, n))
+        return 1;
+#ifdef MSCX_SHIM_CUDA
+    if (!b->host && cudaMallocHost(p, n) == cudaSuccess) {
+        *pinned_p = 1;
+        return 1;
+    }
+    (void)cudaGetLastError();
+#endif
+    *p = NULL;
+    return 0;
+}
+
+static void vote_free(struct shim_boot *b, void *p, int pinned)
+{
+#ifdef MSCX_SHIM_CUDA
+    if (pinned) {
+        cudaFreeHost(p);
+        p = NULL;
+    }
+    if (!b->host && b->stream)
+        cudaStreamDestroy(b->stream);
+#else
+    (void)pinned;
+#endif
+    buf_free(b, p);
+}
+
+mscx_status_t shim_boot_fixed_vote(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
+                                   const void *mine)
+{
+    struct shim_boot b;
+    memset(&b, 0, sizeof(b));
+    b.bs.rank = rank;
+    b.bs.nranks = nranks;
+    b.comm = comm;
+    b.prof = prof;
+    b.device = cuda_device;
+    b.host = fake_host_memory();
+    if (!b.host && !have_device())
+        return MSCX_ERR_UNSUPPORTED;
+    struct boot_scope scope;
+    int pinned = 0;
+    void *buf = NULL;
+    mscx_status_t st = MSCX_ERR_CUDA;
+    size_t bytes = ((size_t)nranks + 1) * SHIM_BOOT_FIXED_BYTES;
+    if (!dev_enter(&b, &scope) || !vote_alloc(&b, &buf, bytes, &pinned))
+        goto out;
+#ifdef MSCX_SHIM_CUDA
+    if (!b.host && cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking) != cudaSuccess) {
+        (void)cudaGetLastError();
+        b.stream = 0;
+    }
+#endif
+    char *dmine = (char *)buf + (size_t)nranks * SHIM_BOOT_FIXED_BYTES;
+    if (pinned)
+        memcpy(dmine, mine, SHIM_BOOT_FIXED_BYTES);
+    if (pinned || buf_put(&b, dmine, mine, SHIM_BOOT_FIXED_BYTES))
+        st = gather(&b, dmine, buf, NULL, SHIM_BOOT_FIXED_BYTES);
+out:
+    if (buf)
+        vote_free(&b, buf, pinned);
+    dev_leave(&b, &scope);
+    return st;
 }
 
 void shim_boot_watch(struct mscx_bootstrap *bs, const int *stop)

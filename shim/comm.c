@@ -420,12 +420,41 @@ static void agree_warn(ncclComm_t comm, const struct agree_record *all, uint32_t
     char key[64];
     snprintf(key, sizeof(key), "agree:%d", f);
     if (f == AGREE_NFIELD)
-        shim_warn_once(key, "mscx: comm %p of %u ranks: rank(s) %s vote to fall back (MSCX_DISABLE or a bad "
-                       "setting there); every rank falls back to NCCL on this communicator", (void *)comm, n,
-                       ranks);
+        shim_warn_once(key, "mscx: comm %p of %u ranks: rank(s) %s vote to fall back (MSCX_DISABLE, a bad "
+                       "setting or a failed setup there); every rank falls back to NCCL on this communicator",
+                       (void *)comm, n, ranks);
     else
         shim_warn_once(key, "mscx: comm %p of %u ranks: rank(s) %s differ from rank 0 in %s; every rank "
                        "falls back to NCCL on this communicator", (void *)comm, n, ranks, agree_names[f]);
+}
+
+/* What made this rank vote "fall back": a WARN when nothing said it yet, else INFO. */
+static void vote_warn(ncclComm_t comm, uint32_t rank, uint32_t nranks, const char *why, int warn)
+{
+    if (warn)
+        MSCX_WARN("mscx: comm %p rank %u/%u: %s; this rank votes to fall back, and every rank of the "
+                  "communicator falls back to NCCL", (void *)comm, rank, nranks, why);
+    else
+        MSCX_INFO(MSCX_SUB_SHIM, "comm %p rank %u/%u: %s; this rank votes to fall back", (void *)comm, rank,
+                  nranks, why);
+}
+
+/*
+ * The fixed exchange for rank @p rank of @p nranks that has no bootstrap:
+ * a "fall back" vote with this process's settings (so that the others see
+ * the vote, not a difference), without reading the others' records.
+ */
+static void vote_only(int prof, ncclComm_t comm, const struct mscx_config *cfg, uint32_t rank, uint32_t nranks,
+                      int device)
+{
+    struct agree_record mine;
+    agree_fill(&mine, cfg, rank, nranks, 0);
+    mine.vote = 0;
+    mscx_status_t st = shim_boot_fixed_vote(comm, prof, rank, nranks, device, &mine);
+    if (st != MSCX_OK && st != MSCX_ERR_UNSUPPORTED)
+        MSCX_WARN("mscx: comm %p rank %u/%u could not take part in the agreement exchange either (%s); the other "
+                  "ranks may wait for it", (void *)comm, rank, nranks, mscx_status_str(st));
+    explicit_bzero(&mine, sizeof(mine));
 }
 
 /*
@@ -440,17 +469,23 @@ static void agree_warn(ncclComm_t comm, const struct agree_record *all, uint32_t
 static int agree(ncclComm_t comm, struct mscx_bootstrap *bs, const struct mscx_config *cfg, uint32_t rank,
                  uint32_t nranks, uint64_t plan_hash, uint32_t *rpn_p, uint8_t secret[SHIM_SECRET_BYTES])
 {
-    struct agree_record mine, *all = calloc(nranks, sizeof(*all));
-    char *ids = calloc(nranks, SHIM_HOSTID_LEN);
+    struct agree_record mine, *all = NULL;
+    char *ids = NULL;
     int ok = 0;
     agree_fill(&mine, cfg, rank, nranks, plan_hash);
     if (rank == 0 && getrandom(mine.secret, sizeof(mine.secret), 0) != (ssize_t)sizeof(mine.secret)) {
         MSCX_WARN("mscx: getrandom for the connection secret failed: %m; this communicator falls back");
         mine.vote = 0;
     }
+    if (!shim_boot_fault("agree-alloc")) {
+        all = calloc(nranks, sizeof(*all));
+        ids = calloc(nranks, SHIM_HOSTID_LEN);
+    }
     if (!all || !ids) {
-        /* cannot take part: a few hundred bytes of host memory (the one unannounced failure) */
-        MSCX_WARN("mscx: out of memory for the agreement of comm %p", (void *)comm);
+        vote_warn(comm, rank, nranks, "out of memory for the agreement", 1);
+        mine.vote = 0;
+        if (nranks > 1)
+            shim_boot_fixed(bs, &mine, NULL); /* take part all the same; the others' records are not needed */
         goto out;
     }
     if (nranks == 1) {
@@ -623,18 +658,37 @@ static void disabled_setup(int prof, ncclComm_t comm, const struct mscx_config *
     uint8_t secret[SHIM_SECRET_BYTES];
 
     memset(&probe, 0, sizeof(probe));
-    if (query(prof, comm, &probe) != 0 || probe.nranks < 2 ||
-        shim_boot_create(comm, prof, probe.rank, probe.nranks, probe.device, &bs) != MSCX_OK)
+    if (query(prof, comm, &probe) != 0 || probe.nranks < 2)
         return;
+    if (shim_boot_create(comm, prof, probe.rank, probe.nranks, probe.device, &bs) != MSCX_OK) {
+        vote_only(prof, comm, cfg, probe.rank, probe.nranks, probe.device);
+        return;
+    }
     agree(comm, bs, cfg, probe.rank, probe.nranks, 0, &rpn, secret); /* no plans read under MSCX_DISABLE */
     explicit_bzero(secret, sizeof(secret));
     shim_boot_destroy(bs);
 }
 
+/*
+ * A rank of a blocking communicator whose setup failed locally (@p why)
+ * before the fixed exchange: it still joins the exchange, voting "fall
+ * back", so that every rank falls back together and none waits for it.
+ * @p warn: whether @p why is news (a WARN), or was warned of already.
+ */
+static void vote_fall_back(int prof, ncclComm_t comm, const struct mscx_config *cfg, const char *why, int warn)
+{
+    struct shim_comm probe;
+    memset(&probe, 0, sizeof(probe));
+    if (query(prof, comm, &probe) != 0 || probe.nranks < 2)
+        return;
+    vote_warn(comm, probe.rank, probe.nranks, why, warn);
+    vote_only(prof, comm, cfg, probe.rank, probe.nranks, probe.device);
+}
+
 /* A cleared object for @p comm with its settings, not yet published. NULL without memory. */
 static struct shim_comm *comm_new(int prof, ncclComm_t comm, const char *how, const struct mscx_config *cfg)
 {
-    struct shim_comm *c = comm_alloc();
+    struct shim_comm *c = shim_boot_fault("comm-alloc") ? NULL : comm_alloc();
     if (!c)
         return NULL; /* no state: calls go to NCCL */
     c->comm = comm;
@@ -653,7 +707,7 @@ static struct shim_comm *comm_new(int prof, ncclComm_t comm, const char *how, co
 static int comm_publish(struct shim_comm *c)
 {
     struct shim_comm *old;
-    if (table_insert(c, &old) != 0) {
+    if (shim_boot_fault("table") || table_insert(c, &old) != 0) {
         shim_warn_once("comm-table", "mscx: more than %u communicators at once; the next ones stay on NCCL "
                        "without routing statistics", SHIM_TABLE_SIZE);
         comm_release(c);
@@ -715,9 +769,15 @@ static ncclResult_t comm_build(struct shim_comm *c, const struct mscx_config *cf
     int agreed = 0;
     if (exchange && queried && (c->nranks > 1 || ncand)) {
         mscx_status_t st = shim_boot_create(c->comm, prof, c->rank, c->nranks, c->device, &c->bs);
-        if (st != MSCX_OK) {
+        if (st == MSCX_ERR_UNSUPPORTED) {
             MSCX_INFO(MSCX_SUB_SHIM, "no bootstrap (%s): comm %p stays on NCCL", mscx_status_str(st),
                       (void *)comm);
+        } else if (st != MSCX_OK) {
+            char why[96];
+            snprintf(why, sizeof(why), "its bootstrap could not be set up (%s)", mscx_status_str(st));
+            vote_warn(comm, c->rank, c->nranks, why, 1);
+            if (c->nranks > 1)
+                vote_only(prof, comm, cfg, c->rank, c->nranks, c->device);
         } else {
             shim_boot_watch(c->bs, stop);
             agreed = agree(comm, c->bs, cfg, c->rank, c->nranks, hash, &c->rpn, c->secret);
@@ -764,11 +824,17 @@ static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int e
         return ncclSuccess;
     }
     struct shim_comm *c = comm_new(prof, comm, how, cfg);
-    if (!c)
+    if (!c) {
+        if (exchange)
+            vote_fall_back(prof, comm, cfg, "out of memory for its state", 1);
         return ncclSuccess;
+    }
     c->p2p_counted = exchange; /* set up at its init: no send or recv can have come before */
-    if (comm_publish(c) != 0)
+    if (comm_publish(c) != 0) {
+        if (exchange)
+            vote_fall_back(prof, comm, cfg, "the communicator table is full", 0);
         return ncclSuccess;
+    }
     return comm_build(c, cfg, exchange, NULL);
 }
 
@@ -861,8 +927,11 @@ static struct shim_comm *deferred_build(struct shim_comm *p)
 {
     const struct mscx_config *cfg = shim_config();
     struct shim_comm *c = cfg ? comm_new(p->prof, p->comm, p->how, cfg) : NULL;
-    if (!c)
+    if (!c) {
+        if (cfg)
+            vote_fall_back(p->prof, p->comm, cfg, "out of memory for its state", 1);
         return NULL;
+    }
     if (comm_build(c, cfg, 1, &p->stopped) != ncclSuccess) {
         MSCX_WARN("%s; comm %p stays on NCCL", shim_err_text(), (void *)p->comm);
         shim_err_clear();

@@ -511,9 +511,22 @@ uint64_t shim_boot_rounds(const struct mscx_bootstrap *bs);
 #define SHIM_BOOT_FIXED_BYTES 256
 /**
  * The fixed exchange: one ncclAllGather of SHIM_BOOT_FIXED_BYTES from
- * @p mine into @p all ([nranks] records), with no header round.
+ * @p mine into @p all ([nranks] records; NULL: not read), with no header round.
  */
 mscx_status_t shim_boot_fixed(struct mscx_bootstrap *bs, const void *mine, void *all);
+/**
+ * The fixed exchange for a rank that has no bootstrap (its setup failed
+ * locally): @p mine, a "fall back" record, is sent and the others' records
+ * are not read. @return MSCX_OK, MSCX_ERR_UNSUPPORTED (no device: no
+ * exchange anywhere) or the error that kept this rank out of it.
+ */
+mscx_status_t shim_boot_fixed_vote(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
+                                   const void *mine);
+/**
+ * 1 when the test suite's fake NCCL asks for a local setup failure at
+ * @p point (comm-alloc, table, boot, agree-alloc); always 0 with a real NCCL.
+ */
+int shim_boot_fault(const char *point);
 
 /* ---- p2p_agree.c: host-side agreement to run a send/recv group as an alltoall ---- */
 

@@ -345,6 +345,18 @@ FAKE_EXPORT int mscxFakeNcclHostMemory(void)
     return (w && *w) || local_on();
 }
 
+/*
+ * A local setup failure of this rank, for the shim's tests: 1 when
+ * FAKE_NCCL_SETUP_FAULT names @p point (a place on the shim's way to its
+ * fixed exchange: comm-alloc, table, boot, agree-alloc). A real NCCL never
+ * exports it, so the product has no such switch.
+ */
+FAKE_EXPORT int mscxFakeNcclSetupFault(const char *point)
+{
+    const char *f = getenv("FAKE_NCCL_SETUP_FAULT");
+    return f && point && !strcmp(f, point);
+}
+
 static size_t fake_dtype_bytes(ncclDataType_t dt)
 {
     switch (dt) {
