@@ -27,18 +27,18 @@
 #endif
 
 struct shim_boot {
-    struct mscx_bootstrap bs; /* first: the executor holds a pointer to this */
+    struct mscx_bootstrap bs;        /* first: the executor holds a pointer to this */
     struct shim_boot *next_deferred; /* on the list of shim_boot_destroy_deferred */
     ncclComm_t comm;
     int prof;
     int device;
-    int host;                 /* buffers are host memory (the fake NCCL) */
+    int host; /* buffers are host memory (the fake NCCL) */
 #ifdef MSCX_SHIM_CUDA
     cudaStream_t stream;
 #endif
-    const int *stop;          /* non-zero: stop waiting for a non-blocking call (NULL: never) */
-    void *dhead;              /* [nranks + 1] slots of SHIM_BOOT_FIXED_BYTES, allocated at create */
-    uint64_t rounds;          /* header rounds run */
+    const int *stop; /* non-zero: stop waiting for a non-blocking call (NULL: never) */
+    void *dhead;     /* [nranks + 1] slots of SHIM_BOOT_FIXED_BYTES, allocated at create */
+    uint64_t rounds; /* header rounds run */
 };
 
 /* Every exchange starts with a round of these, so a rank that cannot take part says so. */
@@ -226,9 +226,10 @@ static mscx_status_t gather(struct shim_boot *b, void *dmine, void *dall, void *
     shim_fn_ncclAllGather_t ag = SHIM_REAL(b->prof, ncclAllGather);
     if (!ag)
         return MSCX_ERR_SYSTEM;
-    ncclResult_t r = b->bs.nranks == 1
-                         ? ncclSuccess
-                         : wait_done(b, ag(dmine, dall, bytes, ncclUint8, b->comm, (cudaStream_t)boot_stream(b)));
+    ncclResult_t r =
+        b->bs.nranks == 1
+            ? ncclSuccess
+            : wait_done(b, ag(dmine, dall, bytes, ncclUint8, b->comm, (cudaStream_t)boot_stream(b)));
     if (r != ncclSuccess) {
         MSCX_WARN("mscx: bootstrap ncclAllGather of %zu bytes failed: %d", bytes, (int)r);
         return MSCX_ERR_SYSTEM;
@@ -344,7 +345,8 @@ static mscx_status_t boot_allgather(void *ctx, const void *mine, void *all, size
     st = gather(b, dmine, dbuf, all, bytes);
 out:
     if (st == MSCX_ERR_REMOTE)
-        MSCX_INFO(MSCX_SUB_SHIM, "mscx: a rank could not take part in a bootstrap exchange of %zu bytes", bytes);
+        MSCX_INFO(MSCX_SUB_SHIM, "mscx: a rank could not take part in a bootstrap exchange of %zu bytes",
+                  bytes);
     xbuf_free(b, dbuf);
     dev_leave(b, &scope);
     return st;
@@ -404,7 +406,8 @@ static mscx_status_t boot_resources(struct shim_boot *b)
     size_t bytes = ((size_t)b->bs.nranks + 1) * SHIM_BOOT_FIXED_BYTES;
     if (!dev_enter(b, &scope) || shim_boot_fault("boot") || !buf_alloc(b, &b->dhead, bytes)) {
 #ifdef MSCX_SHIM_CUDA
-        MSCX_INFO(MSCX_SUB_SHIM, "bootstrap on device %d: %s", b->device, cudaGetErrorString(cudaGetLastError()));
+        MSCX_INFO(MSCX_SUB_SHIM, "bootstrap on device %d: %s", b->device,
+                  cudaGetErrorString(cudaGetLastError()));
 #endif
         dev_leave(b, &scope);
         return MSCX_ERR_CUDA;
@@ -562,7 +565,8 @@ static int boot_idle(const struct shim_boot *b)
 #endif
 }
 
-/* Free at most two stopped bootstraps whose streams are idle: a small cost per setup, and the list shrinks. */
+/* Free at most two stopped bootstraps whose streams are idle: a small cost per setup, and the list shrinks.
+ */
 static void deferred_reap(void)
 {
     struct shim_boot *idle = NULL;

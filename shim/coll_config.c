@@ -24,7 +24,7 @@
 #ifdef SHIM_HAVE_ncclAllReduceConfig
 
 /* The config value of @p field: the one in @p cfg when its size covers it, else @p dflt. */
-#define CFG_FIELD(cfg, field, dflt)                                                                           \
+#define CFG_FIELD(cfg, field, dflt)                                                                          \
     ((cfg)->size >= offsetof(ncclCollConfig_t, field) + sizeof((cfg)->field) ? (cfg)->field : (dflt))
 
 /** 1 when @p cfg asks for NCCL itself (see the file comment). */
@@ -40,22 +40,33 @@ static int config_wants_nccl(const ncclCollConfig_t *cfg)
     return CFG_FIELD(cfg, launchCompletionEvent, NULL) != NULL;
 }
 
-static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void *send, void *recv, size_t count,
-                     ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
-                     const ncclCollConfig_t *cfg, ncclResult_t *res_p)
+static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void *send, void *recv,
+                     size_t count, ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
+                     cudaStream_t stream, const ncclCollConfig_t *cfg, ncclResult_t *res_p)
 {
     struct shim_coll_call call = {
-        .fn = shim_fn_names[api], .api = api, .prof = prof, .coll = coll, .sendbuf = send, .recvbuf = recv,
-        .count = count, .dtype = dt, .op = op, .root = root, .comm = comm, .stream = stream, .config = cfg,
+        .fn = shim_fn_names[api],
+        .api = api,
+        .prof = prof,
+        .coll = coll,
+        .sendbuf = send,
+        .recvbuf = recv,
+        .count = count,
+        .dtype = dt,
+        .op = op,
+        .root = root,
+        .comm = comm,
+        .stream = stream,
+        .config = cfg,
         .config_nccl = config_wants_nccl(cfg),
     };
     return (shim_routing_on() || shim_comm_deferred_disabled()) && shim_comm_try_route(&call, res_p);
 }
 
-#define REAL_OR_FAIL(fn, prof, name)                                                                          \
-    shim_fn_##name##_t fn = SHIM_REAL(prof, name);                                                            \
-    if (!fn)                                                                                                  \
-        return shim_err_result();                                                                             \
+#define REAL_OR_FAIL(fn, prof, name)                                                                         \
+    shim_fn_##name##_t fn = SHIM_REAL(prof, name);                                                           \
+    if (!fn)                                                                                                 \
+        return shim_err_result();                                                                            \
     shim_err_clear()
 
 ncclResult_t shim_coll_config_forward(const struct shim_coll_call *c)
@@ -117,8 +128,8 @@ ncclResult_t shim_ncclReduceScatterConfig(int prof, const void *sendbuff, void *
 {
     REAL_OR_FAIL(fn, prof, ncclReduceScatterConfig);
     ncclResult_t res;
-    if (try_route(prof, SHIM_FN_ncclReduceScatterConfig, MSCX_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount,
-                  datatype, op, 0, comm, stream, config, &res))
+    if (try_route(prof, SHIM_FN_ncclReduceScatterConfig, MSCX_COLL_REDUCESCATTER, sendbuff, recvbuff,
+                  recvcount, datatype, op, 0, comm, stream, config, &res))
         return res;
     return fn(sendbuff, recvbuff, recvcount, datatype, op, comm, stream, config);
 }

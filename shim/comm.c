@@ -52,24 +52,25 @@ struct shim_comm {
     uint32_t *exec_id; /* [nroute] */
     /* the rest */
     struct shim_comm *next_free;
-    int prof;              /* of the init, for a deferred setup's calls of the real NCCL */
-    const char *how;       /* how it was created, for a deferred setup's messages */
+    int prof;        /* of the init, for a deferred setup's calls of the real NCCL */
+    const char *how; /* how it was created, for a deferred setup's messages */
     uint32_t rank;
     int device;
     struct mscx_bootstrap *bs;
-    const char **route_name; /* [nroute] plan paths */
+    const char **route_name;       /* [nroute] plan paths */
     _Atomic uint64_t *route_calls; /* [nroute]: calls each plan ran */
-    _Atomic uint64_t identity_calls[NSTAT_COLL]; /* in-place calls at one rank, answered without moving data */
+    _Atomic uint64_t
+        identity_calls[NSTAT_COLL]; /* in-place calls at one rank, answered without moving data */
     int stopped; /* stopped by an abort, revoke or shrink: the release must not wait on the device */
     uint8_t secret[SHIM_SECRET_BYTES]; /* rank 0's random draw, shared by the fixed exchange */
     _Atomic uint64_t counts[NSTAT_COLL][SHIM_NBUCKETS][SHIM_WHY_COUNT]; /* as struct shim_stats */
     /* sends and recvs, counted from the init on (a blocking setup with an executor), else NULL */
-    int p2p_counted;                       /* set before the build: the count starts with the communicator */
-    _Atomic uint64_t *p2p_sent;            /* [nranks]: sends to rank j handed to NCCL or run as an AlltoAll */
-    _Atomic uint64_t *p2p_received;        /* [nranks]: recvs from rank j */
-    struct shim_p2p_agree *p2p_agree;      /* opened at the first vote, by the thread of the group */
-    pthread_mutex_t p2p_lock;              /* guards p2p_agree's opening */
-    _Atomic int p2p_gave_up;               /* a vote timed out: this rank votes no from then on */
+    int p2p_counted;                  /* set before the build: the count starts with the communicator */
+    _Atomic uint64_t *p2p_sent;       /* [nranks]: sends to rank j handed to NCCL or run as an AlltoAll */
+    _Atomic uint64_t *p2p_received;   /* [nranks]: recvs from rank j */
+    struct shim_p2p_agree *p2p_agree; /* opened at the first vote, by the thread of the group */
+    pthread_mutex_t p2p_lock;         /* guards p2p_agree's opening */
+    _Atomic int p2p_gave_up;          /* a vote timed out: this rank votes no from then on */
 };
 
 /*
@@ -78,10 +79,10 @@ struct shim_comm {
  * (shim_comm_setup_deferred): its init may still be running.
  */
 enum comm_deferred {
-    DEFER_NONE = 0,   /* set up (or never to be): route as the state says */
-    DEFER_SETUP,      /* the full setup runs at the first collective */
-    DEFER_DISABLED,   /* MSCX_DISABLE or a bad setting: there only the fixed exchange, voting "fall back" */
-    DEFER_RUNNING,    /* the setup is running on the thread of the first collective */
+    DEFER_NONE = 0, /* set up (or never to be): route as the state says */
+    DEFER_SETUP,    /* the full setup runs at the first collective */
+    DEFER_DISABLED, /* MSCX_DISABLE or a bad setting: there only the fixed exchange, voting "fall back" */
+    DEFER_RUNNING,  /* the setup is running on the thread of the first collective */
 };
 
 static pthread_mutex_t free_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -240,8 +241,12 @@ static void identity_snapshot(const struct shim_comm *c, struct shim_stats *s)
     for (int k = 0; k < NSTAT_COLL; k++) {
         uint64_t n = atomic_load_explicit(&c->identity_calls[k], memory_order_relaxed);
         if (n > 0)
-            plan_use_add(s, (struct shim_plan_use){.name = "identity", .name_len = 8, .coll = (enum mscx_coll)k,
-                                                   .min_bytes = 1, .max_bytes = UINT64_MAX, .calls = n});
+            plan_use_add(s, (struct shim_plan_use){.name = "identity",
+                                                   .name_len = 8,
+                                                   .coll = (enum mscx_coll)k,
+                                                   .min_bytes = 1,
+                                                   .max_bytes = UINT64_MAX,
+                                                   .calls = n});
     }
 }
 
@@ -281,8 +286,8 @@ static void stats_print(const struct shim_comm *c, const struct shim_stats *s, c
         at += (size_t)snprintf(line + at, sizeof(line) - at, " reasons:");
     for (int w = 1; w < SHIM_WHY_COUNT; w++)
         if (reasons[w] && at < sizeof(line))
-            at += (size_t)snprintf(line + at, sizeof(line) - at, " %s %llu", shim_reason_name((enum shim_reason)w),
-                                   (unsigned long long)reasons[w]);
+            at += (size_t)snprintf(line + at, sizeof(line) - at, " %s %llu",
+                                   shim_reason_name((enum shim_reason)w), (unsigned long long)reasons[w]);
     if (s->nplans && at < sizeof(line))
         at += (size_t)snprintf(line + at, sizeof(line) - at, "; plans:");
     for (size_t i = 0; i < s->nplans && at < sizeof(line); i++)
@@ -290,7 +295,8 @@ static void stats_print(const struct shim_comm *c, const struct shim_stats *s, c
                                s->plans[i].name, (unsigned long long)s->plans[i].calls);
     /* calls sent to NCCL for their size, type or op are ordinary routing: one line, at INFO */
     MSCX_INFO(MSCX_SUB_SHIM, "summary at %s: comm %p rank %u/%u: routed %llu fallback %llu:%s", how,
-              (void *)c->comm, c->rank, c->nranks, (unsigned long long)routed, (unsigned long long)fallback, line);
+              (void *)c->comm, c->rank, c->nranks, (unsigned long long)routed, (unsigned long long)fallback,
+              line);
 }
 
 /* ---- setup ---- */
@@ -303,20 +309,21 @@ static void stats_print(const struct shim_comm *c, const struct shim_stats *s, c
 #define AGREE_MAGIC 0x3130474158435345ull /* "ESCXAG01" */
 
 enum agree_field {
-    AGREE_VERSION,  /* the library version */
-    AGREE_DISABLE,  /* MSCX_DISABLE */
-    AGREE_PLANS,    /* the plan set: names and contents of every plan loaded; 0 under MSCX_DISABLE */
-    AGREE_PACKET,   /* MSCX_PACKET */
-    AGREE_SCRATCH,  /* MSCX_SCRATCH_MAX */
-    AGREE_FORCED,   /* MSCX_FORCE_FALLBACK */
+    AGREE_VERSION,   /* the library version */
+    AGREE_DISABLE,   /* MSCX_DISABLE */
+    AGREE_PLANS,     /* the plan set: names and contents of every plan loaded; 0 under MSCX_DISABLE */
+    AGREE_PACKET,    /* MSCX_PACKET */
+    AGREE_SCRATCH,   /* MSCX_SCRATCH_MAX */
+    AGREE_FORCED,    /* MSCX_FORCE_FALLBACK */
     AGREE_TRANSPORT, /* MSCX_TRANSPORT */
-    AGREE_VNODES,   /* MSCX_VIRTUAL_NODES */
+    AGREE_VNODES,    /* MSCX_VIRTUAL_NODES */
     AGREE_NFIELD
 };
 
 static const char *const agree_names[AGREE_NFIELD] = {
-    "the library version", "MSCX_DISABLE", "the plan set (MSCX_PLAN_DIR and its plans)", "MSCX_PACKET",
-    "MSCX_SCRATCH_MAX", "MSCX_FORCE_FALLBACK", "MSCX_TRANSPORT", "MSCX_VIRTUAL_NODES",
+    "the library version", "MSCX_DISABLE",       "the plan set (MSCX_PLAN_DIR and its plans)",
+    "MSCX_PACKET",         "MSCX_SCRATCH_MAX",   "MSCX_FORCE_FALLBACK",
+    "MSCX_TRANSPORT",      "MSCX_VIRTUAL_NODES",
 };
 
 struct agree_record {
@@ -406,7 +413,7 @@ static void agree_warn(ncclComm_t comm, const struct agree_record *all, uint32_t
     size_t at = 0;
     unsigned listed = 0;
     for (uint32_t r = 0; r < n && at < sizeof(ranks); r++) {
-        int odd = f == AGREE_NFIELD ? !all[r].vote
+        int odd = f == AGREE_NFIELD    ? !all[r].vote
                   : f == AGREE_VERSION ? all[r].magic != all[0].magic || all[r].field[f] != all[0].field[f]
                                        : all[r].field[f] != all[0].field[f];
         if (!odd)
@@ -420,12 +427,15 @@ static void agree_warn(ncclComm_t comm, const struct agree_record *all, uint32_t
     char key[64];
     snprintf(key, sizeof(key), "agree:%d", f);
     if (f == AGREE_NFIELD)
-        shim_warn_once(key, "mscx: comm %p of %u ranks: rank(s) %s vote to fall back (MSCX_DISABLE, a bad "
+        shim_warn_once(key,
+                       "mscx: comm %p of %u ranks: rank(s) %s vote to fall back (MSCX_DISABLE, a bad "
                        "setting or a failed setup there); every rank falls back to NCCL on this communicator",
                        (void *)comm, n, ranks);
     else
-        shim_warn_once(key, "mscx: comm %p of %u ranks: rank(s) %s differ from rank 0 in %s; every rank "
-                       "falls back to NCCL on this communicator", (void *)comm, n, ranks, agree_names[f]);
+        shim_warn_once(key,
+                       "mscx: comm %p of %u ranks: rank(s) %s differ from rank 0 in %s; every rank "
+                       "falls back to NCCL on this communicator",
+                       (void *)comm, n, ranks, agree_names[f]);
 }
 
 /* What made this rank vote "fall back": a WARN when nothing said it yet, else INFO. */
@@ -433,7 +443,8 @@ static void vote_warn(ncclComm_t comm, uint32_t rank, uint32_t nranks, const cha
 {
     if (warn)
         MSCX_WARN("mscx: comm %p rank %u/%u: %s; this rank votes to fall back, and every rank of the "
-                  "communicator falls back to NCCL", (void *)comm, rank, nranks, why);
+                  "communicator falls back to NCCL",
+                  (void *)comm, rank, nranks, why);
     else
         MSCX_INFO(MSCX_SUB_SHIM, "comm %p rank %u/%u: %s; this rank votes to fall back", (void *)comm, rank,
                   nranks, why);
@@ -444,16 +455,18 @@ static void vote_warn(ncclComm_t comm, uint32_t rank, uint32_t nranks, const cha
  * a "fall back" vote with this process's settings (so that the others see
  * the vote, not a difference), without reading the others' records.
  */
-static void vote_only(int prof, ncclComm_t comm, const struct mscx_config *cfg, uint32_t rank, uint32_t nranks,
-                      int device)
+static void vote_only(int prof, ncclComm_t comm, const struct mscx_config *cfg, uint32_t rank,
+                      uint32_t nranks, int device)
 {
     struct agree_record mine;
     agree_fill(&mine, cfg, rank, nranks, 0);
     mine.vote = 0;
     mscx_status_t st = shim_boot_fixed_vote(comm, prof, rank, nranks, device, &mine);
     if (st != MSCX_OK && st != MSCX_ERR_UNSUPPORTED)
-        MSCX_WARN("mscx: comm %p rank %u/%u could not take part in the agreement exchange either (%s); the other "
-                  "ranks may wait for it", (void *)comm, rank, nranks, mscx_status_str(st));
+        MSCX_WARN(
+            "mscx: comm %p rank %u/%u could not take part in the agreement exchange either (%s); the other "
+            "ranks may wait for it",
+            (void *)comm, rank, nranks, mscx_status_str(st));
     explicit_bzero(&mine, sizeof(mine));
 }
 
@@ -515,8 +528,8 @@ static int agree(ncclComm_t comm, struct mscx_bootstrap *bs, const struct mscx_c
         memcpy(ids + (size_t)r * SHIM_HOSTID_LEN, all[r].host, SHIM_HOSTID_LEN);
     *rpn_p = shim_topo_ranks_per_node(ids, nranks);
     memcpy(secret, all[0].secret, SHIM_SECRET_BYTES);
-    MSCX_INFO(MSCX_SUB_SHIM, "comm %p: its %u ranks agree on their settings, plan set and version", (void *)comm,
-              nranks);
+    MSCX_INFO(MSCX_SUB_SHIM, "comm %p: its %u ranks agree on their settings, plan set and version",
+              (void *)comm, nranks);
     ok = 1;
 out:
     explicit_bzero(&mine, sizeof(mine));
@@ -585,8 +598,10 @@ static ncclResult_t setup_exec(struct shim_comm *c, const struct mscx_config *cf
             MSCX_INFO(MSCX_SUB_SHIM, "no executor (%s here, %s overall): comm %p stays on NCCL",
                       mscx_status_str(st), mscx_status_str(agreed), (void *)c->comm);
         else
-            MSCX_WARN("mscx: the executor setup of comm %p rank %u/%u failed (%s here, %s overall): its calls go "
-                      "to NCCL", (void *)c->comm, c->rank, c->nranks, mscx_status_str(st), mscx_status_str(agreed));
+            MSCX_WARN(
+                "mscx: the executor setup of comm %p rank %u/%u failed (%s here, %s overall): its calls go "
+                "to NCCL",
+                (void *)c->comm, c->rank, c->nranks, mscx_status_str(st), mscx_status_str(agreed));
         if (c->exec)
             mscx_exec_destroy(c->exec);
         c->exec = NULL;
@@ -608,8 +623,8 @@ static ncclResult_t setup_exec(struct shim_comm *c, const struct mscx_config *cf
         why[0] = '\0';
         if (e->route.ranks_per_node != c->rpn) {
             /* a plan for another node layout: ordinary, as a plan for another rank count is */
-            MSCX_INFO(MSCX_SUB_SHIM, "plan %s needs %u ranks per node, comm %p has %u: not used there", e->path,
-                      e->route.ranks_per_node, (void *)c->comm, c->rpn);
+            MSCX_INFO(MSCX_SUB_SHIM, "plan %s needs %u ranks per node, comm %p has %u: not used there",
+                      e->path, e->route.ranks_per_node, (void *)c->comm, c->rpn);
             continue;
         }
         if (mscx_plan_executable(e->plan, err, sizeof(err)) != MSCX_OK)
@@ -675,7 +690,8 @@ static void disabled_setup(int prof, ncclComm_t comm, const struct mscx_config *
  * back", so that every rank falls back together and none waits for it.
  * @p warn: whether @p why is news (a WARN), or was warned of already.
  */
-static void vote_fall_back(int prof, ncclComm_t comm, const struct mscx_config *cfg, const char *why, int warn)
+static void vote_fall_back(int prof, ncclComm_t comm, const struct mscx_config *cfg, const char *why,
+                           int warn)
 {
     struct shim_comm probe;
     memset(&probe, 0, sizeof(probe));
@@ -695,7 +711,8 @@ static struct shim_comm *comm_new(int prof, ncclComm_t comm, const char *how, co
     c->prof = prof;
     c->how = how;
     if (cfg && shim_parse_forced(cfg->force_fallback, &c->forced) != 0) {
-        shim_warn_once("force-fallback", "mscx: bad MSCX_FORCE_FALLBACK '%s': expected a comma list of allreduce, "
+        shim_warn_once("force-fallback",
+                       "mscx: bad MSCX_FORCE_FALLBACK '%s': expected a comma list of allreduce, "
                        "allgather, reducescatter, alltoall, broadcast or all; everything falls back",
                        cfg->force_fallback);
         c->forced = ~0u;
@@ -708,8 +725,10 @@ static int comm_publish(struct shim_comm *c)
 {
     struct shim_comm *old;
     if (shim_boot_fault("table") || table_insert(c, &old) != 0) {
-        shim_warn_once("comm-table", "mscx: more than %u communicators at once; the next ones stay on NCCL "
-                       "without routing statistics", SHIM_TABLE_SIZE);
+        shim_warn_once("comm-table",
+                       "mscx: more than %u communicators at once; the next ones stay on NCCL "
+                       "without routing statistics",
+                       SHIM_TABLE_SIZE);
         comm_release(c);
         return -1;
     }
@@ -804,10 +823,11 @@ static ncclResult_t comm_build(struct shim_comm *c, const struct mscx_config *cf
         shim_route_window_init(&c->win[k], c->route, c->nroute, (enum mscx_coll)k, c->nranks, c->rpn);
     p2p_track(c);
     shim_summary_note_comm(c->rank, c->nranks);
-    MSCX_INFO(MSCX_SUB_SHIM, "mscx %s comm %p (%s) rank %u/%u ranks/node %u: real NCCL %s version %d (shim built "
-              "on nccl.h %d); %zu plans from %s, %zu usable here%s", MSCX_VERSION, (void *)comm, c->how, c->rank,
-              c->nranks, c->rpn, shim_real_path(), shim_real_version(), NCCL_VERSION_CODE, nplans, shim_plans_dir(),
-              c->nroute,
+    MSCX_INFO(MSCX_SUB_SHIM,
+              "mscx %s comm %p (%s) rank %u/%u ranks/node %u: real NCCL %s version %d (shim built "
+              "on nccl.h %d); %zu plans from %s, %zu usable here%s",
+              MSCX_VERSION, (void *)comm, c->how, c->rank, c->nranks, c->rpn, shim_real_path(),
+              shim_real_version(), NCCL_VERSION_CODE, nplans, shim_plans_dir(), c->nroute,
               c->exec ? "" : " (no executor: NCCL only)");
     return ncclSuccess;
 }
@@ -871,8 +891,10 @@ ncclResult_t shim_comm_defer_setup(int prof, ncclComm_t comm, const char *how)
     if (disabled)
         atomic_store_explicit(&deferred_disabled, 1, memory_order_relaxed);
     if (comm_publish(c) == 0)
-        MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s is non-blocking: its setup runs at its first collective "
-                  "outside a group", (void *)comm, how);
+        MSCX_INFO(MSCX_SUB_SHIM,
+                  "comm %p created %s is non-blocking: its setup runs at its first collective "
+                  "outside a group",
+                  (void *)comm, how);
     return ncclSuccess;
 }
 
@@ -884,9 +906,10 @@ static int init_completed(const struct shim_comm *p)
     if (r == ncclSuccess && async == ncclSuccess)
         return 1;
     shim_err_clear();
-    MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s: its init had not completed at its first collective "
-              "(ncclCommGetAsyncError: %d, %d); it stays on NCCL", (void *)p->comm, p->how, (int)r,
-              (int)async);
+    MSCX_INFO(MSCX_SUB_SHIM,
+              "comm %p created %s: its init had not completed at its first collective "
+              "(ncclCommGetAsyncError: %d, %d); it stays on NCCL",
+              (void *)p->comm, p->how, (int)r, (int)async);
     return 0;
 }
 
@@ -1038,7 +1061,8 @@ static int several_start(struct several_gate *g, struct several_one *one, pthrea
     pthread_mutex_unlock(&g->mu);
     if (started < n)
         MSCX_WARN("mscx: cannot start a setup thread for each of %d communicators created together; "
-                  "they stay on NCCL", n);
+                  "they stay on NCCL",
+                  n);
     return started;
 }
 
@@ -1083,8 +1107,9 @@ SHIM_HOT static ncclResult_t check_args(const struct shim_comm *c, const struct 
     int has_op = call->coll == MSCX_COLL_ALLREDUCE || call->coll == MSCX_COLL_REDUCESCATTER;
     int bad_root = call->root < 0 || (uint32_t)call->root >= c->nranks;
     if (call->coll == MSCX_COLL_BROADCAST && c->nranks && bad_root)
-        return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid root %d (root should be in the 0..%u range)",
-                            call->fn, call->root, c->nranks - 1);
+        return shim_err_set(ncclInvalidArgument,
+                            "mscx: %s: invalid root %d (root should be in the 0..%u range)", call->fn,
+                            call->root, c->nranks - 1);
     if ((int)call->dtype < 0 || (int)call->dtype >= (int)ncclNumTypes)
         return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid datatype %d", call->fn, (int)call->dtype);
     if (has_op && (int)call->op < 0)
@@ -1095,7 +1120,7 @@ SHIM_HOT static ncclResult_t check_args(const struct shim_comm *c, const struct 
 
 /* The routing decision for a call of @p msg bytes: @return the route, or -1 with the reason. */
 SHIM_HOT static int decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
-                  enum shim_reason *why_p)
+                           enum shim_reason *why_p)
 {
     if (!c->exec) {
         *why_p = SHIM_WHY_NO_STATE;
@@ -1106,9 +1131,16 @@ SHIM_HOT static int decide(const struct shim_comm *c, const struct shim_coll_cal
         return -1;
     }
     struct shim_route_query q = {
-        .coll = call->coll, .nranks = c->nranks, .ranks_per_node = c->rpn, .msg_bytes = msg,
-        .dtype = call->dtype, .op = call->op, .root = call->root, .forced_mask = c->forced,
-        .group_fallback = shim_group_simulated(), .comm = call->comm,
+        .coll = call->coll,
+        .nranks = c->nranks,
+        .ranks_per_node = c->rpn,
+        .msg_bytes = msg,
+        .dtype = call->dtype,
+        .op = call->op,
+        .root = call->root,
+        .forced_mask = c->forced,
+        .group_fallback = shim_group_simulated(),
+        .comm = call->comm,
     };
     int pick = (unsigned)call->coll < MSCX_COLL_COUNT
                    ? shim_route_pick_windowed(&q, c->route, c->nroute, &c->win[call->coll], why_p)
@@ -1193,8 +1225,8 @@ SHIM_HOT static mscx_status_t comm_error(struct shim_comm *c)
     if (atomic_compare_exchange_strong_explicit(&c->err, &expected, (int)st, memory_order_relaxed,
                                                 memory_order_relaxed))
         MSCX_WARN("mscx: a kernel of comm %p rank %u/%u failed: %s; every later call on it returns an error "
-                  "(abort the communicator and create a new one)", (void *)c->comm, c->rank, c->nranks,
-                  mscx_status_str(st));
+                  "(abort the communicator and create a new one)",
+                  (void *)c->comm, c->rank, c->nranks, mscx_status_str(st));
     return (mscx_status_t)atomic_load_explicit(&c->err, memory_order_relaxed);
 }
 
@@ -1202,9 +1234,10 @@ SHIM_HOT static mscx_status_t comm_error(struct shim_comm *c)
 static ncclResult_t comm_error_result(const struct shim_comm *c, const struct shim_coll_call *call,
                                       mscx_status_t st)
 {
-    return shim_err_set(shim_status_to_nccl(st), "mscx: %s on comm %p: an earlier mscx kernel of this "
-                        "communicator failed (%s); the communicator must be aborted", call->fn,
-                        (void *)c->comm, mscx_status_str(st));
+    return shim_err_set(shim_status_to_nccl(st),
+                        "mscx: %s on comm %p: an earlier mscx kernel of this "
+                        "communicator failed (%s); the communicator must be aborted",
+                        call->fn, (void *)c->comm, mscx_status_str(st));
 }
 
 /*
@@ -1226,8 +1259,7 @@ static int identity_serves(const struct shim_comm *c, const struct shim_coll_cal
     int reduces = call->coll == MSCX_COLL_ALLREDUCE || call->coll == MSCX_COLL_REDUCESCATTER;
     int plans_lack = why == SHIM_WHY_SIZE || why == SHIM_WHY_NO_PLAN || why == SHIM_WHY_DTYPE ||
                      why == SHIM_WHY_OP || why == SHIM_WHY_ROOT;
-    return c->nranks == 1 && plans_lack && msg > 0 &&
-           call->recvbuf && call->sendbuf == call->recvbuf &&
+    return c->nranks == 1 && plans_lack && msg > 0 && call->recvbuf && call->sendbuf == call->recvbuf &&
            (!reduces || shim_redop_map(call->op, &op) == 0);
 }
 
@@ -1239,7 +1271,7 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
     if (!c) {
         if (shim_group_collecting)
             shim_group_before_forward(call->comm); /* a call of the group that is not ours */
-        return 0; /* not a communicator we set up: NCCL's alone */
+        return 0;                                  /* not a communicator we set up: NCCL's alone */
     }
     int answered = 1;
     mscx_status_t failed = comm_error(c);
@@ -1307,8 +1339,10 @@ static struct shim_p2p_agree *p2p_agreement(struct shim_comm *c)
     if (!c->p2p_agree) {
         mscx_status_t st = shim_p2p_agree_open(c->secret, c->rank, c->nranks, &c->p2p_agree);
         if (st != MSCX_OK) {
-            shim_warn_once("p2p-agree", "mscx: no shared memory for the agreement on send/recv groups (%s); "
-                           "such groups go to NCCL", mscx_status_str(st));
+            shim_warn_once("p2p-agree",
+                           "mscx: no shared memory for the agreement on send/recv groups (%s); "
+                           "such groups go to NCCL",
+                           mscx_status_str(st));
             atomic_store_explicit(&c->p2p_gave_up, 1, memory_order_relaxed);
         }
     }
@@ -1335,8 +1369,11 @@ static int p2p_vote(struct shim_comm *c, const struct shim_coll_call *a2a, uint6
     if (!a)
         return 0; /* the others, waiting for this rank's vote, give up in time */
     struct shim_p2p_point pt = {
-        .bytes = msg / c->nranks, .dtype = (int32_t)a2a->dtype, .yes = yes && !c->p2p_gave_up,
-        .sent = sent, .received = received,
+        .bytes = msg / c->nranks,
+        .dtype = (int32_t)a2a->dtype,
+        .yes = yes && !c->p2p_gave_up,
+        .sent = sent,
+        .received = received,
     };
     uint64_t t0 = now_ms();
     int run = shim_p2p_agree_vote(a, &pt, P2P_VOTE_WAIT_MS);
@@ -1344,8 +1381,8 @@ static int p2p_vote(struct shim_comm *c, const struct shim_coll_call *a2a, uint6
         /* a rank that never votes: stop waiting for it, here and, through this rank's no, everywhere */
         atomic_store_explicit(&c->p2p_gave_up, 1, memory_order_relaxed);
         MSCX_WARN("mscx: comm %p rank %u/%u: a send/recv group waited %d ms for the other ranks' agreement; "
-                  "such groups of this communicator go to NCCL from now on", (void *)c->comm, c->rank,
-                  c->nranks, P2P_VOTE_WAIT_MS);
+                  "such groups of this communicator go to NCCL from now on",
+                  (void *)c->comm, c->rank, c->nranks, P2P_VOTE_WAIT_MS);
     }
     return run;
 }

@@ -22,13 +22,14 @@ static uint64_t comm_ranks(int prof, ncclComm_t comm)
     return (uint64_t)n;
 }
 
-int shim_count_overflows(int prof, const char *fn, size_t count, ncclDataType_t dt, int per_rank, ncclComm_t comm,
-                         ncclResult_t *res_p)
+int shim_count_overflows(int prof, const char *fn, size_t count, ncclDataType_t dt, int per_rank,
+                         ncclComm_t comm, ncclResult_t *res_p)
 {
     uint64_t es = shim_dtype_bytes(dt), n;
     if (count > SIZE_MAX / es) {
-        *res_p = shim_err_set(ncclInvalidArgument, "mscx: %s: count %zu x %llu-byte elements overflows a size_t",
-                              fn, count, (unsigned long long)es);
+        *res_p =
+            shim_err_set(ncclInvalidArgument, "mscx: %s: count %zu x %llu-byte elements overflows a size_t",
+                         fn, count, (unsigned long long)es);
         return 1;
     }
     uint64_t bytes = (uint64_t)count * es;
@@ -38,7 +39,7 @@ int shim_count_overflows(int prof, const char *fn, size_t count, ncclDataType_t 
     if (n == 0 || bytes <= SIZE_MAX / n)
         return 0;
     *res_p = shim_err_set(ncclInvalidArgument,
-                          "mscx: %s: count %zu x %llu-byte elements x %llu ranks overflows a size_t", fn, count,
-                          (unsigned long long)es, (unsigned long long)n);
+                          "mscx: %s: count %zu x %llu-byte elements x %llu ranks overflows a size_t", fn,
+                          count, (unsigned long long)es, (unsigned long long)n);
     return 1;
 }

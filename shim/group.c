@@ -59,11 +59,13 @@ struct kept {
 static __thread struct kept *kept;
 static __thread int nkept, cap_kept;
 #define GROUP_MAX_FORWARDED 32
-static __thread ncclComm_t forwarded[GROUP_MAX_FORWARDED]; /* communicators with an NCCL-bound call in the group */
-static __thread int nforwarded; /* -1: more than the list holds, every communicator counts as one */
-static __thread int nlaunched; /* kept calls launched before the real ncclGroupEnd */
-static __thread int simulated; /* the group ends in ncclGroupSimulateEnd: its calls go to NCCL */
-static __thread ncclResult_t group_err; /* the first error of a call forwarded in the group or launched before its end */
+static __thread ncclComm_t
+    forwarded[GROUP_MAX_FORWARDED]; /* communicators with an NCCL-bound call in the group */
+static __thread int nforwarded;     /* -1: more than the list holds, every communicator counts as one */
+static __thread int nlaunched;      /* kept calls launched before the real ncclGroupEnd */
+static __thread int simulated;      /* the group ends in ncclGroupSimulateEnd: its calls go to NCCL */
+static __thread ncclResult_t
+    group_err; /* the first error of a call forwarded in the group or launched before its end */
 
 /* ---- the stream operations of a join: the CUDA runtime, or the test suite's fake NCCL ---- */
 
@@ -127,8 +129,12 @@ static void cuda_set_device(int device)
 }
 
 static const struct stream_ops cuda_ops = {
-    .event_create = cuda_event_create, .event_destroy = cuda_event_destroy, .record = cuda_record,
-    .wait = cuda_wait, .get_device = cuda_get_device, .set_device = cuda_set_device,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .record = cuda_record,
+    .wait = cuda_wait,
+    .get_device = cuda_get_device,
+    .set_device = cuda_set_device,
 };
 #endif
 
@@ -328,13 +334,16 @@ static int joins_streams(const struct shim_coll_call *call)
 ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device)
 {
     if (shim_p2p_nkept() > 0)
-        shim_group_before_forward(NULL); /* sends and recvs beside a collective are no AlltoAll: NCCL's, first */
+        shim_group_before_forward(
+            NULL); /* sends and recvs beside a collective are no AlltoAll: NCCL's, first */
     if (shim_group_reserve() != 0)
         return shim_err_set(ncclSystemError, "mscx: %s in a group: no memory to keep it until ncclGroupEnd",
                             call->fn);
     if (joins_streams(call) && !group_event(device))
-        return shim_err_set(ncclUnhandledCudaError, "mscx: %s in a group: no CUDA event to join the streams of "
-                            "comm %p", call->fn, (void *)call->comm);
+        return shim_err_set(ncclUnhandledCudaError,
+                            "mscx: %s in a group: no CUDA event to join the streams of "
+                            "comm %p",
+                            call->fn, (void *)call->comm);
     struct kept *k = &kept[nkept++];
     k->call = *call;
     k->device = device;
@@ -404,7 +413,8 @@ static ncclResult_t launch_one(const struct kept *k, cudaStream_t stream)
     return r;
 }
 
-/* For each kept call in [@p from, @p to): the first call of its communicator there, and whether its stream is new. */
+/* For each kept call in [@p from, @p to): the first call of its communicator there, and whether its stream is
+ * new. */
 static void plan_joins(int from, int to)
 {
     for (int i = from; i < to; i++) {
@@ -461,7 +471,8 @@ static int join_out(int from, int to, const struct stream_ops *ops, int *cur)
     return failed ? -1 : 0;
 }
 
-/* The kept calls [@p from, @p to), in issue order, each on its communicator's lead stream. @return the first error */
+/* The kept calls [@p from, @p to), in issue order, each on its communicator's lead stream. @return the first
+ * error */
 static ncclResult_t launch_kept(int from, int to)
 {
     if (from >= to)
@@ -483,10 +494,11 @@ static ncclResult_t launch_kept(int from, int to)
         if (kept[l].lead == l && kept[l].join_failed)
             res = shim_err_set(ncclUnhandledCudaError,
                                "mscx: joining the streams of a group on comm %p failed (a CUDA event record "
-                               "or wait); none of its calls in that group ran", (void *)kept[l].call.comm);
+                               "or wait); none of its calls in that group ran",
+                               (void *)kept[l].call.comm);
     if (ops && join_out(from, to, ops, &cur) != 0)
         res = shim_err_set(ncclUnhandledCudaError, "mscx: making the streams of a group wait for its calls "
-                           "failed (a CUDA event record or wait)");
+                                                   "failed (a CUDA event record or wait)");
     use_device(ops, &cur, prev);
     return res;
 }

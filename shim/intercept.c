@@ -18,21 +18,32 @@
 #include "mscx/log.h"
 #include "shim_int.h"
 
-#define REAL_OR_FAIL(fn, prof, name)                                                                          \
-    shim_fn_##name##_t fn = SHIM_REAL(prof, name);                                                            \
-    if (!fn)                                                                                                  \
-        return shim_err_result();                                                                             \
+#define REAL_OR_FAIL(fn, prof, name)                                                                         \
+    shim_fn_##name##_t fn = SHIM_REAL(prof, name);                                                           \
+    if (!fn)                                                                                                 \
+        return shim_err_result();                                                                            \
     shim_err_clear()
 
 SHIM_HOT static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void *send, void *recv,
-                     size_t count, ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
-                     cudaStream_t stream, ncclResult_t *res_p)
+                              size_t count, ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
+                              cudaStream_t stream, ncclResult_t *res_p)
 {
     struct shim_coll_call call = {
-        .fn = shim_fn_names[api], .api = api, .prof = prof, .coll = coll, .sendbuf = send, .recvbuf = recv,
-        .count = count, .dtype = dt, .op = op, .root = root, .comm = comm, .stream = stream,
+        .fn = shim_fn_names[api],
+        .api = api,
+        .prof = prof,
+        .coll = coll,
+        .sendbuf = send,
+        .recvbuf = recv,
+        .count = count,
+        .dtype = dt,
+        .op = op,
+        .root = root,
+        .comm = comm,
+        .stream = stream,
     };
-    int per_rank = coll == MSCX_COLL_ALLGATHER || coll == MSCX_COLL_REDUCESCATTER || coll == MSCX_COLL_ALLTOALL;
+    int per_rank =
+        coll == MSCX_COLL_ALLGATHER || coll == MSCX_COLL_REDUCESCATTER || coll == MSCX_COLL_ALLTOALL;
     return (shim_routing_on() || shim_comm_deferred_disabled()) &&
            (shim_count_overflows(prof, call.fn, count, dt, per_rank, comm, res_p) ||
             shim_comm_try_route(&call, res_p));
@@ -81,8 +92,9 @@ ncclResult_t shim_coll_forward(const struct shim_coll_call *c)
     }
 }
 
-SHIM_HOT ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+SHIM_HOT ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, size_t count,
+                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                         cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclAllReduce);
     ncclResult_t res;
@@ -93,7 +105,7 @@ SHIM_HOT ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *r
 }
 
 SHIM_HOT ncclResult_t shim_ncclAllGather(int prof, const void *sendbuff, void *recvbuff, size_t sendcount,
-                                ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+                                         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclAllGather);
     ncclResult_t res;
@@ -104,7 +116,8 @@ SHIM_HOT ncclResult_t shim_ncclAllGather(int prof, const void *sendbuff, void *r
 }
 
 SHIM_HOT ncclResult_t shim_ncclReduceScatter(int prof, const void *sendbuff, void *recvbuff, size_t recvcount,
-                                    ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+                                             ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                             cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclReduceScatter);
     ncclResult_t res;
@@ -114,8 +127,9 @@ SHIM_HOT ncclResult_t shim_ncclReduceScatter(int prof, const void *sendbuff, voi
     return fn(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }
 
-SHIM_HOT ncclResult_t shim_ncclBroadcast(int prof, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                                int root, ncclComm_t comm, cudaStream_t stream)
+SHIM_HOT ncclResult_t shim_ncclBroadcast(int prof, const void *sendbuff, void *recvbuff, size_t count,
+                                         ncclDataType_t datatype, int root, ncclComm_t comm,
+                                         cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclBroadcast);
     ncclResult_t res;
@@ -125,8 +139,8 @@ SHIM_HOT ncclResult_t shim_ncclBroadcast(int prof, const void *sendbuff, void *r
     return fn(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
-SHIM_HOT ncclResult_t shim_ncclBcast(int prof, void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-                            cudaStream_t stream)
+SHIM_HOT ncclResult_t shim_ncclBcast(int prof, void *buff, size_t count, ncclDataType_t datatype, int root,
+                                     ncclComm_t comm, cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclBcast);
     ncclResult_t res;
@@ -139,7 +153,7 @@ SHIM_HOT ncclResult_t shim_ncclBcast(int prof, void *buff, size_t count, ncclDat
 #ifdef SHIM_HAVE_ncclAlltoAll
 /* NCCL 2.28 and later; count is per peer (the message is count x ranks elements each way). */
 SHIM_HOT ncclResult_t shim_ncclAlltoAll(int prof, const void *sendbuff, void *recvbuff, size_t count,
-                               ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+                                        ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
     REAL_OR_FAIL(fn, prof, ncclAlltoAll);
     ncclResult_t res;
@@ -152,22 +166,34 @@ SHIM_HOT ncclResult_t shim_ncclAlltoAll(int prof, const void *sendbuff, void *re
 
 /* ---- point to point ---- */
 
-SHIM_HOT ncclResult_t shim_ncclSend(int prof, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                           ncclComm_t comm, cudaStream_t stream)
+SHIM_HOT ncclResult_t shim_ncclSend(int prof, const void *sendbuff, size_t count, ncclDataType_t datatype,
+                                    int peer, ncclComm_t comm, cudaStream_t stream)
 {
     struct shim_p2p_call p = {
-        .prof = prof, .is_send = 1, .sendbuf = sendbuff, .count = count, .dtype = datatype, .peer = peer,
-        .comm = comm, .stream = stream,
+        .prof = prof,
+        .is_send = 1,
+        .sendbuf = sendbuff,
+        .count = count,
+        .dtype = datatype,
+        .peer = peer,
+        .comm = comm,
+        .stream = stream,
     };
     return shim_p2p_call(&p);
 }
 
 SHIM_HOT ncclResult_t shim_ncclRecv(int prof, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
-                           ncclComm_t comm, cudaStream_t stream)
+                                    ncclComm_t comm, cudaStream_t stream)
 {
     struct shim_p2p_call p = {
-        .prof = prof, .is_send = 0, .recvbuf = recvbuff, .count = count, .dtype = datatype, .peer = peer,
-        .comm = comm, .stream = stream,
+        .prof = prof,
+        .is_send = 0,
+        .recvbuf = recvbuff,
+        .count = count,
+        .dtype = datatype,
+        .peer = peer,
+        .comm = comm,
+        .stream = stream,
     };
     return shim_p2p_call(&p);
 }
@@ -240,8 +266,8 @@ ncclResult_t shim_ncclCommInitRank(int prof, ncclComm_t *comm, int nranks, ncclU
     return after_init(prof, res, comm ? *comm : NULL, "by ncclCommInitRank", NULL);
 }
 
-ncclResult_t shim_ncclCommInitRankConfig(int prof, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
-                                         ncclConfig_t *config)
+ncclResult_t shim_ncclCommInitRankConfig(int prof, ncclComm_t *comm, int nranks, ncclUniqueId commId,
+                                         int rank, ncclConfig_t *config)
 {
     REAL_OR_FAIL(fn, prof, ncclCommInitRankConfig);
     ncclResult_t res = fn(comm, nranks, commId, rank, config);
@@ -377,15 +403,24 @@ const char *shim_ncclGetLastError(int prof, ncclComm_t comm)
 static const char *own_error_string(ncclResult_t r)
 {
     switch (r) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
     }
 }
 

@@ -155,8 +155,8 @@ static int try_handle(void *h, const char *what, char *why, size_t whylen)
         return -1;
     }
     if (is_our_copy(h)) {
-        snprintf(why, whylen, "%s is a copy of libmscx_nccl (the same soname); refusing to forward to ourselves",
-                 what);
+        snprintf(why, whylen,
+                 "%s is a copy of libmscx_nccl (the same soname); refusing to forward to ourselves", what);
         return -1;
     }
     hot.handle = h;
@@ -228,7 +228,8 @@ static void config_check(const struct mscx_config *cfg)
         char why[512];
         snprintf(why, sizeof(why),
                  "bad environment value: MSCX_FORCE_FALLBACK '%.200s': expected a comma list of allreduce, "
-                 "allgather, reducescatter, alltoall, broadcast or all; mscx routes nothing in this process, every "
+                 "allgather, reducescatter, alltoall, broadcast or all; mscx routes nothing in this process, "
+                 "every "
                  "call goes to NCCL (with MSCX_STRICT=1 communicator init fails instead)",
                  cfg->force_fallback);
         mscx_config_mark_degraded(why);
@@ -256,15 +257,17 @@ static void load(void)
 
     if (cfg->nccl_lib[0]) {
         if (mscx_path_relative(cfg->nccl_lib)) {
-            load_fail(ncclSystemError, "mscx: MSCX_NCCL_LIB %s is a relative path; give an absolute path or a "
-                      "library name", cfg->nccl_lib);
+            load_fail(ncclSystemError,
+                      "mscx: MSCX_NCCL_LIB %s is a relative path; give an absolute path or a "
+                      "library name",
+                      cfg->nccl_lib);
             return;
         }
         void *h = dlopen(cfg->nccl_lib, LOADER_DLOPEN_FLAGS);
         if (!h) {
             const char *e = dlerror();
-            load_fail(ncclSystemError, "mscx: cannot load the real NCCL from MSCX_NCCL_LIB %s: %s", cfg->nccl_lib,
-                      e ? e : "unknown error");
+            load_fail(ncclSystemError, "mscx: cannot load the real NCCL from MSCX_NCCL_LIB %s: %s",
+                      cfg->nccl_lib, e ? e : "unknown error");
             return;
         }
         if (try_handle(h, cfg->nccl_lib, why, sizeof(why)) != 0) {
@@ -285,8 +288,10 @@ static void load(void)
     struct find_ctx fc = {why, sizeof(why)};
     snprintf(why, sizeof(why), "no candidate");
     if (mscx_nccl_find(try_candidate, &fc) != 0) {
-        load_fail(ncclSystemError, "mscx: no real NCCL found (MSCX_NCCL_LIB unset, none loaded, no usable "
-                  "pip wheel nvidia-nccl-cu12/13, then: %s)", why);
+        load_fail(ncclSystemError,
+                  "mscx: no real NCCL found (MSCX_NCCL_LIB unset, none loaded, no usable "
+                  "pip wheel nvidia-nccl-cu12/13, then: %s)",
+                  why);
         return;
     }
 resolved:
@@ -343,8 +348,10 @@ SHIM_HOT void *shim_real_fn(enum shim_fn id)
     }
     if (!real_fns[id]) {
         /* a shim built on a newer nccl.h over an older library: the call does not exist there */
-        shim_err_set(ncclInvalidUsage, "mscx: %s is not in the real NCCL %s (version %d); the application needs "
-                     "a newer NCCL for it", shim_fn_names[id], real_path, shim_real_version());
+        shim_err_set(ncclInvalidUsage,
+                     "mscx: %s is not in the real NCCL %s (version %d); the application needs "
+                     "a newer NCCL for it",
+                     shim_fn_names[id], real_path, shim_real_version());
         return NULL;
     }
     return real_fns[id];

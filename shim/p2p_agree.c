@@ -111,8 +111,8 @@ struct agree_entry {
     int32_t yes;
     uint32_t voted; /* non-zero once this rank has voted with positions: the entry holds its last vote */
     uint32_t pad;
-    int64_t pid;    /* the poster's process, for the liveness check */
-    uint64_t pidns; /* its PID namespace (inode of /proc/self/ns/pid), 0 unknown */
+    int64_t pid;        /* the poster's process, for the liveness check */
+    uint64_t pidns;     /* its PID namespace (inode of /proc/self/ns/pid), 0 unknown */
     int64_t opener;     /* the process that opened it as this rank, for the stale-segment check */
     uint64_t opener_ns; /* its PID namespace */
     uint64_t sent[SHIM_P2P_AGREE_MAX_RANKS];

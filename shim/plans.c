@@ -114,7 +114,8 @@ static void plans_load(void)
     DIR *d = opendir(plans_dir);
     if (!d) {
         if (cfg->plan_dir[0])
-            shim_warn_once(plans_dir, "mscx: cannot open MSCX_PLAN_DIR %s; every call goes to NCCL", plans_dir);
+            shim_warn_once(plans_dir, "mscx: cannot open MSCX_PLAN_DIR %s; every call goes to NCCL",
+                           plans_dir);
         else
             MSCX_INFO(MSCX_SUB_SHIM, "no installed plan directory %s", plans_dir);
         return;
@@ -136,7 +137,8 @@ static void plans_load(void)
         snprintf(e->path, sizeof(e->path), "%s/%s", plans_dir, names[i]);
         mscx_status_t st = mscx_plan_load(e->path, &e->plan, err, sizeof(err));
         if (st != MSCX_OK) {
-            shim_warn_once(e->path, "mscx: plan %s not used: %s", e->path, err[0] ? err : mscx_status_str(st));
+            shim_warn_once(e->path, "mscx: plan %s not used: %s", e->path,
+                           err[0] ? err : mscx_status_str(st));
             nfailed++;
             continue;
         }
@@ -146,7 +148,8 @@ static void plans_load(void)
             /* NCCL's enqueue never waits for peers; such a launch would: the same on every rank */
             MSCX_INFO(MSCX_SUB_SHIM,
                       "plan %s not used: it reaches other ranks' input or output buffers, which would make "
-                      "each launch wait on the host for its peers; its calls go to NCCL", e->path);
+                      "each launch wait on the host for its peers; its calls go to NCCL",
+                      e->path);
             mscx_plan_destroy(e->plan);
             e->plan = NULL;
             continue;
@@ -156,8 +159,8 @@ static void plans_load(void)
     }
     for (size_t i = 0; i < nnames; i++)
         free(names[i]);
-    MSCX_INFO(MSCX_SUB_SHIM, "%zu plans loaded from %s (%zu failed), set hash %016llx", nplans, plans_dir, nfailed,
-              (unsigned long long)plans_hash);
+    MSCX_INFO(MSCX_SUB_SHIM, "%zu plans loaded from %s (%zu failed), set hash %016llx", nplans, plans_dir,
+              nfailed, (unsigned long long)plans_hash);
 }
 
 void shim_plans_get(const struct shim_plan_entry **plans_p, size_t *n_p, size_t *nfailed_p, uint64_t *hash_p)

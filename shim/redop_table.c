@@ -113,7 +113,7 @@ static int premulsum_scale(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dtype
 }
 
 SHIM_HOT int shim_redop_resolve(ncclComm_t comm, uint32_t nranks, ncclRedOp_t op, ncclDataType_t dtype,
-                       enum mscx_redop *op_p, struct mscx_scale *scale_p)
+                                enum mscx_redop *op_p, struct mscx_scale *scale_p)
 {
     struct mscx_scale none = {MSCX_SCALE_NONE, 0, NULL}, s = none;
     enum mscx_dtype dt;

@@ -11,28 +11,58 @@
 SHIM_HOT int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p)
 {
     switch (dt) {
-    case ncclInt8: *out_p = MSCX_DT_INT8; return 0;
-    case ncclUint8: *out_p = MSCX_DT_UINT8; return 0;
-    case ncclInt32: *out_p = MSCX_DT_INT32; return 0;
-    case ncclUint32: *out_p = MSCX_DT_UINT32; return 0;
-    case ncclInt64: *out_p = MSCX_DT_INT64; return 0;
-    case ncclUint64: *out_p = MSCX_DT_UINT64; return 0;
-    case ncclFloat16: *out_p = MSCX_DT_FP16; return 0;
-    case ncclFloat32: *out_p = MSCX_DT_FP32; return 0;
-    case ncclFloat64: *out_p = MSCX_DT_FP64; return 0;
-    case ncclBfloat16: *out_p = MSCX_DT_BF16; return 0;
-    default: return -1; /* fp8 types and anything newer */
+    case ncclInt8:
+        *out_p = MSCX_DT_INT8;
+        return 0;
+    case ncclUint8:
+        *out_p = MSCX_DT_UINT8;
+        return 0;
+    case ncclInt32:
+        *out_p = MSCX_DT_INT32;
+        return 0;
+    case ncclUint32:
+        *out_p = MSCX_DT_UINT32;
+        return 0;
+    case ncclInt64:
+        *out_p = MSCX_DT_INT64;
+        return 0;
+    case ncclUint64:
+        *out_p = MSCX_DT_UINT64;
+        return 0;
+    case ncclFloat16:
+        *out_p = MSCX_DT_FP16;
+        return 0;
+    case ncclFloat32:
+        *out_p = MSCX_DT_FP32;
+        return 0;
+    case ncclFloat64:
+        *out_p = MSCX_DT_FP64;
+        return 0;
+    case ncclBfloat16:
+        *out_p = MSCX_DT_BF16;
+        return 0;
+    default:
+        return -1; /* fp8 types and anything newer */
     }
 }
 
 SHIM_HOT int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p)
 {
     switch (op) {
-    case ncclSum: *out_p = MSCX_REDOP_SUM; return 0;
-    case ncclProd: *out_p = MSCX_REDOP_PROD; return 0;
-    case ncclMin: *out_p = MSCX_REDOP_MIN; return 0;
-    case ncclMax: *out_p = MSCX_REDOP_MAX; return 0;
-    default: return -1; /* ncclAvg and PreMulSum (dynamic) ops */
+    case ncclSum:
+        *out_p = MSCX_REDOP_SUM;
+        return 0;
+    case ncclProd:
+        *out_p = MSCX_REDOP_PROD;
+        return 0;
+    case ncclMin:
+        *out_p = MSCX_REDOP_MIN;
+        return 0;
+    case ncclMax:
+        *out_p = MSCX_REDOP_MAX;
+        return 0;
+    default:
+        return -1; /* ncclAvg and PreMulSum (dynamic) ops */
     }
 }
 
@@ -64,8 +94,8 @@ static int coll_reduces(enum mscx_coll coll)
 }
 
 /* The checks that come before any plan: @return 0 with the mscx type and op, or -1 with the reason. */
-SHIM_HOT static int pick_precheck(const struct shim_route_query *q, enum mscx_dtype *dt_p, enum mscx_redop *op_p,
-                         enum shim_reason *why_p)
+SHIM_HOT static int pick_precheck(const struct shim_route_query *q, enum mscx_dtype *dt_p,
+                                  enum mscx_redop *op_p, enum shim_reason *why_p)
 {
     *op_p = MSCX_REDOP_SUM;
     if (q->forced_mask & (1u << q->coll)) {
@@ -94,8 +124,8 @@ SHIM_HOT static int pick_precheck(const struct shim_route_query *q, enum mscx_dt
  * op). A broadcast plan serves its own root only: "root" means that plans
  * of this layout take the size, none for the call's root.
  */
-SHIM_HOT static int pick_plan(const struct shim_route_query *q, const struct shim_route_plan *plans, size_t nplans,
-                     enum mscx_dtype dt, enum mscx_redop op, enum shim_reason *why_p)
+SHIM_HOT static int pick_plan(const struct shim_route_query *q, const struct shim_route_plan *plans,
+                              size_t nplans, enum mscx_dtype dt, enum mscx_redop op, enum shim_reason *why_p)
 {
     enum shim_reason best = SHIM_WHY_NO_PLAN;
     for (size_t i = 0; i < nplans; i++) {
@@ -165,7 +195,8 @@ void shim_route_window_init(struct shim_route_window *w, const struct shim_route
  * decided here.
  */
 SHIM_HOT int shim_route_pick_windowed(const struct shim_route_query *q, const struct shim_route_plan *plans,
-                             size_t nplans, const struct shim_route_window *w, enum shim_reason *why_p)
+                                      size_t nplans, const struct shim_route_window *w,
+                                      enum shim_reason *why_p)
 {
     enum mscx_dtype dt;
     enum mscx_redop op;
@@ -216,8 +247,8 @@ int shim_parse_forced(const char *list, unsigned *mask_p)
 const char *shim_reason_name(enum shim_reason why)
 {
     static const char *const names[SHIM_WHY_COUNT] = {
-        "routed", "no-state", "forced", "group", "dtype", "op", "size", "root", "no-plan", "launch",
-        "window", "sendrecv", "config",
+        "routed", "no-state", "forced", "group",  "dtype",    "op",     "size",
+        "root",   "no-plan",  "launch", "window", "sendrecv", "config",
     };
     return (unsigned)why < SHIM_WHY_COUNT ? names[why] : "unknown";
 }
@@ -240,7 +271,7 @@ uint64_t shim_bucket_limit(int bucket)
 
 const char *shim_bucket_name(int bucket)
 {
-    static const char *const names[SHIM_NBUCKETS] = {"<=1K", "<=8K", "<=64K", "<=512K",
+    static const char *const names[SHIM_NBUCKETS] = {"<=1K", "<=8K",  "<=64K",  "<=512K",
                                                      "<=4M", "<=32M", "<=256M", ">256M"};
     return bucket >= 0 && bucket < SHIM_NBUCKETS ? names[bucket] : "?";
 }

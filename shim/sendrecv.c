@@ -101,7 +101,8 @@ ncclResult_t shim_p2p_call(const struct shim_p2p_call *p)
     const struct mscx_config *cfg = shim_config();
     ncclResult_t res;
     if (cfg && !cfg->disable &&
-        shim_count_overflows(p->prof, p->is_send ? "ncclSend" : "ncclRecv", p->count, p->dtype, 0, p->comm, &res))
+        shim_count_overflows(p->prof, p->is_send ? "ncclSend" : "ncclRecv", p->count, p->dtype, 0, p->comm,
+                             &res))
         return res;
     if (cfg && !cfg->disable && keepable(p)) {
         kept[nkept++] = *p;

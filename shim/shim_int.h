@@ -19,7 +19,8 @@
 #include "shim_api_gen.h"
 
 #define SHIM_EXPORT __attribute__((visibility("default")))
-/* The path of every collective call, kept together in .text.hot: a call after other work misses fewer lines */
+/* The path of every collective call, kept together in .text.hot: a call after other work misses fewer lines
+ */
 #define SHIM_HOT __attribute__((hot))
 /* Taken once per object or on errors: out of the hot path's lines */
 #define SHIM_COLD __attribute__((cold, noinline))
@@ -81,18 +82,19 @@ ncclResult_t shim_status_to_nccl(mscx_status_t st);
 
 enum shim_reason {
     SHIM_WHY_ROUTED = 0,
-    SHIM_WHY_NO_STATE,      /* comm has no executor (disabled, no plan, init outside our reach) */
-    SHIM_WHY_FORCED,        /* MSCX_FORCE_FALLBACK */
-    SHIM_WHY_GROUP,         /* its group ended in ncclGroupSimulateEnd: NCCL simulated it, nothing ran */
-    SHIM_WHY_DTYPE,         /* datatype has no mscx equivalent or no plan supports it */
-    SHIM_WHY_OP,            /* an op no plan supports, ncclAvg of integers, a PreMulSum op not kept */
-    SHIM_WHY_SIZE,          /* no plan covers the message size */
-    SHIM_WHY_ROOT,          /* no broadcast plan for this root */
-    SHIM_WHY_NO_PLAN,       /* no plan for this collective and communicator */
-    SHIM_WHY_LAUNCH,        /* the executor refused the launch before enqueueing anything */
-    SHIM_WHY_WINDOW,        /* buffers in symmetric NCCL windows, where the plan does not beat NCCL */
-    SHIM_WHY_SENDRECV,      /* a send/recv group shaped as an alltoall that not every rank ran as one */
-    SHIM_WHY_CONFIG,        /* its ncclCollConfig_t picks NCCL's algorithm or protocol, or asks what we cannot give */
+    SHIM_WHY_NO_STATE, /* comm has no executor (disabled, no plan, init outside our reach) */
+    SHIM_WHY_FORCED,   /* MSCX_FORCE_FALLBACK */
+    SHIM_WHY_GROUP,    /* its group ended in ncclGroupSimulateEnd: NCCL simulated it, nothing ran */
+    SHIM_WHY_DTYPE,    /* datatype has no mscx equivalent or no plan supports it */
+    SHIM_WHY_OP,       /* an op no plan supports, ncclAvg of integers, a PreMulSum op not kept */
+    SHIM_WHY_SIZE,     /* no plan covers the message size */
+    SHIM_WHY_ROOT,     /* no broadcast plan for this root */
+    SHIM_WHY_NO_PLAN,  /* no plan for this collective and communicator */
+    SHIM_WHY_LAUNCH,   /* the executor refused the launch before enqueueing anything */
+    SHIM_WHY_WINDOW,   /* buffers in symmetric NCCL windows, where the plan does not beat NCCL */
+    SHIM_WHY_SENDRECV, /* a send/recv group shaped as an alltoall that not every rank ran as one */
+    SHIM_WHY_CONFIG,   /* its ncclCollConfig_t picks NCCL's algorithm or protocol, or asks what we cannot give
+                        */
     SHIM_WHY_COUNT
 };
 
@@ -101,10 +103,10 @@ struct shim_route_plan {
     enum mscx_coll coll;
     uint32_t nranks;
     uint32_t ranks_per_node;
-    uint64_t min_bytes, max_bytes;                  /* inclusive */
-    uint64_t elem_multiple;                         /* mscx_plan_elem_multiple(); 0 or 1: any count */
-    uint32_t root;                                  /* broadcast: the root the plan serves (mscx_plan_root()) */
-    uint8_t beats_nccl_window;                      /* mscx_plan_beats_nccl_window() */
+    uint64_t min_bytes, max_bytes; /* inclusive */
+    uint64_t elem_multiple;        /* mscx_plan_elem_multiple(); 0 or 1: any count */
+    uint32_t root;                 /* broadcast: the root the plan serves (mscx_plan_root()) */
+    uint8_t beats_nccl_window;     /* mscx_plan_beats_nccl_window() */
     uint8_t supports[MSCX_DT_COUNT][MSCX_REDOP_COUNT]; /* mscx_plan_supports() */
 };
 
@@ -113,13 +115,13 @@ struct shim_route_query {
     enum mscx_coll coll;
     uint32_t nranks;
     uint32_t ranks_per_node;
-    uint64_t msg_bytes;      /* as mscx_coll_sizes(): output bytes for allgather */
+    uint64_t msg_bytes; /* as mscx_coll_sizes(): output bytes for allgather */
     ncclDataType_t dtype;
-    ncclRedOp_t op;          /* ignored for allgather and broadcast */
-    int root;                /* broadcast only */
-    unsigned forced_mask;    /* 1u << enum mscx_coll of MSCX_FORCE_FALLBACK */
-    int group_fallback;      /* this thread's group ends in ncclGroupSimulateEnd: every call goes to NCCL */
-    ncclComm_t comm;         /* the communicator of a PreMulSum op (redop_table.c) */
+    ncclRedOp_t op;       /* ignored for allgather and broadcast */
+    int root;             /* broadcast only */
+    unsigned forced_mask; /* 1u << enum mscx_coll of MSCX_FORCE_FALLBACK */
+    int group_fallback;   /* this thread's group ends in ncclGroupSimulateEnd: every call goes to NCCL */
+    ncclComm_t comm;      /* the communicator of a PreMulSum op (redop_table.c) */
 };
 
 /**
@@ -164,8 +166,8 @@ size_t shim_dtype_bytes(ncclDataType_t dt);
  * @p count elements of @p dt (times the rank count of @p comm when
  * @p per_rank) do not fit in a size_t. @p fn names the call in the reason.
  */
-int shim_count_overflows(int prof, const char *fn, size_t count, ncclDataType_t dt, int per_rank, ncclComm_t comm,
-                         ncclResult_t *res_p);
+int shim_count_overflows(int prof, const char *fn, size_t count, ncclDataType_t dt, int per_rank,
+                         ncclComm_t comm, ncclResult_t *res_p);
 
 /* ---- redop_table.c, redop.c: ncclAvg and PreMulSum ops as scaled sums ---- */
 
@@ -198,7 +200,8 @@ uint64_t shim_bucket_limit(int bucket);
 
 /* ---- summary.c: MSCX_SUMMARY_FILE ---- */
 
-#define SHIM_NSTAT_COLL 5 /* allreduce, allgather, reducescatter, alltoall, broadcast (enum mscx_coll order) */
+#define SHIM_NSTAT_COLL                                                                                      \
+    5 /* allreduce, allgather, reducescatter, alltoall, broadcast (enum mscx_coll order) */
 #define SHIM_NSTAT_PLANS 64 /* the plans a summary names; more used ones are counted as omitted */
 /** One plan that ran calls of a communicator: its name, collective, size range and calls. */
 struct shim_plan_use {
@@ -217,7 +220,8 @@ struct shim_stats {
 /** A communicator was set up: arms the exit hook and picks the file's rank suffix. */
 void shim_summary_note_comm(uint32_t rank, uint32_t nranks);
 /** One communicator's JSON object (malloc'd, NULL on no memory). */
-char *shim_summary_json(const struct shim_stats *s, const void *comm, uint32_t rank, uint32_t nranks, const char *at);
+char *shim_summary_json(const struct shim_stats *s, const void *comm, uint32_t rank, uint32_t nranks,
+                        const char *at);
 /** A communicator ended (@p at: "destroy" or "abort"): add it and rewrite the file. */
 void shim_summary_finish(const struct shim_stats *s, const void *comm, uint32_t rank, uint32_t nranks,
                          const char *at);
@@ -361,7 +365,8 @@ ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device);
 void shim_group_before_forward(ncclComm_t comm);
 /** ncclGroupSimulateEnd comes: the kept calls go to NCCL, and so does the rest of the group. */
 void shim_group_before_simulate(void);
-/** Non-zero while this thread's group ends in ncclGroupSimulateEnd: every call goes to NCCL (reason group). */
+/** Non-zero while this thread's group ends in ncclGroupSimulateEnd: every call goes to NCCL (reason group).
+ */
 int shim_group_simulated(void);
 /**
  * Before the real ncclGroupEnd: at the outermost one, decide what the kept
@@ -426,20 +431,20 @@ ncclResult_t shim_comm_async_error(ncclComm_t comm);
 
 /** Route or forward one collective: the body of the four intercepts. */
 struct shim_coll_call {
-    const char *fn;          /* the NCCL function called, for messages */
-    enum shim_fn api;        /* the same function (SHIM_FN_nccl*), to forward the call */
-    int prof;                /* called through the pnccl* name */
+    const char *fn;   /* the NCCL function called, for messages */
+    enum shim_fn api; /* the same function (SHIM_FN_nccl*), to forward the call */
+    int prof;         /* called through the pnccl* name */
     enum mscx_coll coll;
     const void *sendbuf;
     void *recvbuf;
-    size_t count;            /* NCCL's count argument */
+    size_t count; /* NCCL's count argument */
     ncclDataType_t dtype;
     ncclRedOp_t op;
     int root;
     ncclComm_t comm;
     cudaStream_t stream;
-    const void *config;      /* the ncclCollConfig_t of an nccl<Coll>Config call (NULL: none) */
-    int config_nccl;         /* that config asks for NCCL itself (coll_config.c): the call goes to NCCL */
+    const void *config; /* the ncclCollConfig_t of an nccl<Coll>Config call (NULL: none) */
+    int config_nccl;    /* that config asks for NCCL itself (coll_config.c): the call goes to NCCL */
 };
 /**
  * Try our executor. A communicator not in our table goes to NCCL untouched;
@@ -450,7 +455,8 @@ struct shim_coll_call {
 int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
 /** A send (@p is_send) or recv with @p peer on @p comm was handed to NCCL: count it in the positions. */
 void shim_comm_p2p_count(ncclComm_t comm, int is_send, int peer);
-/** Rank, size and device of @p comm when its sends and recvs are counted (a blocking setup). @return 0, or -1 */
+/** Rank, size and device of @p comm when its sends and recvs are counted (a blocking setup). @return 0, or -1
+ */
 int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p, int *device_p);
 /**
  * Whether the AlltoAll @p a2a, made of one send/recv group whose local
@@ -541,10 +547,11 @@ struct shim_p2p_agree;
  * at once. Vote once per group.
  */
 struct shim_p2p_point {
-    uint64_t bytes;           /* bytes of every send and recv of the group */
-    int32_t dtype;            /* ncclDataType_t of the group */
-    int yes;                  /* 0: this rank will not run the plan for this group (the others must not either) */
-    const uint64_t *sent;     /* [nranks]: sends to rank j this rank issued on the communicator before the group */
+    uint64_t bytes; /* bytes of every send and recv of the group */
+    int32_t dtype;  /* ncclDataType_t of the group */
+    int yes;        /* 0: this rank will not run the plan for this group (the others must not either) */
+    const uint64_t
+        *sent; /* [nranks]: sends to rank j this rank issued on the communicator before the group */
     const uint64_t *received; /* [nranks]: recvs from rank j this rank issued before the group */
 };
 

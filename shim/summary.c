@@ -131,7 +131,8 @@ static void reasons_json(struct sbuf *b, const uint64_t *why)
 }
 
 /* One communicator's object. @return malloc'd text or NULL. */
-static char *comm_json(const struct shim_stats *s, const void *comm, uint32_t rank, uint32_t nranks, const char *at)
+static char *comm_json(const struct shim_stats *s, const void *comm, uint32_t rank, uint32_t nranks,
+                       const char *at)
 {
     struct sbuf b = {0};
     uint64_t routed = 0, total[SHIM_WHY_COUNT] = {0};
@@ -140,8 +141,10 @@ static char *comm_json(const struct shim_stats *s, const void *comm, uint32_t ra
             for (int w = 0; w < SHIM_WHY_COUNT; w++)
                 total[w] += s->counts[k][bk][w];
     routed = total[SHIM_WHY_ROUTED];
-    sb_printf(&b, "{\"comm\": \"%p\", \"rank\": %u, \"nranks\": %u, \"at\": \"%s\", \"routed\": %llu, \"fallback\": ",
-              comm, rank, nranks, at, (unsigned long long)routed);
+    sb_printf(
+        &b,
+        "{\"comm\": \"%p\", \"rank\": %u, \"nranks\": %u, \"at\": \"%s\", \"routed\": %llu, \"fallback\": ",
+        comm, rank, nranks, at, (unsigned long long)routed);
     reasons_json(&b, total);
     sb_printf(&b, ", \"buckets\": [");
     int first = 1;
@@ -288,7 +291,8 @@ static void write_objs(const char *objs)
         file_written[0] = '\0'; /* the old file is gone: start a new one */
     int done = file_written[0] && file_append(path, objs) == 0;
     if (!done && file_create(path, objs) != 0) {
-        shim_warn_once("summary-write", "mscx: cannot write the routing summary %s: %s", path, strerror(errno));
+        shim_warn_once("summary-write", "mscx: cannot write the routing summary %s: %s", path,
+                       strerror(errno));
         return;
     }
     snprintf(file_written, sizeof(file_written), "%s", path);
@@ -326,7 +330,8 @@ void shim_summary_note_comm(uint32_t rank, uint32_t nranks)
     pthread_mutex_unlock(&sum_lock);
 }
 
-char *shim_summary_json(const struct shim_stats *s, const void *comm, uint32_t rank, uint32_t nranks, const char *at)
+char *shim_summary_json(const struct shim_stats *s, const void *comm, uint32_t rank, uint32_t nranks,
+                        const char *at)
 {
     return comm_json(s, comm, rank, nranks, at);
 }

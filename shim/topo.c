@@ -54,8 +54,7 @@ void shim_topo_host_id(uint32_t rank, uint32_t nranks, uint64_t virtual_nodes, c
                       (unsigned long long)virtual_nodes, nranks);
     }
     if (virtual_nodes > 1 && nranks % virtual_nodes == 0)
-        snprintf(out, SHIM_HOSTID_LEN, "%s/%s/v%u", host, boot,
-                 (unsigned)(rank / (nranks / virtual_nodes)));
+        snprintf(out, SHIM_HOSTID_LEN, "%s/%s/v%u", host, boot, (unsigned)(rank / (nranks / virtual_nodes)));
     else
         snprintf(out, SHIM_HOSTID_LEN, "%s/%s", host, boot);
 }

@@ -159,8 +159,8 @@ ncclResult_t shim_ncclCommWindowRegister(int prof, ncclComm_t comm, void *buff, 
     int deferred = shim_group_depth() > 0;
     ncclResult_t res = fn(comm, buff, size, win, winFlags);
     if (e && (res == ncclSuccess || res == ncclInProgress)) {
-        *e = (struct win_entry){NULL, comm, res == ncclSuccess && !deferred && win ? *win : NULL, (uintptr_t)buff,
-                                range_end(buff, size)};
+        *e = (struct win_entry){NULL, comm, res == ncclSuccess && !deferred && win ? *win : NULL,
+                                (uintptr_t)buff, range_end(buff, size)};
         pthread_mutex_lock(&win_lock);
         e->next = wins;
         wins = e;

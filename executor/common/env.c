@@ -36,7 +36,8 @@ struct env_var {
 static const struct env_var env_table[] = {
     {"MSCX_DEBUG", ENV_LEVEL, "WARN", "log level: NONE, VERSION, WARN, INFO or TRACE", CFG(debug_level)},
     {"MSCX_DEBUG_SUBSYS", ENV_SUBSYS, "ALL",
-     "comma list of INIT,ENV,PLAN,EXEC,KERNEL,IPC,PROXY,IB,SHIM,NET,ALL; a leading ^ inverts", CFG(debug_subsys)},
+     "comma list of INIT,ENV,PLAN,EXEC,KERNEL,IPC,PROXY,IB,SHIM,NET,ALL; a leading ^ inverts",
+     CFG(debug_subsys)},
     {"MSCX_DEBUG_FILE", ENV_STR, "", "write the log to this file (%h host, %p pid) instead of stderr",
      CFG(debug_file)},
     {"MSCX_PLAN_DIR", ENV_STR, "", "directory of execution plans; empty for the plans installed with mscx",
@@ -55,12 +56,15 @@ static const struct env_var env_table[] = {
      "watchdog); N > 0 (opt-in): a wait of more than N ms in a kernel, the proxy or a setup exchange fails "
      "the collective with an error that stays on the communicator",
      CFG(timeout_ms)},
-    {"MSCX_SIM_TIMEOUT_MS", ENV_U64, "20000", "host reference executor wait limit in ms", CFG(sim_timeout_ms)},
+    {"MSCX_SIM_TIMEOUT_MS", ENV_U64, "20000", "host reference executor wait limit in ms",
+     CFG(sim_timeout_ms)},
     {"MSCX_PACKET", ENV_PACKET, "auto", "packet format: auto, ll16 or ll8", CFG(packet)},
     {"MSCX_EXEC_COMPILE", ENV_BOOL, "1",
-     "0: the GPU executor interprets every op (no per-size compiled program); for comparisons", CFG(exec_compile)},
+     "0: the GPU executor interprets every op (no per-size compiled program); for comparisons",
+     CFG(exec_compile)},
     {"MSCX_PDL", ENV_BOOL, "1",
-     "1: launch executor kernels with programmatic dependent launch (Hopper and later), so that a launch's start "
+     "1: launch executor kernels with programmatic dependent launch (Hopper and later), so that a launch's "
+     "start "
      "overlaps the end of the kernel before it on the stream; 0: plain stream order",
      CFG(pdl)},
     {"MSCX_TRACE", ENV_STR, "", "write a Chrome trace of executor ops to this path", CFG(trace)},
@@ -69,7 +73,8 @@ static const struct env_var env_table[] = {
     {"MSCX_IBV_SO", ENV_STR, "libibverbs.so.1", "libibverbs to dlopen", CFG(ibv_so)},
     {"MSCX_IB_HCA", ENV_STR, "", "RDMA device to use (default: the one closest to the GPU)", CFG(ib_hca)},
     {"MSCX_TRANSPORT", ENV_STR, "auto",
-     "port channel transport between nodes: auto (ib when libibverbs opens and has a device, else tcp), ib or tcp",
+     "port channel transport between nodes: auto (ib when libibverbs opens and has a device, else tcp), ib "
+     "or tcp",
      CFG(transport)},
     {"MSCX_SOCKET_IFNAME", ENV_STR, "",
      "network interface whose IPv4 address TCP listens on and advertises (e.g. eth0, lo); default: the first "
@@ -96,8 +101,8 @@ static const char *env_read(const char *name)
 
 struct env_state {
     struct mscx_config cfg;
-    char *values[ENV_COUNT];  /* owned copies of the raw strings in effect */
-    char *strs[ENV_COUNT];    /* owned parsed string values */
+    char *values[ENV_COUNT]; /* owned copies of the raw strings in effect */
+    char *strs[ENV_COUNT];   /* owned parsed string values */
     mscx_status_t status;
     char bad[512];
 };
@@ -157,9 +162,9 @@ static int parse_subsys(const char *s, unsigned *out)
     static const struct {
         const char *n;
         unsigned v;
-    } names[] = {{"INIT", MSCX_SUB_INIT},   {"ENV", MSCX_SUB_ENV},     {"PLAN", MSCX_SUB_PLAN},
+    } names[] = {{"INIT", MSCX_SUB_INIT},   {"ENV", MSCX_SUB_ENV},       {"PLAN", MSCX_SUB_PLAN},
                  {"EXEC", MSCX_SUB_EXEC},   {"KERNEL", MSCX_SUB_KERNEL}, {"IPC", MSCX_SUB_IPC},
-                 {"PROXY", MSCX_SUB_PROXY}, {"IB", MSCX_SUB_IB},     {"SHIM", MSCX_SUB_SHIM},
+                 {"PROXY", MSCX_SUB_PROXY}, {"IB", MSCX_SUB_IB},         {"SHIM", MSCX_SUB_SHIM},
                  {"NET", MSCX_SUB_NET},     {"ALL", MSCX_SUB_ALL}};
     int invert = 0;
     unsigned mask = 0;

@@ -142,7 +142,8 @@ static int log_open_fd(void)
     return log_fd >= 0 ? log_fd : STDERR_FILENO;
 }
 
-void mscx_log_emit(enum mscx_log_level level, unsigned subsys, const char *file, int line, const char *fmt, ...)
+void mscx_log_emit(enum mscx_log_level level, unsigned subsys, const char *file, int line, const char *fmt,
+                   ...)
 {
     char msg[1536];
     va_list ap;
@@ -169,8 +170,8 @@ void mscx_log_emit(enum mscx_log_level level, unsigned subsys, const char *file,
         strcpy(host, "?");
     host[sizeof(host) - 1] = '\0';
     char out[1800];
-    int n = snprintf(out, sizeof(out), "%s:%d:%ld [mscx] %s %s\n", host, (int)getpid(), (long)syscall(SYS_gettid),
-                     level_name(level), msg);
+    int n = snprintf(out, sizeof(out), "%s:%d:%ld [mscx] %s %s\n", host, (int)getpid(),
+                     (long)syscall(SYS_gettid), level_name(level), msg);
     if (n < 0)
         return;
     if ((size_t)n >= sizeof(out))

@@ -30,7 +30,8 @@ static int try_prefix_var(const char *var, const char *how, mscx_nccl_try_fn try
 {
     const char *prefix = mscx_env_python(var);
     char dir[PATH_MAX];
-    if (!prefix || prefix[0] != '/' || (size_t)snprintf(dir, sizeof(dir), "%s/lib/python3*/site-packages", prefix) >= sizeof(dir))
+    if (!prefix || prefix[0] != '/' ||
+        (size_t)snprintf(dir, sizeof(dir), "%s/lib/python3*/site-packages", prefix) >= sizeof(dir))
         return -1;
     return try_glob(dir, how, try, ctx);
 }

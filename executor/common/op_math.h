@@ -366,7 +366,8 @@ MSCX_HD uint64_t mscx_scratch_offset(uint32_t flag, uint64_t half)
  * Slice @p total bytes (a multiple of @p unit) into @p n parts as evenly as
  * possible in whole units; the first (total/unit % n) parts get one unit more.
  */
-MSCX_HD void mscx_slice(uint64_t total, uint32_t unit, uint32_t t, uint32_t n, uint64_t *off_p, uint64_t *len_p)
+MSCX_HD void mscx_slice(uint64_t total, uint32_t unit, uint32_t t, uint32_t n, uint64_t *off_p,
+                        uint64_t *len_p)
 {
     uint64_t units = total / unit;
     uint64_t per = units / n, rem = units % n;
@@ -399,7 +400,8 @@ MSCX_HD void mscx_operand_range(const struct mscx_dev_op *op, const struct mscx_
  * of real bytes available there (0 past the chunk's or the buffer's end).
  * @param chunk real bytes per chunk; @param size real buffer size
  */
-MSCX_HD uint64_t mscx_raw_map(uint64_t logical, uint64_t slot, uint64_t chunk, uint64_t size, uint64_t *avail_p)
+MSCX_HD uint64_t mscx_raw_map(uint64_t logical, uint64_t slot, uint64_t chunk, uint64_t size,
+                              uint64_t *avail_p)
 {
     uint64_t c = logical / slot, w = logical % slot;
     uint64_t real = c * chunk + w;

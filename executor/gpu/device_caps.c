@@ -56,12 +56,14 @@ void mscx_gpu_image_built(struct mscx_gpu_image *img)
     img->ptx = MSCX_GPU_PTX_ARCH;
 }
 
-void mscx_gpu_features_describe(int major, int minor, const struct mscx_gpu_features *f, char *buf, size_t len)
+void mscx_gpu_features_describe(int major, int minor, const struct mscx_gpu_features *f, char *buf,
+                                size_t len)
 {
     if (!f->runs)
         snprintf(buf, len, "compute %d.%d: no code for it in this build", major, minor);
     else if (f->jit)
-        snprintf(buf, len, "compute %d.%d: PTX compiled by the driver, PDL %s", major, minor, f->pdl ? "on" : "off");
+        snprintf(buf, len, "compute %d.%d: PTX compiled by the driver, PDL %s", major, minor,
+                 f->pdl ? "on" : "off");
     else
         snprintf(buf, len, "compute %d.%d: SASS sm_%u, PDL %s", major, minor, f->sass, f->pdl ? "on" : "off");
 }

@@ -27,10 +27,10 @@ struct mscx_gpu_image {
 };
 
 struct mscx_gpu_features {
-    bool runs;      /* the build has code for the device */
-    bool jit;       /* ... only as PTX, compiled by the driver at load */
-    unsigned sass;  /* the SASS chosen (capability times ten), 0 with jit or when it cannot run */
-    bool pdl;       /* programmatic dependent launch */
+    bool runs;     /* the build has code for the device */
+    bool jit;      /* ... only as PTX, compiled by the driver at load */
+    unsigned sass; /* the SASS chosen (capability times ten), 0 with jit or when it cannot run */
+    bool pdl;      /* programmatic dependent launch */
 };
 
 /**
@@ -47,6 +47,7 @@ int mscx_gpu_arch_list(const char *list, unsigned *out, unsigned max);
 void mscx_gpu_image_built(struct mscx_gpu_image *img);
 
 /** One line naming the capability and the features, e.g. "compute 9.0: SASS sm_90, PDL on". */
-void mscx_gpu_features_describe(int major, int minor, const struct mscx_gpu_features *f, char *buf, size_t len);
+void mscx_gpu_features_describe(int major, int minor, const struct mscx_gpu_features *f, char *buf,
+                                size_t len);
 
 #endif /* MSCX_DEVICE_CAPS_H */

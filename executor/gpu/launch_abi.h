@@ -58,19 +58,20 @@ struct mscx_gpu_geom {
 #ifdef __CUDACC__
 __host__ __device__
 #endif
-static inline int mscx_gpu_wrap_clear(uint32_t flag)
+    static inline int
+    mscx_gpu_wrap_clear(uint32_t flag)
 {
     return flag >= 0xfffffffeu;
 }
 
 struct mscx_gpu_rbuf {
-    void *ptr;                     /* scratch base of the owner */
-    struct mscx_gpu_pub *pub;      /* user pointers of the owner */
-    uint32_t kind;                 /* enum mscx_gpu_rbuf_kind */
-    uint32_t type;                 /* enum mscx_buf_type */
-    uint64_t half;                 /* the owner's scratch half (0: single buffered), fixed per context */
-    uint32_t geom;                 /* index into mscx_gpu_args.geom: the owner's chunk geometry */
-    uint32_t uslot;                /* MSCX_GPU_RBUF_MAPPED: index into mscx_gpu_args.uptr */
+    void *ptr;                /* scratch base of the owner */
+    struct mscx_gpu_pub *pub; /* user pointers of the owner */
+    uint32_t kind;            /* enum mscx_gpu_rbuf_kind */
+    uint32_t type;            /* enum mscx_buf_type */
+    uint64_t half;            /* the owner's scratch half (0: single buffered), fixed per context */
+    uint32_t geom;            /* index into mscx_gpu_args.geom: the owner's chunk geometry */
+    uint32_t uslot;           /* MSCX_GPU_RBUF_MAPPED: index into mscx_gpu_args.uptr */
 };
 
 /* Error record written by the first failing thread. */
@@ -85,10 +86,10 @@ struct mscx_gpu_err {
  */
 struct mscx_pfifo;
 struct mscx_gpu_port {
-    struct mscx_pfifo *fifo;  /* device view of the mapped FIFO */
-    unsigned long long head;  /* next FIFO position; advanced by the kernel */
-    const uint8_t *proxied;   /* [nchan port]: 1 when the channel goes through the proxy */
-    uint32_t *dirty;          /* [ntb]: the block pushed requests since its last flush */
+    struct mscx_pfifo *fifo; /* device view of the mapped FIFO */
+    unsigned long long head; /* next FIFO position; advanced by the kernel */
+    const uint8_t *proxied;  /* [nchan port]: 1 when the channel goes through the proxy */
+    uint32_t *dirty;         /* [ntb]: the block pushed requests since its last flush */
 };
 
 /* Mapped host memory of one rank: the kernel records errors, the host aborts. */
@@ -116,14 +117,14 @@ struct mscx_gpu_ctx {
     /* tables, fixed after the plan upload */
     uint32_t ntb, nrbuf, nsem, nchan[MSCX_CHAN_COUNT];
     const struct mscx_dev_op *ops;
-    const uint32_t *tb_begin;   /* [ntb + 1] */
+    const uint32_t *tb_begin; /* [ntb + 1] */
     const struct mscx_gpu_rbuf *rbuf;
     int32_t *sem;
-    unsigned long long *inbound[MSCX_CHAN_COUNT];   /* [nchan] tokens received */
-    unsigned long long *expected[MSCX_CHAN_COUNT];  /* [nchan] tokens consumed */
+    unsigned long long *inbound[MSCX_CHAN_COUNT];       /* [nchan] tokens received */
+    unsigned long long *expected[MSCX_CHAN_COUNT];      /* [nchan] tokens consumed */
     unsigned long long **peer_inbound[MSCX_CHAN_COUNT]; /* [nchan] the paired channel's token on the peer */
     char *scratch;
-    uint64_t scratch_bytes; /* allocated */
+    uint64_t scratch_bytes;     /* allocated */
     struct mscx_gpu_port *port; /* NULL when no port channel goes through the proxy */
 };
 
@@ -167,13 +168,15 @@ enum mscx_entry_kind {
 #ifdef __CUDACC__
 __host__ __device__
 #endif
-static inline int mscx_entry_is_packet(uint32_t kind)
+    static inline int
+    mscx_entry_is_packet(uint32_t kind)
 {
-    return kind == MSCX_ENTRY_PACK || kind == MSCX_ENTRY_UNPACK || kind == MSCX_ENTRY_FWD || kind == MSCX_ENTRY_REDPKT ||
-           kind == MSCX_ENTRY_SKIP;
+    return kind == MSCX_ENTRY_PACK || kind == MSCX_ENTRY_UNPACK || kind == MSCX_ENTRY_FWD ||
+           kind == MSCX_ENTRY_REDPKT || kind == MSCX_ENTRY_SKIP;
 }
 
-/* Operand bases: MSCX_KB_IN, MSCX_KB_OUT, MSCX_KB_SCRATCH (own, this launch's half), MSCX_KB_RBUF + k (peer scratch). */
+/* Operand bases: MSCX_KB_IN, MSCX_KB_OUT, MSCX_KB_SCRATCH (own, this launch's half), MSCX_KB_RBUF + k (peer
+ * scratch). */
 #define MSCX_KB_IN 0u
 #define MSCX_KB_OUT 1u
 #define MSCX_KB_SCRATCH 2u
@@ -192,25 +195,25 @@ struct mscx_entry {
     uint8_t kind;   /* enum mscx_entry_kind */
     uint8_t opcode; /* enum mscx_opcode of the op (trace, errors) */
     uint8_t nsrc, ndst;
-    uint8_t sync;   /* __syncthreads() before */
-    uint8_t lsrc0;  /* REDPKT: src[0] is lines (an unpack fused in), not flat */
-    uint16_t op;    /* index of the op in its block */
-    uint16_t opnd;  /* first operand in mscx_program.opnd: nsrc sources, then ndst destinations */
-    uint8_t fsrc;   /* REDPKT: 0, or the one source in [1, nsrc) that is flat, not lines (a pack into the
-                       rank's own scratch fused in: the pack's flat source, read here instead of its lines) */
+    uint8_t sync;  /* __syncthreads() before */
+    uint8_t lsrc0; /* REDPKT: src[0] is lines (an unpack fused in), not flat */
+    uint16_t op;   /* index of the op in its block */
+    uint16_t opnd; /* first operand in mscx_program.opnd: nsrc sources, then ndst destinations */
+    uint8_t fsrc;  /* REDPKT: 0, or the one source in [1, nsrc) that is flat, not lines (a pack into the
+                      rank's own scratch fused in: the pack's flat source, read here instead of its lines) */
     uint8_t pad2;
     uint32_t units; /* units (payload bytes of a line, or 16 for COPY/REDUCE) of this block's slice */
 };
 MSCX_STATIC_ASSERT(sizeof(struct mscx_entry) == 16, "a compiled entry is one 16-byte word of its record");
 
 struct mscx_program {
-    uint32_t interp_mask;                     /* blocks that run the interpreter */
+    uint32_t interp_mask; /* blocks that run the interpreter */
     uint32_t pad;
-    uint16_t kbegin[MSCX_KP_MAX_BLOCKS + 1];  /* block b's entries: [kbegin[b], kbegin[b + 1]) */
-    uint16_t obase[MSCX_KP_MAX_BLOCKS];       /* block b's first op in the uploaded table */
-    uint16_t pbegin[MSCX_KP_MAX_BLOCKS + 1];  /* block b's operands: [pbegin[b], pbegin[b + 1]) */
-    char *rsc[MSCX_KP_MAX_RBUF];              /* peer scratch bases */
-    uint64_t rhalf[MSCX_KP_MAX_RBUF];         /* their half sizes at this launch's geometry */
+    uint16_t kbegin[MSCX_KP_MAX_BLOCKS + 1]; /* block b's entries: [kbegin[b], kbegin[b + 1]) */
+    uint16_t obase[MSCX_KP_MAX_BLOCKS];      /* block b's first op in the uploaded table */
+    uint16_t pbegin[MSCX_KP_MAX_BLOCKS + 1]; /* block b's operands: [pbegin[b], pbegin[b + 1]) */
+    char *rsc[MSCX_KP_MAX_RBUF];             /* peer scratch bases */
+    uint64_t rhalf[MSCX_KP_MAX_RBUF];        /* their half sizes at this launch's geometry */
     struct mscx_entry entry[MSCX_KP_MAX_OPS];
     struct mscx_entry_opnd opnd[MSCX_KP_MAX_OPND];
 };
@@ -233,21 +236,21 @@ struct mscx_gpu_args {
      * only). The rest is read by the interpreter kernel, on slow paths or by
      * the host.
      */
-    const char *kprog;       /* the compiled program of this launch in device memory (block records,
-                                struct mscx_record_head), NULL: interpreter only */
-    uint32_t kstride;        /* bytes of one block's record: 16 * (1 + kmax_ops + kmax_opnd) */
-    uint32_t kmax_ops;       /* entry slots of a record */
-    uint32_t *bflag;         /* = ctx->bflag */
+    const char *kprog; /* the compiled program of this launch in device memory (block records,
+                          struct mscx_record_head), NULL: interpreter only */
+    uint32_t kstride;  /* bytes of one block's record: 16 * (1 + kmax_ops + kmax_opnd) */
+    uint32_t kmax_ops; /* entry slots of a record */
+    uint32_t *bflag;   /* = ctx->bflag */
     const void *in;
     void *out;
-    uint64_t scratch_half;   /* scratch_bytes / 2 when double buffered, else 0: the odd-flag launches use
-                                [0, half), the even ones [half, 2 * half), whatever their message size */
+    uint64_t scratch_half; /* scratch_bytes / 2 when double buffered, else 0: the odd-flag launches use
+                              [0, half), the even ones [half, 2 * half), whatever their message size */
     struct mscx_gpu_ctx *ctx;
     uint32_t op;
     uint32_t pad1;
     /* end of the first 64 bytes */
-    uint64_t timeout_ns;     /* 0: never */
-    uint32_t interp_mask;    /* blocks that run the interpreter even with a program (0: compiled kernels) */
+    uint64_t timeout_ns;  /* 0: never */
+    uint32_t interp_mask; /* blocks that run the interpreter even with a program (0: compiled kernels) */
     uint32_t pad2;
     const struct mscx_dev_op *ops; /* = ctx->ops */
     const uint32_t *tb_begin;      /* = ctx->tb_begin */
@@ -258,17 +261,17 @@ struct mscx_gpu_args {
     uint64_t in_bytes, out_bytes;
     struct mscx_gpu_geom geom[MSCX_GPU_MAX_GEOM]; /* [0]: this rank's */
     uint32_t dtype, pkt;
-    uint32_t reduce;         /* the plan has reduction ops (else the copy-only kernel runs) */
-    uint32_t smem_ops;       /* ops of a block staged in shared memory (0: read from global) */
-    uint32_t trace_cap;      /* MSCX_TRACE: records per block in trace (a ring), 0: tracing off */
-    uint32_t port;           /* = ctx->port != NULL: some port channel goes through the proxy */
+    uint32_t reduce;              /* the plan has reduction ops (else the copy-only kernel runs) */
+    uint32_t smem_ops;            /* ops of a block staged in shared memory (0: read from global) */
+    uint32_t trace_cap;           /* MSCX_TRACE: records per block in trace (a ring), 0: tracing off */
+    uint32_t port;                /* = ctx->port != NULL: some port channel goes through the proxy */
     struct mscx_trace_rec *trace; /* [ntb][trace_cap] */
-    uint32_t *trace_n;       /* [ntb] records written by block b so far (ring position) */
-    uint32_t kmax_opnd;      /* operand slots of a record */
-    uint32_t compiled;       /* the program is the whole launch (no interpreter, proxy or publishing):
-                                a compiled kernel runs it */
-    uint32_t packet_only;    /* with compiled: every entry is a packet kind (mscx_gpu_kp_packet_only), so
-                                the packet-only kernel may run it (sums, untraced) */
+    uint32_t *trace_n;            /* [ntb] records written by block b so far (ring position) */
+    uint32_t kmax_opnd;           /* operand slots of a record */
+    uint32_t compiled;            /* the program is the whole launch (no interpreter, proxy or publishing):
+                                     a compiled kernel runs it */
+    uint32_t packet_only;         /* with compiled: every entry is a packet kind (mscx_gpu_kp_packet_only), so
+                                     the packet-only kernel may run it (sums, untraced) */
     uint32_t pad0;
     void *uptr[MSCX_GPU_MAX_UPTR]; /* this launch's user buffers of peers in other processes, mapped here
                                       (peer_buffers.c), by mscx_gpu_rbuf.uslot */
@@ -286,8 +289,8 @@ MSCX_STATIC_ASSERT(offsetof(struct mscx_gpu_args, timeout_ns) == 64, "the hot fi
  * top bits of v[0]) plus an offset, resolved against the launch's in/out.
  */
 struct mscx_record_head {
-    uint32_t nk, np;  /* entries and operands of the block */
-    uint32_t obase;   /* the block's first op in the uploaded table (GENERIC entries) */
+    uint32_t nk, np; /* entries and operands of the block */
+    uint32_t obase;  /* the block's first op in the uploaded table (GENERIC entries) */
     uint32_t pad;
 };
 
@@ -302,9 +305,9 @@ struct mscx_tagged_ptr {
 
 /* launch_compile.c: what the compiler needs to know about the rank's remote buffers. */
 struct mscx_compile_rbuf {
-    char *ptr;       /* peer scratch base, NULL: not a scratch buffer (not compiled) */
-    uint32_t geom;   /* geometry class of the owner */
-    uint64_t half;   /* the owner's fixed scratch half */
+    char *ptr;     /* peer scratch base, NULL: not a scratch buffer (not compiled) */
+    uint32_t geom; /* geometry class of the owner */
+    uint64_t half; /* the owner's fixed scratch half */
 };
 
 /**
@@ -348,8 +351,8 @@ int mscx_gpu_kp_split(struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64
  * bytes that this block did not write first.
  * @return 1 when it may run aliased, 0 otherwise (stage as before)
  */
-int mscx_gpu_kp_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t in_at, uint64_t out_at,
-                         uint64_t in_bytes);
+int mscx_gpu_kp_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t in_at,
+                         uint64_t out_at, uint64_t in_bytes);
 
 /**
  * Whether every entry of @p kp (of @p ntb blocks) is a packet kind (PACK,
@@ -428,7 +431,8 @@ struct mscx_exec;
 int mscx_gpu_debug_set_flag(struct mscx_exec *ex, uint32_t plan_id, uint32_t flag);
 /* Tests: fill the whole scratch of (ex, plan_id) with the 32-bit word @p word. Syncs. */
 int mscx_gpu_debug_fill_scratch(struct mscx_exec *ex, uint32_t plan_id, uint32_t word);
-/* Tests: the rank's error record (block UINT32_MAX: recorded by the proxy; op 0xffff: the end-of-launch drain). */
+/* Tests: the rank's error record (block UINT32_MAX: recorded by the proxy; op 0xffff: the end-of-launch
+ * drain). */
 void mscx_gpu_debug_error(struct mscx_exec *ex, struct mscx_gpu_err *err_p);
 
 #ifdef __cplusplus

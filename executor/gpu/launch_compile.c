@@ -88,8 +88,8 @@ static int64_t kp_flat(const struct kp_res *r, uint64_t off, uint64_t len, uint3
     return (int64_t)real;
 }
 
-static void kp_range(const struct mscx_dev_op *op, const struct mscx_dev_operand *o, uint64_t slot, uint64_t *off,
-                     uint64_t *len)
+static void kp_range(const struct mscx_dev_op *op, const struct mscx_dev_operand *o, uint64_t slot,
+                     uint64_t *off, uint64_t *len)
 {
     mscx_operand_range(op, o, slot, 16u, off, len);
 }
@@ -447,8 +447,9 @@ static uint32_t kp_fuse_pack(struct mscx_program *kp, uint32_t kb, uint32_t ke)
         uint32_t j = i + 1;
         while (j < ke && j - i < UINT8_MAX) {
             const struct mscx_entry *q = &kp->entry[j];
-            if (q->kind != MSCX_ENTRY_PACK || q->sync || q->nsrc != 1 || q->ndst != 1 || q->units != p->units ||
-                q->opnd != p->opnd + 2u * (j - i) || !kp_same(src, &kp->opnd[q->opnd]))
+            if (q->kind != MSCX_ENTRY_PACK || q->sync || q->nsrc != 1 || q->ndst != 1 ||
+                q->units != p->units || q->opnd != p->opnd + 2u * (j - i) ||
+                !kp_same(src, &kp->opnd[q->opnd]))
                 break;
             j++;
         }
@@ -639,8 +640,8 @@ static int kp_fold_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t b, u
  * kp_fuse_unpack; @p slot is the rank's chunk slot at this launch.
  * @return the packs folded
  */
-static uint32_t kp_fold_pack(struct mscx_program *kp, uint32_t ntb, const struct mscx_plan *plan, uint32_t rank,
-                             const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl)
+static uint32_t kp_fold_pack(struct mscx_program *kp, uint32_t ntb, const struct mscx_plan *plan,
+                             uint32_t rank, const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl)
 {
     uint32_t folded = 0;
     int judged = 0;
@@ -724,8 +725,10 @@ static int kp_compile_op(struct kp_build *k, const struct mscx_dev_op *op, uint3
     return 0;
 }
 
-/* Block @p b (@p tb) into k's program: its entries, or an interpreter block. @return 0, or -1: does not fit. */
-static int kp_compile_block(struct kp_build *k, const struct mscx_dev_op *ops, const struct mscx_tb *tb, uint32_t b)
+/* Block @p b (@p tb) into k's program: its entries, or an interpreter block. @return 0, or -1: does not fit.
+ */
+static int kp_compile_block(struct kp_build *k, const struct mscx_dev_op *ops, const struct mscx_tb *tb,
+                            uint32_t b)
 {
     struct mscx_program *kp = k->kp;
     kp->kbegin[b] = (uint16_t)k->nentry;
@@ -765,7 +768,8 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
     for (uint32_t b = 0; b < gpu->ntb; b++)
         if (!(kp->interp_mask & (1u << b)))
             kp_fuse_unpack(kp, kp->kbegin[b], kp->kbegin[b + 1]);
-    /* the pack folded into a reduction first: merging packs would hide it among a peer-bound PACK's destinations */
+    /* the pack folded into a reduction first: merging packs would hide it among a peer-bound PACK's
+     * destinations */
     kp_fold_pack(kp, gpu->ntb, plan, rank, ops, a->geom[0].slot, k.pl);
     for (uint32_t b = 0; b < gpu->ntb; b++)
         if (!(kp->interp_mask & (1u << b)))
@@ -778,7 +782,7 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
 
 /* One operand of a compiled entry that names the input or the output. */
 struct kp_acc {
-    uint64_t lo, hi; /* bytes of the one buffer both name (in place, or aliased by the caller) */
+    uint64_t lo, hi;   /* bytes of the one buffer both name (in place, or aliased by the caller) */
     uint32_t blk, ent; /* the block, and the entry (index in kp->entry) */
     uint16_t opnd;     /* index in kp->opnd */
     uint8_t in;        /* names the input (else the output) */
@@ -798,8 +802,8 @@ static int kp_user(uint32_t base)
  *         whole (an interpreter block, a GENERIC entry) or packet lines in a
  *         user buffer
  */
-static int kp_accesses(const struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t in_at, uint64_t out_at,
-                       struct kp_acc *acc)
+static int kp_accesses(const struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t in_at,
+                       uint64_t out_at, struct kp_acc *acc)
 {
     uint32_t n = 0;
     if (ntb == 0 || ntb > MSCX_KP_MAX_BLOCKS || kp->interp_mask)
@@ -821,9 +825,15 @@ static int kp_accesses(const struct mscx_program *kp, uint32_t ntb, uint32_t pl,
                 const int is_in = d->base == MSCX_KB_IN, wr = j >= k->nsrc;
                 const uint64_t lo = (is_in ? in_at : out_at) + d->off;
                 const struct mscx_entry_opnd *s0 = &kp->opnd[k->opnd];
-                acc[n++] = (struct kp_acc){lo, lo + ext, b, e, (uint16_t)(k->opnd + j), (uint8_t)is_in, (uint8_t)wr,
-                                           (uint8_t)(wr && k->kind == MSCX_ENTRY_COPY && s0->base == MSCX_KB_IN &&
-                                                     in_at + s0->off == lo)};
+                acc[n++] = (struct kp_acc){lo,
+                                           lo + ext,
+                                           b,
+                                           e,
+                                           (uint16_t)(k->opnd + j),
+                                           (uint8_t)is_in,
+                                           (uint8_t)wr,
+                                           (uint8_t)(wr && k->kind == MSCX_ENTRY_COPY &&
+                                                     s0->base == MSCX_KB_IN && in_at + s0->off == lo)};
             }
         }
     return (int)n;
@@ -841,8 +851,8 @@ static uint64_t kp_cover_end(const struct kp_acc *acc, uint32_t n, uint32_t blk,
     for (int moved = 1; at < hi && moved;) {
         moved = 0;
         for (uint32_t i = 0; i < n; i++)
-            if (acc[i].wr && (blk == UINT32_MAX || acc[i].blk == blk) && (ent == UINT32_MAX || acc[i].ent < ent) &&
-                acc[i].lo <= at && at < acc[i].hi) {
+            if (acc[i].wr && (blk == UINT32_MAX || acc[i].blk == blk) &&
+                (ent == UINT32_MAX || acc[i].ent < ent) && acc[i].lo <= at && at < acc[i].hi) {
                 at = acc[i].hi;
                 moved = 1;
             }
@@ -860,7 +870,8 @@ int mscx_gpu_kp_split(struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64
     if (na < 0)
         return 0;
     const uint32_t n = (uint32_t)na;
-    /* writes go to the output; reads to the input where nothing wrote before, to the output where this block did */
+    /* writes go to the output; reads to the input where nothing wrote before, to the output where this block
+     * did */
     for (uint32_t i = 0; i < n; i++) {
         const struct kp_acc *r = &acc[i];
         if (r->wr) {
@@ -909,8 +920,8 @@ int mscx_gpu_kp_packet_only(const struct mscx_program *kp, uint32_t ntb)
     return 1;
 }
 
-int mscx_gpu_kp_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t in_at, uint64_t out_at,
-                         uint64_t in_bytes)
+int mscx_gpu_kp_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t in_at,
+                         uint64_t out_at, uint64_t in_bytes)
 {
     static __thread struct kp_acc acc[MSCX_KP_MAX_OPND];
     const int na = kp_accesses(kp, ntb, pl, in_at, out_at, acc);
@@ -944,14 +955,15 @@ int mscx_gpu_kp_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t p
             }
         }
         /* an output read where the input lies, not written here first: it would read the input */
-        if (!r->in && r->lo < ihi && ilo < r->hi && kp_cover_end(acc, n, r->blk, r->ent, r->lo, r->hi) < r->hi)
+        if (!r->in && r->lo < ihi && ilo < r->hi &&
+            kp_cover_end(acc, n, r->blk, r->ent, r->lo, r->hi) < r->hi)
             return 0;
     }
     return 1;
 }
 
-static uint64_t kp_ptr_at(const struct mscx_program *kp, const struct mscx_entry_opnd *d, char *scratch, uint64_t half,
-                          uint32_t parity)
+static uint64_t kp_ptr_at(const struct mscx_program *kp, const struct mscx_entry_opnd *d, char *scratch,
+                          uint64_t half, uint32_t parity)
 {
     uint32_t flag = parity ? 1u : 2u; /* any flag of that parity */
     if (d->base >= MSCX_KB_RBUF) {

@@ -39,11 +39,11 @@ enum mscx_order_steps {
 #define MSCX_ORDER_AFTER (MSCX_ORDER_MARK_AFTER | MSCX_ORDER_SINK_NEW | MSCX_ORDER_SINK_AFTER)
 
 struct mscx_order {
-    void *last;                 /* the previous launch's stream; MSCX_ORDER_QUERY: none or not to be trusted */
-    void *cap_last;             /* the stream of the latest launch captured in cap_id */
-    unsigned long long cap_id;  /* the capture of the latest captured launch, 0: none yet */
-    int mixed;                  /* a launch was captured: eager launches mark `done` */
-    int started;                /* a launch was made */
+    void *last;                /* the previous launch's stream; MSCX_ORDER_QUERY: none or not to be trusted */
+    void *cap_last;            /* the stream of the latest launch captured in cap_id */
+    unsigned long long cap_id; /* the capture of the latest captured launch, 0: none yet */
+    int mixed;                 /* a launch was captured: eager launches mark `done` */
+    int started;               /* a launch was made */
 };
 
 struct mscx_order_step {
@@ -65,7 +65,8 @@ static inline void mscx_order_init(struct mscx_order *o)
  * captured), and the state after it. Called when @p stream differs from
  * o->last (the caller's fast path skips it otherwise: no step).
  */
-static inline struct mscx_order_step mscx_order_next(struct mscx_order *o, void *stream, unsigned long long cap)
+static inline struct mscx_order_step mscx_order_next(struct mscx_order *o, void *stream,
+                                                     unsigned long long cap)
 {
     struct mscx_order_step st = {0, NULL};
     if (cap != 0 && cap == o->cap_id) { /* a later launch of the same capture, maybe another branch */

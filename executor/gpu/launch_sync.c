@@ -20,7 +20,7 @@ struct acc {
     uint8_t space; /* 0: user (input and output alias: in-place), 1: scratch raw, 2: scratch packets */
     uint8_t type;
     uint8_t write;
-    uint8_t unit;  /* 0: 16-byte raw op units, 1: packet payload units */
+    uint8_t unit;    /* 0: 16-byte raw op units, 1: packet payload units */
     uint64_t lo, hi; /* in slots (packets: doubled) */
     uint32_t index, size;
     uint16_t tbg_id, tbg_size;
@@ -131,7 +131,8 @@ static int op_accs(const struct mscx_plan *plan, uint32_t rank, const struct msc
  * Whether data op @p op, of accesses @p cur, must synchronise the block
  * first: a port op, or an access that conflicts with one of @p live.
  */
-static int data_needs_sync(const struct mscx_dev_op *op, const struct accs *live, const struct acc *cur, uint32_t nc)
+static int data_needs_sync(const struct mscx_dev_op *op, const struct accs *live, const struct acc *cur,
+                           uint32_t nc)
 {
     if (op->chan_type == MSCX_CHAN_PORT || live->overflow)
         return 1;

@@ -285,8 +285,8 @@ static void proxy_serve(struct hx_run *run, struct hx_rank *rk, const struct hx_
         uint8_t *s = hx_pkt_ptr(run, q->src.rank, q->src.type, q->src.off, q->src.len, q->so);
         uint8_t *d = hx_pkt_ptr(run, q->dst.rank, q->dst.type, q->dst.off, q->src.len, q->so);
         if (s == NULL || d == NULL) {
-            hx_fail(run, MSCX_ERR_INTERNAL, "rank %u proxy: packet copy of %" PRIu64 " bytes out of range", rk->rank,
-                    q->src.len);
+            hx_fail(run, MSCX_ERR_INTERNAL, "rank %u proxy: packet copy of %" PRIu64 " bytes out of range",
+                    rk->rank, q->src.len);
             return;
         }
         hx_copy_pkt_atomic(d, s, q->src.len);
@@ -392,8 +392,8 @@ static bool blocks_done(void *arg)
 static void blocks_describe(void *arg, char *buf, size_t len)
 {
     struct gen_wait *g = arg;
-    snprintf(buf, len, "the end of launch %u of rank %u (%u of %u blocks done)", atomic_load(&g->rk->cur_iter),
-             g->rk->rank, atomic_load(&g->rk->blocks_done), g->ntb);
+    snprintf(buf, len, "the end of launch %u of rank %u (%u of %u blocks done)",
+             atomic_load(&g->rk->cur_iter), g->rk->rank, atomic_load(&g->rk->blocks_done), g->ntb);
 }
 
 static bool all_filled(void *arg)
@@ -420,8 +420,8 @@ static void *tb_thread(void *arg)
     t.run = run;
     t.rk = rk;
     t.tb = a.tb;
-    t.rng = ((uint64_t)run->cfg->sched_seed * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)rk->rank << 32) ^ (a.tb + 1) ^
-            0x2545f4914f6cdd1dull;
+    t.rng = ((uint64_t)run->cfg->sched_seed * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)rk->rank << 32) ^
+            (a.tb + 1) ^ 0x2545f4914f6cdd1dull;
     t.buf_a = malloc(HX_PIECE);
     t.buf_b = malloc(HX_PIECE);
     if (t.buf_a == NULL || t.buf_b == NULL) {
@@ -650,7 +650,8 @@ static mscx_status_t check_plan(const struct mscx_plan *plan, const struct mscx_
     if (plan->has_multicast) {
         mscx_status_t st = mscx_plan_executable(plan, err, errlen);
         if (st == MSCX_OK) {
-            snprintf(err, errlen, "plan %s uses multicast (switch channels), which the host executor does not run",
+            snprintf(err, errlen,
+                     "plan %s uses multicast (switch channels), which the host executor does not run",
                      plan->name);
             st = MSCX_ERR_UNSUPPORTED;
         }

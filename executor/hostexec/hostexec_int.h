@@ -65,10 +65,10 @@ struct hx_rank {
     uint8_t *mem[MSCX_BUF_COUNT]; /* input and output may alias */
     uint64_t size[MSCX_BUF_COUNT];
     uint64_t chunk[MSCX_BUF_COUNT];
-    uint8_t *alloc_io;            /* allocation behind input/output */
-    uint8_t *saved_in;            /* a scaled launch of an out-of-place plan: the input as filled */
-    uint32_t flag;                /* flag of the current launch (written when no block runs) */
-    uint64_t so;                  /* scratch half offset of the current launch */
+    uint8_t *alloc_io; /* allocation behind input/output */
+    uint8_t *saved_in; /* a scaled launch of an out-of-place plan: the input as filled */
+    uint32_t flag;     /* flag of the current launch (written when no block runs) */
+    uint64_t so;       /* scratch half offset of the current launch */
     _Atomic uint64_t *inbound[MSCX_CHAN_COUNT];
     _Atomic uint64_t *expected[MSCX_CHAN_COUNT];
     struct hx_barrier barrier[MSCX_MAX_BARRIERS];
@@ -109,7 +109,7 @@ struct hx_tb {
     uint32_t op_idx; /* index inside the block, for messages */
     const struct mscx_dev_op *op;
     uint64_t rng;
-    bool no_deadline; /* launch control waits: only an abort ends them */
+    bool no_deadline;       /* launch control waits: only an abort ends them */
     uint8_t *buf_a, *buf_b; /* HX_PIECE bytes each */
 };
 
@@ -125,9 +125,11 @@ typedef bool (*hx_cond_fn)(void *arg);
 typedef void (*hx_describe_fn)(void *arg, char *buf, size_t len);
 bool hx_wait(struct hx_tb *t, uint32_t rank, hx_cond_fn cond, hx_describe_fn describe, void *arg);
 /* Record the first failure and abort every thread. */
-void hx_fail(struct hx_run *run, mscx_status_t st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void hx_fail(struct hx_run *run, mscx_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Fail from an op, prefixing "rank R tb T op I (name): ". */
-void hx_op_fail(struct hx_tb *t, mscx_status_t st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void hx_op_fail(struct hx_tb *t, mscx_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void hx_sched_point(struct hx_tb *t);
 bool hx_fifo_push(struct hx_tb *t, const struct hx_req *req, uint64_t *pos_p);
 /* Wait until the rank's proxy has completed every request up to FIFO position @p pos. */

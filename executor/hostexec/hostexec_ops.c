@@ -121,8 +121,10 @@ static uint8_t *pkt_at(struct hx_tb *t, const struct hx_loc *l, uint64_t first, 
     uint64_t off = 2 * l->off + first * P;
     uint8_t *p = hx_pkt_ptr(t->run, l->rank, l->type, off, lines * P, t->rk->so);
     if (p == NULL)
-        hx_op_fail(t, MSCX_ERR_INTERNAL, "packet range of %" PRIu64 " bytes at 0x%" PRIx64
-                   " of buffer type %u on rank %u is out of bounds (payload 0x%" PRIx64 " + %" PRIu64 " lines of %u)",
+        hx_op_fail(t, MSCX_ERR_INTERNAL,
+                   "packet range of %" PRIu64 " bytes at 0x%" PRIx64
+                   " of buffer type %u on rank %u is out of bounds (payload 0x%" PRIx64 " + %" PRIu64
+                   " lines of %u)",
                    lines * P, off, l->type, l->rank, l->off, first, L);
     return p;
 }
@@ -144,7 +146,8 @@ static bool pkt_read(struct hx_tb *t, const struct hx_loc *l, uint64_t first, ui
     return true;
 }
 
-static bool pkt_write(struct hx_tb *t, const struct hx_loc *l, uint64_t first, uint64_t lines, const uint8_t *in)
+static bool pkt_write(struct hx_tb *t, const struct hx_loc *l, uint64_t first, uint64_t lines,
+                      const uint8_t *in)
 {
     uint32_t fmt = fmt_of(t), P = mscx_pkt_line(fmt), L = mscx_pkt_payload(fmt);
     uint8_t *base = pkt_at(t, l, first, lines);
@@ -372,8 +375,8 @@ static bool sig_ready(void *arg)
 static void sig_describe(void *arg, char *buf, size_t len)
 {
     struct sig_wait *w = arg;
-    snprintf(buf, len, "signal on %s channel %u from rank %u (%" PRIu64 " of %" PRIu64 " arrived)", w->kind, w->chan,
-             w->peer, atomic_load(w->ctr), w->expect);
+    snprintf(buf, len, "signal on %s channel %u from rank %u (%" PRIu64 " of %" PRIu64 " arrived)", w->kind,
+             w->chan, w->peer, atomic_load(w->ctr), w->expect);
 }
 
 static bool do_signal(struct hx_tb *t)
@@ -389,8 +392,9 @@ static bool do_signal(struct hx_tb *t)
     for (uint32_t i = 0; i < op->nchan; i++) {
         const struct mscx_chan *ch = &t->rk->gpu->chan[MSCX_CHAN_MEMORY][op->chan[i]];
         if (!ch->paired) {
-            hx_op_fail(t, MSCX_ERR_INTERNAL, "memory channel %u to rank %u has no matching channel on the peer",
-                       op->chan[i], ch->peer);
+            hx_op_fail(t, MSCX_ERR_INTERNAL,
+                       "memory channel %u to rank %u has no matching channel on the peer", op->chan[i],
+                       ch->peer);
             return false;
         }
         atomic_fetch_add_explicit(&t->run->ranks[ch->peer].inbound[MSCX_CHAN_MEMORY][ch->pair], 1, mo);

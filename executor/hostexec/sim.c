@@ -159,11 +159,11 @@ struct sim_ctx {
     const struct mscx_sim_case *c;
     uint32_t nranks;
     uint64_t in_bytes, out_bytes;
-    enum fill_mode mode;  /* input values */
-    uint8_t **got;        /* [iter * nranks + rank], out_bytes each */
-    uint8_t **fin;        /* final in|out|scratch per rank (determinism runs) */
+    enum fill_mode mode; /* input values */
+    uint8_t **got;       /* [iter * nranks + rank], out_bytes each */
+    uint8_t **fin;       /* final in|out|scratch per rank (determinism runs) */
     uint64_t *fin_len;
-    uint8_t **seed_line;  /* per rank: 1 for packet lines to seed */
+    uint8_t **seed_line; /* per rank: 1 for packet lines to seed */
     uint64_t *seed_nlines;
     uint8_t *root_in;     /* out-of-place broadcast: the root's input as it was filled */
     uint64_t root_in_bad; /* launches after which the root's input had changed */
@@ -220,8 +220,8 @@ static void sim_seed_cb(void *ctx, uint32_t rank, uint32_t iter, uint32_t flag, 
     for (uint64_t j = 0; j < s->seed_nlines[rank]; j++) {
         if (!s->seed_line[rank][j] || so + (j + 1) * P > scratch_bytes)
             continue;
-        fill_values(s->c->dtype, s->c->op, rank, iter, s->c->seed, 0x5eed, j * L / mscx_dtype_size(s->c->dtype),
-                    FILL_EXACT, payload, L);
+        fill_values(s->c->dtype, s->c->op, rank, iter, s->c->seed, 0x5eed,
+                    j * L / mscx_dtype_size(s->c->dtype), FILL_EXACT, payload, L);
         uint8_t *line = scratch + so + j * P;
         for (uint32_t h = 0; h < P / 8; h++) {
             uint32_t d;
@@ -319,7 +319,6 @@ static mscx_status_t plan_seeds(struct sim_ctx *s, const struct mscx_geom *geoms
     return MSCX_OK;
 }
 
-
 /* Expected output of @p rank for launch @p iter; tmp holds in_bytes. */
 static void expected(struct sim_ctx *s, uint32_t rank, uint32_t iter, uint8_t *exp, uint8_t *tmp)
 {
@@ -389,14 +388,16 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Reducing collectives: inputs must reduce exactly whatever the plan's ops are (a one-rank nop reduces too). */
+/* Reducing collectives: inputs must reduce exactly whatever the plan's ops are (a one-rank nop reduces too).
+ */
 static bool coll_reduces(enum mscx_coll coll)
 {
     return coll == MSCX_COLL_ALLREDUCE || coll == MSCX_COLL_REDUCESCATTER;
 }
 
 /* Run once; @return MSCX_OK, or the executor's status with the reason in res_p->msg. */
-static mscx_status_t run_once(struct sim_ctx *s, uint32_t sched_seed, bool seed_pkts, struct mscx_sim_result *res_p)
+static mscx_status_t run_once(struct sim_ctx *s, uint32_t sched_seed, bool seed_pkts,
+                              struct mscx_sim_result *res_p)
 {
     struct mscx_hostexec_cfg cfg;
     struct hx_hooks hooks;
@@ -458,7 +459,8 @@ static mscx_status_t check_definition(struct sim_ctx *s, struct mscx_sim_result 
                     continue;
                 if (res_p->mismatches++ == 0)
                     snprintf(res_p->msg, sizeof(res_p->msg),
-                             "%s: rank %u iter %u byte offset %" PRIu64 " (of %" PRIu64 "): got 0x%02x expected "
+                             "%s: rank %u iter %u byte offset %" PRIu64 " (of %" PRIu64
+                             "): got 0x%02x expected "
                              "0x%02x",
                              mscx_coll_name(s->plan->coll), r, it, b, s->out_bytes, got[b], exp[b]);
                 res_p->pass = 0;
@@ -468,8 +470,8 @@ static mscx_status_t check_definition(struct sim_ctx *s, struct mscx_sim_result 
     if (s->root_in_bad) {
         if (res_p->mismatches++ == 0)
             snprintf(res_p->msg, sizeof(res_p->msg),
-                     "broadcast: the root's (rank %u) input changed in %" PRIu64 " of %u launches", s->plan->root,
-                     s->root_in_bad, iters);
+                     "broadcast: the root's (rank %u) input changed in %" PRIu64 " of %u launches",
+                     s->plan->root, s->root_in_bad, iters);
         res_p->pass = 0;
     }
     free(exp);
@@ -529,11 +531,12 @@ static mscx_status_t check_consistent(struct sim_ctx *s, struct mscx_sim_result 
                     uint32_t vr = 0, v0 = 0;
                     memcpy(&vr, got + e * esize, esize);
                     memcpy(&v0, ref + e * esize, esize);
-                    snprintf(res_p->msg, sizeof(res_p->msg),
-                             "%s: ranks disagree on rounding-sensitive inputs: rank %u iter %u element %" PRIu64
-                             " (byte offset %" PRIu64 " of %" PRIu64 "): 0x%0*x, rank 0 has 0x%0*x",
-                             mscx_coll_name(s->plan->coll), r, it, e, e * esize, s->out_bytes, (int)(2 * esize), vr,
-                             (int)(2 * esize), v0);
+                    snprintf(
+                        res_p->msg, sizeof(res_p->msg),
+                        "%s: ranks disagree on rounding-sensitive inputs: rank %u iter %u element %" PRIu64
+                        " (byte offset %" PRIu64 " of %" PRIu64 "): 0x%0*x, rank 0 has 0x%0*x",
+                        mscx_coll_name(s->plan->coll), r, it, e, e * esize, s->out_bytes, (int)(2 * esize),
+                        vr, (int)(2 * esize), v0);
                 }
                 res_p->pass = 0;
             }
@@ -619,7 +622,8 @@ mscx_status_t mscx_sim_check(const struct mscx_plan *plan, const struct mscx_sim
         const struct mscx_gpu *g0 = &plan->gpus[0];
         uint32_t es = mscx_dtype_size(c->dtype) ? mscx_dtype_size(c->dtype) : 1;
         if (g0->input_chunks && g0->output_chunks)
-            s.out_bytes = (s.in_bytes / es + g0->input_chunks - 1) / g0->input_chunks * es * g0->output_chunks;
+            s.out_bytes =
+                (s.in_bytes / es + g0->input_chunks - 1) / g0->input_chunks * es * g0->output_chunks;
     }
     s.mode = coll_reduces(plan->coll) || !has_definition(plan->coll) ? FILL_EXACT : FILL_BITS;
     geoms = calloc(s.nranks, sizeof(*geoms));
@@ -637,8 +641,7 @@ mscx_status_t mscx_sim_check(const struct mscx_plan *plan, const struct mscx_sim
         st = check_definition(&s, res_p);
         if (st == MSCX_OK && res_p->pass && needs_consistency(&s))
             st = check_consistent(&s, res_p);
-    }
-    else
+    } else
         st = check_deterministic(&s, geoms, res_p);
 out:
     sim_free(&s, c->iters ? c->iters : 1);

@@ -73,8 +73,10 @@ mscx_status_t mscx_ibv_load(const struct mscx_ibv **ibv_p)
     MSCX_CHECK(mscx_config_get(&cfg));
     const char *path = cfg->ibv_so && cfg->ibv_so[0] ? cfg->ibv_so : "libibverbs.so.1";
     if (mscx_path_relative(path)) {
-        MSCX_WARN("ib: MSCX_IBV_SO %s is a relative path; not loaded (give an absolute path or a library name); "
-                  "RDMA disabled", path);
+        MSCX_WARN(
+            "ib: MSCX_IBV_SO %s is a relative path; not loaded (give an absolute path or a library name); "
+            "RDMA disabled",
+            path);
         return MSCX_ERR_UNSUPPORTED;
     }
     pthread_mutex_lock(&load_lock);
@@ -116,16 +118,27 @@ out:
 const char *mscx_ibv_wc_status_str(enum ibv_wc_status st)
 {
     switch (st) {
-    case IBV_WC_SUCCESS: return "success";
-    case IBV_WC_LOC_LEN_ERR: return "local length error";
-    case IBV_WC_LOC_QP_OP_ERR: return "local qp operation error";
-    case IBV_WC_LOC_PROT_ERR: return "local protection error (bad lkey)";
-    case IBV_WC_WR_FLUSH_ERR: return "flushed (qp in error state)";
-    case IBV_WC_REM_INV_REQ_ERR: return "remote invalid request";
-    case IBV_WC_REM_ACCESS_ERR: return "remote access error (bad rkey or bounds)";
-    case IBV_WC_REM_OP_ERR: return "remote operation error";
-    case IBV_WC_RETRY_EXC_ERR: return "transport retry exceeded (peer unreachable)";
-    case IBV_WC_RNR_RETRY_EXC_ERR: return "rnr retry exceeded";
-    default: return "other completion error";
+    case IBV_WC_SUCCESS:
+        return "success";
+    case IBV_WC_LOC_LEN_ERR:
+        return "local length error";
+    case IBV_WC_LOC_QP_OP_ERR:
+        return "local qp operation error";
+    case IBV_WC_LOC_PROT_ERR:
+        return "local protection error (bad lkey)";
+    case IBV_WC_WR_FLUSH_ERR:
+        return "flushed (qp in error state)";
+    case IBV_WC_REM_INV_REQ_ERR:
+        return "remote invalid request";
+    case IBV_WC_REM_ACCESS_ERR:
+        return "remote access error (bad rkey or bounds)";
+    case IBV_WC_REM_OP_ERR:
+        return "remote operation error";
+    case IBV_WC_RETRY_EXC_ERR:
+        return "transport retry exceeded (peer unreachable)";
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+        return "rnr retry exceeded";
+    default:
+        return "other completion error";
     }
 }

@@ -62,9 +62,9 @@ struct mscx_preq {
     uint32_t flags;   /* FLUSH: MSCX_PREQ_F_LOCAL; PUT: MSCX_PREQ_F_USER_* */
     uint32_t block;   /* diagnostics: thread block and op index that pushed it, and the launch flag */
     uint32_t op;
-    uint32_t launch;  /* PUT to a user buffer: the launch whose buffer it is (same flag on every rank) */
+    uint32_t launch;   /* PUT to a user buffer: the launch whose buffer it is (same flag on every rank) */
     uint64_t reserved; /* PUT with MSCX_PREQ_F_USER_*: the mapped destination address, or 0 */
-    uint64_t seq; /* written last: position + 1 */
+    uint64_t seq;      /* written last: position + 1 */
 };
 
 struct mscx_pfifo {

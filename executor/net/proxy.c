@@ -85,7 +85,7 @@ static void queue_fail(struct mscx_pqueue *q, mscx_status_t st, const struct msc
                   ") failed: %s: %s",
                   q->d.rank, q->name, kind_name(r->kind), pos, r->chan, peer == UINT32_MAX ? -1 : (int)peer,
                   r->block, r->op, r->launch, r->len,
-                  r->kind != MSCX_PREQ_PUT                ? "scratch"
+                  r->kind != MSCX_PREQ_PUT            ? "scratch"
                   : (r->flags & MSCX_PREQ_F_USER_IN)  ? "input buffer"
                   : (r->flags & MSCX_PREQ_F_USER_OUT) ? "output buffer"
                                                       : "scratch",

@@ -101,10 +101,11 @@ uint64_t mscx_pfifo_push_host(struct mscx_pfifo *f, uint64_t *head, const struct
 
 /* ---- puts into a receiver's user buffers, resolved by the receiver (TCP late-bound region) ---- */
 
-/** What the receiving rank's kernel published for the launches of one flag parity (launch_abi.h, mscx_gpu_pub). */
+/** What the receiving rank's kernel published for the launches of one flag parity (launch_abi.h,
+ * mscx_gpu_pub). */
 struct mscx_late_pub {
-    uint32_t flag;      /* the launch that published them; 0: none yet */
-    void *ptr[2];       /* [0: input, 1: output] */
+    uint32_t flag; /* the launch that published them; 0: none yet */
+    void *ptr[2];  /* [0: input, 1: output] */
     uint64_t bytes[2];
 };
 

@@ -52,8 +52,8 @@ void mscx_plink_tcp_destroy(void *link)
  * Pieces and ring offsets stay multiples of 8, so a packet put's 8-byte units
  * never straddle two writes.
  */
-typedef mscx_status_t (*ptcp_write_fn)(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o, uint64_t n,
-                                       uint64_t deadline_ns);
+typedef mscx_status_t (*ptcp_write_fn)(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o,
+                                       uint64_t n, uint64_t deadline_ns);
 
 static mscx_status_t ptcp_staged(struct ptcp_link *l, const void *src, uint64_t len, ptcp_write_fn w,
                                  const void *dst, uint64_t deadline_ns)
@@ -82,8 +82,8 @@ struct ptcp_region_dst {
     unsigned tp_flags;
 };
 
-static mscx_status_t ptcp_write_region(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o, uint64_t n,
-                                       uint64_t deadline_ns)
+static mscx_status_t ptcp_write_region(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o,
+                                       uint64_t n, uint64_t deadline_ns)
 {
     const struct ptcp_region_dst *d = dst;
     return l->p.tp->put(l->p.conn, l->p.bounce_mr, boff, &l->p.dst, d->off + o, n, d->tp_flags, deadline_ns);
@@ -97,8 +97,8 @@ static mscx_status_t ptcp_put(void *link, const void *src, uint64_t dst_off, uin
 }
 
 /* Into the peer's late-bound region: the receiver resolves (buffer, launch) itself. */
-static mscx_status_t ptcp_write_late(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o, uint64_t n,
-                                     uint64_t deadline_ns)
+static mscx_status_t ptcp_write_late(struct ptcp_link *l, const void *dst, uint64_t boff, uint64_t o,
+                                     uint64_t n, uint64_t deadline_ns)
 {
     const struct mscx_puser *u = dst;
     return l->p.tp->put_late(l->p.conn, l->p.bounce_mr, boff, &l->p.user, u->buf, u->launch, u->off + o, n, 0,
@@ -169,9 +169,10 @@ mscx_status_t mscx_late_pick(const struct mscx_late_pub *pub, uint32_t rank, con
     if (pub->flag != launch) {
         /* flags wrap (0xffffffff, then 2): compare by distance; 0 was never a launch */
         if (pub->flag != 0 && (int32_t)(pub->flag - launch) > 0) {
-            MSCX_WARN("rank %u plan %s: a put into this rank's %s buffer of launch %u arrived after launch %u had "
-                      "replaced that launch's buffers; failing",
-                      rank, plan, bn, launch, pub->flag);
+            MSCX_WARN(
+                "rank %u plan %s: a put into this rank's %s buffer of launch %u arrived after launch %u had "
+                "replaced that launch's buffers; failing",
+                rank, plan, bn, launch, pub->flag);
             return MSCX_ERR_INTERNAL;
         }
         return MSCX_INPROGRESS;

@@ -25,7 +25,8 @@
 #define UREG_MAGIC 0x6d7363782d757267ull /* "mscx-urg" */
 #define UREG_VERSION 1u
 
-_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free to be shared between processes");
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
+               "64-bit atomics must be lock-free to be shared between processes");
 
 struct slots_entry {
     _Atomic uint64_t pub_seq;     /* launch whose publication is below (release, after the data) */
@@ -117,7 +118,7 @@ static unsigned reap_stale(void)
 }
 
 mscx_status_t mscx_slots_create(const char *tag, uint32_t rank, uint32_t nranks, char *name_p,
-                               struct mscx_slots **u_p)
+                                struct mscx_slots **u_p)
 {
     if (!name_p || !u_p || rank >= nranks)
         return MSCX_ERR_INVALID_ARG;
@@ -181,26 +182,30 @@ mscx_status_t mscx_slots_attach(struct mscx_slots *u, uint32_t peer, const char 
 {
     if (!u || !name || peer >= u->nranks || peer == u->rank || u->peer[peer] ||
         strnlen(name, MSCX_SLOTS_NAME_MAX) == MSCX_SLOTS_NAME_MAX || name[0] != '/') {
-        MSCX_WARN("internal bug: %s: rank %u: bad attach to rank %u", u ? u->tag : "?", u ? u->rank : 0, peer);
+        MSCX_WARN("internal bug: %s: rank %u: bad attach to rank %u", u ? u->tag : "?", u ? u->rank : 0,
+                  peer);
         return MSCX_ERR_INVALID_ARG;
     }
     int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) {
-        MSCX_WARN("%s: rank %u: cannot open rank %u's user-buffer exchange segment %s: %s (not on this host, or "
-                  "already unlinked)", u->tag, u->rank, peer, name, strerror(errno));
+        MSCX_WARN(
+            "%s: rank %u: cannot open rank %u's user-buffer exchange segment %s: %s (not on this host, or "
+            "already unlinked)",
+            u->tag, u->rank, peer, name, strerror(errno));
         return MSCX_ERR_SYSTEM;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != sizeof(struct slots_seg)) {
-        MSCX_WARN("%s: rank %u: rank %u's segment %s has %lld bytes, expected %zu", u->tag, u->rank, peer, name,
-                  (long long)sb.st_size, sizeof(struct slots_seg));
+        MSCX_WARN("%s: rank %u: rank %u's segment %s has %lld bytes, expected %zu", u->tag, u->rank, peer,
+                  name, (long long)sb.st_size, sizeof(struct slots_seg));
         close(fd);
         return MSCX_ERR_SYSTEM;
     }
     void *p = mmap(NULL, sizeof(struct slots_seg), PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) {
-        MSCX_WARN("%s: rank %u: mmap of rank %u's segment %s: %s", u->tag, u->rank, peer, name, strerror(errno));
+        MSCX_WARN("%s: rank %u: mmap of rank %u's segment %s: %s", u->tag, u->rank, peer, name,
+                  strerror(errno));
         return MSCX_ERR_SYSTEM;
     }
     struct slots_seg *s = p;
@@ -224,7 +229,7 @@ void mscx_slots_unlink(struct mscx_slots *u)
 }
 
 mscx_status_t mscx_slots_publish(struct mscx_slots *u, uint64_t seq, int32_t status, const void *payload,
-                                size_t bytes)
+                                 size_t bytes)
 {
     if (!u || seq == 0 || bytes > MSCX_SLOTS_PAYLOAD_MAX || (bytes && !payload))
         return MSCX_ERR_INVALID_ARG;
@@ -261,9 +266,10 @@ static mscx_status_t wait_seq(const struct mscx_slots *u, uint32_t peer, _Atomic
         if (v == seq)
             return MSCX_OK;
         if (v > seq) {
-            MSCX_WARN("%s: rank %u waits for rank %u's %s of launch %llu and finds launch %llu: the ranks issued "
-                      "different launches (a launch that failed on one rank only?)",
-                      u->tag, u->rank, peer, what, (unsigned long long)seq, (unsigned long long)v);
+            MSCX_WARN(
+                "%s: rank %u waits for rank %u's %s of launch %llu and finds launch %llu: the ranks issued "
+                "different launches (a launch that failed on one rank only?)",
+                u->tag, u->rank, peer, what, (unsigned long long)seq, (unsigned long long)v);
             return MSCX_ERR_INTERNAL;
         }
         if (lim && lim->abort && *lim->abort)
@@ -276,10 +282,11 @@ static mscx_status_t wait_seq(const struct mscx_slots *u, uint32_t peer, _Atomic
         if (t0 == 0)
             t0 = t;
         if (lim && lim->timeout_ms && t - t0 > lim->timeout_ms) {
-            MSCX_WARN("%s: rank %u: no %s of launch %llu from rank %u within %llu ms (MSCX_TIMEOUT_MS; it has "
-                      "launch %llu): the peer is late, hung or gone",
-                      u->tag, u->rank, what, (unsigned long long)seq, peer,
-                      (unsigned long long)lim->timeout_ms, (unsigned long long)v);
+            MSCX_WARN(
+                "%s: rank %u: no %s of launch %llu from rank %u within %llu ms (MSCX_TIMEOUT_MS; it has "
+                "launch %llu): the peer is late, hung or gone",
+                u->tag, u->rank, what, (unsigned long long)seq, peer, (unsigned long long)lim->timeout_ms,
+                (unsigned long long)v);
             return MSCX_ERR_TIMEOUT;
         }
         struct timespec nap = {0, spins < 4096 ? 2000 : 50000};
@@ -287,8 +294,9 @@ static mscx_status_t wait_seq(const struct mscx_slots *u, uint32_t peer, _Atomic
     }
 }
 
-mscx_status_t mscx_slots_wait(struct mscx_slots *u, uint32_t peer, uint64_t seq, const struct mscx_slots_limits *lim,
-                             int32_t *status_p, void *payload, size_t bytes)
+mscx_status_t mscx_slots_wait(struct mscx_slots *u, uint32_t peer, uint64_t seq,
+                              const struct mscx_slots_limits *lim, int32_t *status_p, void *payload,
+                              size_t bytes)
 {
     if (!u || seq == 0 || peer >= u->nranks || !u->peer[peer] || !status_p || (bytes && !payload))
         return MSCX_ERR_INVALID_ARG;
@@ -305,8 +313,8 @@ mscx_status_t mscx_slots_wait(struct mscx_slots *u, uint32_t peer, uint64_t seq,
     /* the entry cannot change before our verdict of seq + 1 (shm_slots.h); a change here is a protocol bug */
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&e->pub_seq, memory_order_relaxed) != seq) {
-        MSCX_WARN("internal bug: %s: rank %u: rank %u's publication of launch %llu changed while read", u->tag,
-                  u->rank, peer, (unsigned long long)seq);
+        MSCX_WARN("internal bug: %s: rank %u: rank %u's publication of launch %llu changed while read",
+                  u->tag, u->rank, peer, (unsigned long long)seq);
         return MSCX_ERR_INTERNAL;
     }
     *status_p = st;
@@ -314,7 +322,7 @@ mscx_status_t mscx_slots_wait(struct mscx_slots *u, uint32_t peer, uint64_t seq,
 }
 
 mscx_status_t mscx_slots_agree(struct mscx_slots *u, const uint32_t *ranks, uint32_t n, uint64_t seq,
-                              const struct mscx_slots_limits *lim, uint32_t *bad_rank_p, int32_t *bad_p)
+                               const struct mscx_slots_limits *lim, uint32_t *bad_rank_p, int32_t *bad_p)
 {
     if (!u || seq == 0 || (n && !ranks) || !bad_rank_p || !bad_p)
         return MSCX_ERR_INVALID_ARG;

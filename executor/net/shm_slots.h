@@ -29,8 +29,8 @@ struct mscx_slots;
 
 /* Bounds of every wait. */
 struct mscx_slots_limits {
-    uint64_t timeout_ms;            /* 0: no limit (MSCX_TIMEOUT_MS 0) */
-    const volatile int32_t *abort;  /* non-zero: give up with MSCX_ERR_REMOTE (NULL: none) */
+    uint64_t timeout_ms;           /* 0: no limit (MSCX_TIMEOUT_MS 0) */
+    const volatile int32_t *abort; /* non-zero: give up with MSCX_ERR_REMOTE (NULL: none) */
 };
 
 /**
@@ -43,7 +43,7 @@ struct mscx_slots_limits {
  * @return MSCX_OK, MSCX_ERR_SYSTEM, MSCX_ERR_NO_MEMORY, MSCX_ERR_INVALID_ARG
  */
 mscx_status_t mscx_slots_create(const char *tag, uint32_t rank, uint32_t nranks, char *name_p,
-                               struct mscx_slots **u_p);
+                                struct mscx_slots **u_p);
 
 /** Map rank @p peer's segment @p name (read only). @return MSCX_OK, MSCX_ERR_SYSTEM, MSCX_ERR_INVALID_ARG */
 mscx_status_t mscx_slots_attach(struct mscx_slots *u, uint32_t peer, const char *name);
@@ -56,7 +56,7 @@ void mscx_slots_unlink(struct mscx_slots *u);
  * the payload unusable: the "cannot" marker) and @p bytes of @p payload.
  */
 mscx_status_t mscx_slots_publish(struct mscx_slots *u, uint64_t seq, int32_t status, const void *payload,
-                                size_t bytes);
+                                 size_t bytes);
 
 /**
  * Wait until rank @p peer published launch @p seq, then copy its status to
@@ -64,8 +64,9 @@ mscx_status_t mscx_slots_publish(struct mscx_slots *u, uint64_t seq, int32_t sta
  * @return MSCX_OK, MSCX_ERR_TIMEOUT, MSCX_ERR_REMOTE (aborted), MSCX_ERR_INTERNAL
  *         (the peer is at another launch: the exchange lost step), MSCX_ERR_INVALID_ARG
  */
-mscx_status_t mscx_slots_wait(struct mscx_slots *u, uint32_t peer, uint64_t seq, const struct mscx_slots_limits *lim,
-                             int32_t *status_p, void *payload, size_t bytes);
+mscx_status_t mscx_slots_wait(struct mscx_slots *u, uint32_t peer, uint64_t seq,
+                              const struct mscx_slots_limits *lim, int32_t *status_p, void *payload,
+                              size_t bytes);
 
 /** Post this rank's verdict of launch @p seq (MSCX_OK or its error). */
 mscx_status_t mscx_slots_verdict(struct mscx_slots *u, uint64_t seq, int32_t verdict);
@@ -79,7 +80,7 @@ mscx_status_t mscx_slots_verdict(struct mscx_slots *u, uint64_t seq, int32_t ver
  * @return as mscx_slots_wait()
  */
 mscx_status_t mscx_slots_agree(struct mscx_slots *u, const uint32_t *ranks, uint32_t n, uint64_t seq,
-                              const struct mscx_slots_limits *lim, uint32_t *bad_rank_p, int32_t *bad_p);
+                               const struct mscx_slots_limits *lim, uint32_t *bad_rank_p, int32_t *bad_p);
 
 /** Unmap everything and unlink this rank's name if still there. NULL accepted. */
 void mscx_slots_destroy(struct mscx_slots *u);

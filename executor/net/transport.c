@@ -46,7 +46,8 @@ mscx_status_t mscx_tp_socket_addr(char addr[MSCX_TP_ADDR_LEN], char ifname[MSCX_
         inet_ntop(AF_INET, &sin->sin_addr, addr, MSCX_TP_ADDR_LEN);
         snprintf(ifname, MSCX_TP_IFNAME_LEN, "%s", pick->ifa_name);
         if (want && !(pick->ifa_flags & IFF_UP))
-            MSCX_WARN("tcp: MSCX_SOCKET_IFNAME names %s, which is down; using its address %s anyway", want, addr);
+            MSCX_WARN("tcp: MSCX_SOCKET_IFNAME names %s, which is down; using its address %s anyway", want,
+                      addr);
         MSCX_INFO(MSCX_SUB_NET, "tcp: interface %s address %s (%s)", ifname, addr,
                   want ? "MSCX_SOCKET_IFNAME" : "first non-loopback interface that is up");
     } else if (want) {
@@ -57,9 +58,10 @@ mscx_status_t mscx_tp_socket_addr(char addr[MSCX_TP_ADDR_LEN], char ifname[MSCX_
     } else {
         snprintf(addr, MSCX_TP_ADDR_LEN, "127.0.0.1");
         snprintf(ifname, MSCX_TP_IFNAME_LEN, "lo");
-        MSCX_INFO(MSCX_SUB_NET,
-                  "tcp: no non-loopback interface is up with an IPv4 address: listening on 127.0.0.1 (ranks on "
-                  "other hosts cannot connect)");
+        MSCX_INFO(
+            MSCX_SUB_NET,
+            "tcp: no non-loopback interface is up with an IPv4 address: listening on 127.0.0.1 (ranks on "
+            "other hosts cannot connect)");
     }
     freeifaddrs(list);
     return st;
@@ -90,7 +92,8 @@ uint64_t mscx_tp_deadline(uint64_t timeout_ms)
 
 mscx_status_t mscx_tp_connect_all(const struct mscx_transport_ops *ops, struct mscx_tp_ep *ep, uint32_t rank,
                                   uint32_t nranks, const uint8_t *want,
-                                  mscx_status_t (*allgather)(void *ctx, const void *mine, void *all, size_t bytes),
+                                  mscx_status_t (*allgather)(void *ctx, const void *mine, void *all,
+                                                             size_t bytes),
                                   void *ag_ctx, uint64_t deadline_ns, struct mscx_tp_conn **conns)
 {
     mscx_status_t st = MSCX_OK;
@@ -114,7 +117,8 @@ mscx_status_t mscx_tp_connect_all(const struct mscx_transport_ops *ops, struct m
     for (uint32_t p = 0; p < nranks; p++) {
         if (p == rank || !want[p])
             continue;
-        MSCX_CHECK_GOTO(ops->conn_prepare(ep, p, mine + (size_t)p * MSCX_TP_BLOB_BYTES, &tmp[p]), st, err_close);
+        MSCX_CHECK_GOTO(ops->conn_prepare(ep, p, mine + (size_t)p * MSCX_TP_BLOB_BYTES, &tmp[p]), st,
+                        err_close);
     }
     MSCX_CHECK_GOTO(allgather(ag_ctx, mine, all, row), st, err_close);
     for (uint32_t p = 0; p < nranks && st == MSCX_OK; p++) {
@@ -138,7 +142,8 @@ mscx_status_t mscx_tp_connect_all(const struct mscx_transport_ops *ops, struct m
     }
     for (uint32_t p = 0; p < nranks; p++) {
         if (sts[p] != MSCX_OK) {
-            MSCX_WARN("%s: rank %u failed to connect: %s", ops->name, p, mscx_status_str((mscx_status_t)sts[p]));
+            MSCX_WARN("%s: rank %u failed to connect: %s", ops->name, p,
+                      mscx_status_str((mscx_status_t)sts[p]));
             st = MSCX_ERR_REMOTE;
             goto err_close;
         }

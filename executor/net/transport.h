@@ -51,9 +51,9 @@ struct mscx_tp_mr;   /* a locally registered memory region */
 
 /** Register flags. */
 enum mscx_tp_mr_flags {
-    MSCX_TP_MR_GPU = 1u << 0,  /* base is device memory (TCP: writes go through copy_to_target) */
+    MSCX_TP_MR_GPU = 1u << 0,          /* base is device memory (TCP: writes go through copy_to_target) */
     MSCX_TP_MR_REMOTE_WRITE = 1u << 1, /* peers may put / signal into it */
-    MSCX_TP_MR_LATE = 1u << 2, /* late-bound target (mr_register_late): no memory, a resolver */
+    MSCX_TP_MR_LATE = 1u << 2,         /* late-bound target (mr_register_late): no memory, a resolver */
 };
 
 /** Put flags. */
@@ -67,19 +67,19 @@ enum mscx_tp_put_flags {
  * hosts.
  */
 struct mscx_tp_rdesc {
-    uint64_t addr;    /* base address in the owner's address space */
-    uint64_t len;     /* bytes */
-    uint32_t key;     /* TCP: region id at the owner; IB: rkey */
-    uint32_t owner;   /* owner's rank */
-    uint32_t flags;   /* enum mscx_tp_mr_flags */
-    uint32_t tp;      /* transport tag: 'T' (tcp), 'I' (ib) */
+    uint64_t addr;  /* base address in the owner's address space */
+    uint64_t len;   /* bytes */
+    uint32_t key;   /* TCP: region id at the owner; IB: rkey */
+    uint32_t owner; /* owner's rank */
+    uint32_t flags; /* enum mscx_tp_mr_flags */
+    uint32_t tp;    /* transport tag: 'T' (tcp), 'I' (ib) */
     uint8_t reserved[32];
 };
 _Static_assert(sizeof(struct mscx_tp_rdesc) == 64, "rdesc is a wire format");
 
 /** Copy hook for received data (TCP). Must not return before the bytes are visible at @p dst. */
-typedef mscx_status_t (*mscx_tp_copy_fn)(void *ctx, void *dst, const void *src, size_t len, unsigned put_flags,
-                                         unsigned mr_flags);
+typedef mscx_status_t (*mscx_tp_copy_fn)(void *ctx, void *dst, const void *src, size_t len,
+                                         unsigned put_flags, unsigned mr_flags);
 /** Signal hook for received signals (TCP): add 1 to the 64-bit word at @p dst. */
 typedef mscx_status_t (*mscx_tp_add_fn)(void *ctx, uint64_t *dst, unsigned mr_flags);
 
@@ -93,15 +93,15 @@ typedef mscx_status_t (*mscx_tp_add_fn)(void *ctx, uint64_t *dst, unsigned mr_fl
  * later, up to the endpoint's late_timeout_ms); any other status is an error
  * the resolver has logged (the connection fails).
  */
-typedef mscx_status_t (*mscx_tp_resolve_fn)(void *ctx, uint32_t buf, uint32_t launch, uint64_t off, uint64_t len,
-                                            void **dst_p, unsigned *mr_flags_p);
+typedef mscx_status_t (*mscx_tp_resolve_fn)(void *ctx, uint32_t buf, uint32_t launch, uint64_t off,
+                                            uint64_t len, void **dst_p, unsigned *mr_flags_p);
 
 /** Endpoint parameters. Strings are copied. */
 struct mscx_tp_params {
     uint32_t rank, nranks;
-    uint64_t comm_id;        /* communicator id; both ends of a connection must agree */
-    const char *gpu_pci;     /* IB: "0000:17:00.0" of the GPU for NIC choice, NULL for none */
-    const char *bind_addr;   /* TCP: IPv4 address to listen on and advertise, NULL for mscx_tp_socket_addr() */
+    uint64_t comm_id;      /* communicator id; both ends of a connection must agree */
+    const char *gpu_pci;   /* IB: "0000:17:00.0" of the GPU for NIC choice, NULL for none */
+    const char *bind_addr; /* TCP: IPv4 address to listen on and advertise, NULL for mscx_tp_socket_addr() */
     mscx_tp_copy_fn copy_to_target; /* TCP: NULL for memcpy (host memory only) */
     mscx_tp_add_fn add_to_target;   /* TCP: NULL for a host atomic add */
     void *hook_ctx;
@@ -137,7 +137,8 @@ struct mscx_transport_ops {
      * Phase 1 of connecting to @p peer: create the connection and write the
      * blob that @p peer needs into @p blob (MSCX_TP_BLOB_BYTES).
      */
-    mscx_status_t (*conn_prepare)(struct mscx_tp_ep *ep, uint32_t peer, void *blob, struct mscx_tp_conn **conn_p);
+    mscx_status_t (*conn_prepare)(struct mscx_tp_ep *ep, uint32_t peer, void *blob,
+                                  struct mscx_tp_conn **conn_p);
     /** Phase 2: finish with the blob @p peer wrote for us. Refuses a bad magic / communicator. */
     mscx_status_t (*conn_establish)(struct mscx_tp_conn *conn, const void *peer_blob, uint64_t deadline_ns);
     /** Close a connection (also after an error). NULL accepted. */
@@ -199,7 +200,8 @@ int mscx_tp_ct_equal(const void *a, const void *b, size_t n);
  */
 mscx_status_t mscx_tp_connect_all(const struct mscx_transport_ops *ops, struct mscx_tp_ep *ep, uint32_t rank,
                                   uint32_t nranks, const uint8_t *want,
-                                  mscx_status_t (*allgather)(void *ctx, const void *mine, void *all, size_t bytes),
+                                  mscx_status_t (*allgather)(void *ctx, const void *mine, void *all,
+                                                             size_t bytes),
                                   void *ag_ctx, uint64_t deadline_ns, struct mscx_tp_conn **conns);
 
 #define MSCX_TP_ADDR_LEN 16   /* INET_ADDRSTRLEN */

@@ -36,14 +36,14 @@ struct ib_blob {
     uint64_t magic;
     uint64_t comm_id;
     uint32_t version;
-    uint32_t rank;  /* writer */
-    uint32_t dst;   /* the rank it is meant for */
+    uint32_t rank; /* writer */
+    uint32_t dst;  /* the rank it is meant for */
     uint32_t qpn;
     uint32_t psn;
     uint16_t lid;
     uint8_t port;
     uint8_t link_layer;
-    uint32_t mtu;   /* enum ibv_mtu */
+    uint32_t mtu; /* enum ibv_mtu */
     uint8_t gid[16];
 };
 _Static_assert(sizeof(struct ib_blob) <= MSCX_TP_BLOB_BYTES, "blob too big");
@@ -61,10 +61,10 @@ struct mscx_tp_conn {
     uint32_t peer;
     struct ibv_qp *qp;
     uint32_t psn;
-    uint64_t posted;       /* work requests posted */
-    uint64_t done;         /* work requests known complete */
+    uint64_t posted; /* work requests posted */
+    uint64_t done;   /* work requests known complete */
     uint64_t last_signaled;
-    uint64_t last_raddr;   /* any valid remote address / rkey, for the flush write */
+    uint64_t last_raddr; /* any valid remote address / rkey, for the flush write */
     uint32_t last_rkey;
     mscx_status_t err;
 };
@@ -210,7 +210,8 @@ static mscx_status_t ib_open_device(struct mscx_tp_ep *ep)
     int best = pick_device(ep, list, n, want, want_port, gpu_path);
     if (best < 0) {
         if (want[0])
-            MSCX_WARN("ib: MSCX_IB_HCA names %s, which is not an RDMA device with an active port", cfg->ib_hca);
+            MSCX_WARN("ib: MSCX_IB_HCA names %s, which is not an RDMA device with an active port",
+                      cfg->ib_hca);
         else
             MSCX_INFO(MSCX_SUB_IB, "ib: no RDMA device with an active port");
         st = want[0] ? MSCX_ERR_IBV : MSCX_ERR_UNSUPPORTED;
@@ -223,8 +224,12 @@ static mscx_status_t ib_open_device(struct mscx_tp_ep *ep)
         goto out;
     }
     MSCX_INFO(MSCX_SUB_IB, "ib: rank %u uses %s port %u (%s%s)", ep->p.rank, ep->devname, ep->port,
-              want[0] ? "MSCX_IB_HCA" : gpu_path[0] ? "closest to GPU " : "first active",
-              want[0] ? "" : gpu_path[0] ? ep->p.gpu_pci : "");
+              want[0]       ? "MSCX_IB_HCA"
+              : gpu_path[0] ? "closest to GPU "
+                            : "first active",
+              want[0]       ? ""
+              : gpu_path[0] ? ep->p.gpu_pci
+                            : "");
     st = MSCX_OK;
 out:
     if (list)
@@ -319,7 +324,8 @@ static void ib_ep_destroy(struct mscx_tp_ep *ep)
         return;
     for (uint32_t r = 0; r < ep->p.nranks; r++)
         ib_conn_close(ep->conns[r]);
-    while (ep->mrs) /* the contract: destroying an endpoint frees its regions (and the PD cannot go before them) */
+    while (ep->mrs) /* the contract: destroying an endpoint frees its regions (and the PD cannot go before
+                       them) */
         ib_mr_deregister(ep, ep->mrs);
     if (ep->atomic_mr)
         ep->ibv->dereg_mr(ep->atomic_mr);
@@ -336,19 +342,21 @@ static void ib_ep_destroy(struct mscx_tp_ep *ep)
 
 /* ---------------------------------------------------------------- memory */
 
-static mscx_status_t ib_mr_register(struct mscx_tp_ep *ep, void *base, size_t len, unsigned flags, int dmabuf_fd,
-                                    struct mscx_tp_mr **mr_p, struct mscx_tp_rdesc *desc_p)
+static mscx_status_t ib_mr_register(struct mscx_tp_ep *ep, void *base, size_t len, unsigned flags,
+                                    int dmabuf_fd, struct mscx_tp_mr **mr_p, struct mscx_tp_rdesc *desc_p)
 {
     if (!ep || !base || !len || !mr_p || !desc_p) {
         MSCX_WARN("caller bug: bad ib memory registration");
         return MSCX_ERR_INVALID_ARG;
     }
     if ((flags & MSCX_TP_MR_GPU) && dmabuf_fd < 0) {
-        MSCX_WARN("caller bug: ib registration of GPU memory needs a dmabuf fd; register the host bounce buffer");
+        MSCX_WARN(
+            "caller bug: ib registration of GPU memory needs a dmabuf fd; register the host bounce buffer");
         return MSCX_ERR_INVALID_ARG;
     }
     if (dmabuf_fd >= 0 && !ep->ibv->reg_dmabuf_mr) {
-        MSCX_WARN("ib: libibverbs has no ibv_reg_dmabuf_mr (IBVERBS_1.12): no GPUDirect RDMA, use the bounce buffer");
+        MSCX_WARN("ib: libibverbs has no ibv_reg_dmabuf_mr (IBVERBS_1.12): no GPUDirect RDMA, use the bounce "
+                  "buffer");
         return MSCX_ERR_UNSUPPORTED;
     }
     struct mscx_tp_mr *mr = calloc(1, sizeof(*mr));
@@ -402,7 +410,8 @@ static void ib_mr_deregister(struct mscx_tp_ep *ep, struct mscx_tp_mr *mr)
 
 /* ---------------------------------------------------------------- connect */
 
-static mscx_status_t ib_conn_prepare(struct mscx_tp_ep *ep, uint32_t peer, void *blob, struct mscx_tp_conn **conn_p)
+static mscx_status_t ib_conn_prepare(struct mscx_tp_ep *ep, uint32_t peer, void *blob,
+                                     struct mscx_tp_conn **conn_p)
 {
     if (!ep || peer >= ep->p.nranks || peer == ep->p.rank || !blob || !conn_p || ep->conns[peer]) {
         MSCX_WARN("caller bug: bad ib connection request to peer %u", peer);
@@ -428,18 +437,26 @@ static mscx_status_t ib_conn_prepare(struct mscx_tp_ep *ep, uint32_t peer, void 
         free(c);
         return MSCX_ERR_IBV;
     }
-    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = ep->port,
-                            .qp_access_flags = IB_ACCESS};
-    int e = ep->ibv->modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    struct ibv_qp_attr a = {
+        .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = ep->port, .qp_access_flags = IB_ACCESS};
+    int e =
+        ep->ibv->modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
     if (e) {
         MSCX_WARN("ib: qp to peer %u: RESET->INIT failed: %s", peer, strerror(e));
         ep->ibv->destroy_qp(c->qp);
         free(c);
         return MSCX_ERR_IBV;
     }
-    struct ib_blob b = {.magic = MSCX_TP_MAGIC, .comm_id = ep->p.comm_id, .version = MSCX_TP_PROTO_VERSION,
-                        .rank = ep->p.rank, .dst = peer, .qpn = c->qp->qp_num, .psn = c->psn,
-                        .lid = ep->pattr.lid, .port = ep->port, .link_layer = ep->pattr.link_layer,
+    struct ib_blob b = {.magic = MSCX_TP_MAGIC,
+                        .comm_id = ep->p.comm_id,
+                        .version = MSCX_TP_PROTO_VERSION,
+                        .rank = ep->p.rank,
+                        .dst = peer,
+                        .qpn = c->qp->qp_num,
+                        .psn = c->psn,
+                        .lid = ep->pattr.lid,
+                        .port = ep->port,
+                        .link_layer = ep->pattr.link_layer,
                         .mtu = ep->pattr.active_mtu};
     memcpy(b.gid, ep->gid.raw, 16);
     memset(blob, 0, MSCX_TP_BLOB_BYTES);
@@ -462,9 +479,9 @@ static mscx_status_t ib_conn_establish(struct mscx_tp_conn *c, const void *peer_
         return MSCX_ERR_REMOTE;
     }
     if (b.comm_id != ep->p.comm_id || b.rank != c->peer || b.dst != ep->p.rank) {
-        MSCX_WARN("ib: refused peer %u: communicator id %#llx ranks %u->%u, expected %#llx ranks %u->%u", c->peer,
-                  (unsigned long long)b.comm_id, b.rank, b.dst, (unsigned long long)ep->p.comm_id, c->peer,
-                  ep->p.rank);
+        MSCX_WARN("ib: refused peer %u: communicator id %#llx ranks %u->%u, expected %#llx ranks %u->%u",
+                  c->peer, (unsigned long long)b.comm_id, b.rank, b.dst, (unsigned long long)ep->p.comm_id,
+                  c->peer, ep->p.rank);
         return MSCX_ERR_REMOTE;
     }
     if (b.link_layer != ep->pattr.link_layer) {
@@ -503,8 +520,8 @@ static mscx_status_t ib_conn_establish(struct mscx_tp_conn *c, const void *peer_
     a.sq_psn = c->psn;
     a.max_rd_atomic = 1;
     e = ep->ibv->modify_qp(c->qp, &a,
-                           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                               IBV_QP_MAX_QP_RD_ATOMIC);
+                           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                               IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
     if (e) {
         MSCX_WARN("ib: qp to peer %u: RTR->RTS failed: %s", c->peer, strerror(e));
         return MSCX_ERR_IBV;
@@ -572,7 +589,8 @@ static mscx_status_t wait_room(struct mscx_tp_conn *c, uint64_t deadline_ns)
     return MSCX_OK;
 }
 
-static mscx_status_t post(struct mscx_tp_conn *c, struct ibv_send_wr *wr, int force_signal, uint64_t deadline_ns)
+static mscx_status_t post(struct mscx_tp_conn *c, struct ibv_send_wr *wr, int force_signal,
+                          uint64_t deadline_ns)
 {
     MSCX_CHECK(c->err);
     MSCX_CHECK(wait_room(c, deadline_ns));
@@ -594,7 +612,8 @@ static mscx_status_t post(struct mscx_tp_conn *c, struct ibv_send_wr *wr, int fo
 
 /* ---------------------------------------------------------------- data path */
 
-static mscx_status_t check_remote(struct mscx_tp_conn *c, const struct mscx_tp_rdesc *rd, uint64_t roff, uint64_t len)
+static mscx_status_t check_remote(struct mscx_tp_conn *c, const struct mscx_tp_rdesc *rd, uint64_t roff,
+                                  uint64_t len)
 {
     return mscx_tp_check_remote(rd, 'I', c->peer, roff, len);
 }
@@ -618,8 +637,8 @@ static mscx_status_t ib_put(struct mscx_tp_conn *c, struct mscx_tp_mr *lmr, uint
     /* One write per GiB; RC places them in order. */
     for (uint64_t done = 0; done < len || (len == 0 && done == 0); done += IB_MAX_WRITE) {
         uint64_t n = len - done < IB_MAX_WRITE ? len - done : IB_MAX_WRITE;
-        struct ibv_sge sge = {.addr = (uintptr_t)lmr->base + loff + done, .length = (uint32_t)n,
-                              .lkey = lmr->mr->lkey};
+        struct ibv_sge sge = {
+            .addr = (uintptr_t)lmr->base + loff + done, .length = (uint32_t)n, .lkey = lmr->mr->lkey};
         struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = n ? 1 : 0, .opcode = IBV_WR_RDMA_WRITE};
         wr.wr.rdma.remote_addr = rd->addr + roff + done;
         wr.wr.rdma.rkey = rd->key;
@@ -636,10 +655,12 @@ static mscx_status_t ib_signal(struct mscx_tp_conn *c, const struct mscx_tp_rdes
     MSCX_CHECK(c->err);
     MSCX_CHECK(check_remote(c, rd, roff, 8));
     if ((rd->addr + roff) % 8) {
-        MSCX_WARN("caller bug: ib signal word at offset %llu is not 8-byte aligned", (unsigned long long)roff);
+        MSCX_WARN("caller bug: ib signal word at offset %llu is not 8-byte aligned",
+                  (unsigned long long)roff);
         return MSCX_ERR_INVALID_ARG;
     }
-    struct ibv_sge sge = {.addr = (uintptr_t)c->ep->atomic_result, .length = 8, .lkey = c->ep->atomic_mr->lkey};
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)c->ep->atomic_result, .length = 8, .lkey = c->ep->atomic_mr->lkey};
     struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD};
     wr.wr.atomic.remote_addr = rd->addr + roff;
     wr.wr.atomic.rkey = rd->key;

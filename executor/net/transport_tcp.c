@@ -55,8 +55,8 @@ void mscx_tcp_conn_fail_locked(struct mscx_tp_conn *c, mscx_status_t st, const c
         MSCX_INFO(MSCX_SUB_NET, "tcp: peer %u closed the connection", c->peer);
         __atomic_store_n(&c->err, st, __ATOMIC_RELEASE);
     } else if (c->err == MSCX_OK) {
-        MSCX_WARN("tcp: connection rank %u -> peer %u failed: %s%s%s", ep->p.rank, c->peer, why, err ? ": " : "",
-                  err ? strerror(err) : "");
+        MSCX_WARN("tcp: connection rank %u -> peer %u failed: %s%s%s", ep->p.rank, c->peer, why,
+                  err ? ": " : "", err ? strerror(err) : "");
         __atomic_store_n(&c->err, st, __ATOMIC_RELEASE);
     }
     pthread_cond_broadcast(&ep->cond);
@@ -290,8 +290,8 @@ static void tcp_ep_destroy(struct mscx_tp_ep *ep)
 static mscx_status_t mr_add(struct mscx_tp_ep *ep, struct mscx_tp_mr *mr, struct mscx_tp_mr **mr_p,
                             struct mscx_tp_rdesc *desc_p);
 
-static mscx_status_t tcp_mr_register(struct mscx_tp_ep *ep, void *base, size_t len, unsigned flags, int dmabuf_fd,
-                                     struct mscx_tp_mr **mr_p, struct mscx_tp_rdesc *desc_p)
+static mscx_status_t tcp_mr_register(struct mscx_tp_ep *ep, void *base, size_t len, unsigned flags,
+                                     int dmabuf_fd, struct mscx_tp_mr **mr_p, struct mscx_tp_rdesc *desc_p)
 {
     (void)dmabuf_fd;
     if (!ep || !base || !len || !mr_p || !desc_p) {

@@ -154,8 +154,9 @@ static void refused(const char *who, const char *fmt, ...)
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     if (stranger_news(who))
-        MSCX_WARN("tcp: refused connection from %s: %s (further refusals of this address for a minute at INFO)",
-                  who, why);
+        MSCX_WARN(
+            "tcp: refused connection from %s: %s (further refusals of this address for a minute at INFO)",
+            who, why);
     else
         MSCX_INFO(MSCX_SUB_NET, "tcp: refused connection from %s: %s", who, why);
 }
@@ -274,8 +275,8 @@ void mscx_tcp_pending_serve(struct mscx_tp_ep *ep)
             refuse(pd->fd);
             pending_drop(ep, i);
         } else if (now >= pd->deadline_ns) {
-            refused(pd->who, "no handshake within %d ms (%zu of %zu bytes)", TCP_HANDSHAKE_TIMEOUT_MS, pd->got,
-                    sizeof(pd->hello));
+            refused(pd->who, "no handshake within %d ms (%zu of %zu bytes)", TCP_HANDSHAKE_TIMEOUT_MS,
+                    pd->got, sizeof(pd->hello));
             refuse(pd->fd);
             pending_drop(ep, i);
         }
@@ -318,8 +319,12 @@ mscx_status_t mscx_tcp_conn_prepare(struct mscx_tp_ep *ep, uint32_t peer, void *
     ep->conns[peer] = c;
     pthread_mutex_unlock(&ep->lock);
 
-    struct tcp_blob b = {.magic = MSCX_TP_MAGIC, .comm_id = ep->p.comm_id, .version = MSCX_TP_PROTO_VERSION,
-                         .rank = ep->p.rank, .addr = ep->addr, .port = ep->port};
+    struct tcp_blob b = {.magic = MSCX_TP_MAGIC,
+                         .comm_id = ep->p.comm_id,
+                         .version = MSCX_TP_PROTO_VERSION,
+                         .rank = ep->p.rank,
+                         .addr = ep->addr,
+                         .port = ep->port};
     memset(blob, 0, MSCX_TP_BLOB_BYTES);
     memcpy(blob, &b, sizeof(b));
     *conn_p = c;
@@ -378,8 +383,8 @@ static mscx_status_t dial(const struct mscx_tp_conn *c, const struct tcp_blob *b
     return MSCX_OK;
 
 err_connect:
-    MSCX_WARN("tcp: cannot connect to peer %u at %s:%u: %s", c->peer, inet_ntoa(sa.sin_addr), ntohs(sa.sin_port),
-              strerror(e));
+    MSCX_WARN("tcp: cannot connect to peer %u at %s:%u: %s", c->peer, inet_ntoa(sa.sin_addr),
+              ntohs(sa.sin_port), strerror(e));
     close(fd);
     return e == ETIMEDOUT ? MSCX_ERR_TIMEOUT : MSCX_ERR_REMOTE;
 }
@@ -388,8 +393,11 @@ err_connect:
 static mscx_status_t send_hello(struct mscx_tp_conn *c, int fd, uint64_t deadline_ns)
 {
     const struct mscx_tp_ep *ep = c->ep;
-    struct tcp_hello h = {.magic = MSCX_TP_MAGIC, .version = MSCX_TP_PROTO_VERSION, .src = ep->p.rank,
-                          .dst = c->peer, .comm_id = ep->p.comm_id};
+    struct tcp_hello h = {.magic = MSCX_TP_MAGIC,
+                          .version = MSCX_TP_PROTO_VERSION,
+                          .src = ep->p.rank,
+                          .dst = c->peer,
+                          .comm_id = ep->p.comm_id};
     struct tcp_hello_ack ack;
     memcpy(h.secret, ep->p.secret, sizeof(h.secret));
 

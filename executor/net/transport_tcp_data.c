@@ -22,7 +22,8 @@
 
 /* ---------------------------------------------------------------- sending (caller thread) */
 
-static mscx_status_t check_remote(struct mscx_tp_conn *c, const struct mscx_tp_rdesc *rd, uint64_t roff, uint64_t len)
+static mscx_status_t check_remote(struct mscx_tp_conn *c, const struct mscx_tp_rdesc *rd, uint64_t roff,
+                                  uint64_t len)
 {
     return mscx_tp_check_remote(rd, 'T', c->peer, roff, len);
 }
@@ -59,7 +60,8 @@ mscx_status_t mscx_tcp_put_late(struct mscx_tp_conn *c, struct mscx_tp_mr *lmr, 
         MSCX_WARN("caller bug: tcp late put to peer %u names no late-bound region of that peer", c->peer);
         return MSCX_ERR_INVALID_ARG;
     }
-    if (!lmr || loff > lmr->len || len > lmr->len - loff || (lmr->flags & (MSCX_TP_MR_GPU | MSCX_TP_MR_LATE))) {
+    if (!lmr || loff > lmr->len || len > lmr->len - loff ||
+        (lmr->flags & (MSCX_TP_MR_GPU | MSCX_TP_MR_LATE))) {
         MSCX_WARN("caller bug: tcp late put source outside the local host region");
         return MSCX_ERR_INVALID_ARG;
     }
@@ -88,7 +90,8 @@ mscx_status_t mscx_tcp_signal(struct mscx_tp_conn *c, const struct mscx_tp_rdesc
     MSCX_CHECK(mscx_tcp_conn_err(c));
     MSCX_CHECK(check_remote(c, rd, roff, 8));
     if ((rd->addr + roff) % 8) {
-        MSCX_WARN("caller bug: tcp signal word at offset %llu is not 8-byte aligned", (unsigned long long)roff);
+        MSCX_WARN("caller bug: tcp signal word at offset %llu is not 8-byte aligned",
+                  (unsigned long long)roff);
         return MSCX_ERR_INVALID_ARG;
     }
     struct tcp_msg m = {.type = MSG_SIGNAL, .key = rd->key, .off = roff, .len = 8};

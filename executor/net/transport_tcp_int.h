@@ -20,7 +20,14 @@
  * bring the bye (orderly close) or its own end (the peer died). */
 #define TCP_CLOSE_GRACE_MS 2000
 
-enum tcp_msg_type { MSG_PUT = 1, MSG_SIGNAL = 2, MSG_FLUSH = 3, MSG_FLUSH_ACK = 4, MSG_BYE = 5, MSG_PUT_LATE = 6 };
+enum tcp_msg_type {
+    MSG_PUT = 1,
+    MSG_SIGNAL = 2,
+    MSG_FLUSH = 3,
+    MSG_FLUSH_ACK = 4,
+    MSG_BYE = 5,
+    MSG_PUT_LATE = 6
+};
 
 /* PUT_LATE: the receiver's buffer id sits in flags above the put flags */
 #define MSG_LATE_BUF_SHIFT 16
@@ -58,12 +65,12 @@ struct mscx_tp_conn {
     struct tcp_msg rx_hdr;
     size_t rx_hdr_got;
     int rx_in_payload;
-    char *rx_dst;          /* where the payload of the current put goes */
-    unsigned rx_mr_flags;  /* the target's MSCX_TP_MR_* (for copy_to_target) */
-    int rx_stalled;        /* a late put waits for its target (the in socket is not read meanwhile) */
-    uint64_t rx_stall_ns;  /* since when */
-    uint64_t rx_done; /* payload bytes applied */
-    size_t rx_have;   /* payload bytes staged, not yet applied (< 8 between reads for packets) */
+    char *rx_dst;         /* where the payload of the current put goes */
+    unsigned rx_mr_flags; /* the target's MSCX_TP_MR_* (for copy_to_target) */
+    int rx_stalled;       /* a late put waits for its target (the in socket is not read meanwhile) */
+    uint64_t rx_stall_ns; /* since when */
+    uint64_t rx_done;     /* payload bytes applied */
+    size_t rx_have;       /* payload bytes staged, not yet applied (< 8 between reads for packets) */
     void *stage;
     /* receiver-thread state of the ack stream */
     struct tcp_msg ack;
@@ -101,7 +108,7 @@ struct mscx_tp_ep {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int stop;
-    uint64_t gen; /* receiver poll rounds finished */
+    uint64_t gen;                /* receiver poll rounds finished */
     struct mscx_tp_conn **conns; /* [nranks] */
     struct mscx_tp_mr **mrs;     /* by id */
     uint32_t nmr, cap;

@@ -99,8 +99,9 @@ int mscx_dtype_parse(const char *name, enum mscx_dtype *dtype_p)
         const char *alias;
         enum mscx_dtype dt;
     } aliases[] = {
-        {"float32", MSCX_DT_FP32}, {"float", MSCX_DT_FP32},     {"float16", MSCX_DT_FP16}, {"half", MSCX_DT_FP16},
-        {"bfloat16", MSCX_DT_BF16}, {"float64", MSCX_DT_FP64}, {"double", MSCX_DT_FP64},
+        {"float32", MSCX_DT_FP32}, {"float", MSCX_DT_FP32},    {"float16", MSCX_DT_FP16},
+        {"half", MSCX_DT_FP16},    {"bfloat16", MSCX_DT_BF16}, {"float64", MSCX_DT_FP64},
+        {"double", MSCX_DT_FP64},
     };
     int i = name_lookup(dtype_names, MSCX_DT_COUNT, name);
     if (i < 0 && name != NULL) {
@@ -282,15 +283,17 @@ mscx_status_t mscx_plan_executable(const struct mscx_plan *plan, char *err, size
             const struct mscx_gpu *g = &plan->gpus[r];
             for (uint32_t i = 0; i < g->nops; i++) {
                 if (mscx_opcode_is_multicast(g->ops[i].opcode)) {
-                    put_err(err, errlen,
-                            "plan %s: rank %u uses the multicast operation %s (NVLS switch channels), which the "
-                            "executors do not run",
-                            plan->name, r, mscx_opcode_name((enum mscx_opcode)g->ops[i].opcode));
+                    put_err(
+                        err, errlen,
+                        "plan %s: rank %u uses the multicast operation %s (NVLS switch channels), which the "
+                        "executors do not run",
+                        plan->name, r, mscx_opcode_name((enum mscx_opcode)g->ops[i].opcode));
                     return MSCX_ERR_UNSUPPORTED;
                 }
             }
         }
-        put_err(err, errlen, "plan %s declares switch (NVLS multicast) channels, which the executors do not run",
+        put_err(err, errlen,
+                "plan %s declares switch (NVLS multicast) channels, which the executors do not run",
                 plan->name);
         return MSCX_ERR_UNSUPPORTED;
     }
@@ -407,7 +410,8 @@ static int gpu_clone(struct mscx_gpu *d, const struct mscx_gpu *s)
             if (dup_array((void **)&ds->group_size, ss->group_size, ss->ngroups, sizeof(uint32_t)))
                 return -1;
             for (uint32_t k = 0; k < ss->ngroups; k++)
-                if (dup_array((void **)&ds->group_ranks[k], ss->group_ranks[k], ss->group_size[k], sizeof(uint32_t)))
+                if (dup_array((void **)&ds->group_ranks[k], ss->group_ranks[k], ss->group_size[k],
+                              sizeof(uint32_t)))
                     return -1;
         }
     }
@@ -422,8 +426,10 @@ static int gpu_clone(struct mscx_gpu *d, const struct mscx_gpu *s)
             for (int c = 0; c < MSCX_CHAN_COUNT; c++) {
                 d->tb[t].nchan[c] = s->tb[t].nchan[c];
                 d->tb[t].nrbuf[c] = s->tb[t].nrbuf[c];
-                if (dup_array((void **)&d->tb[t].chan[c], s->tb[t].chan[c], s->tb[t].nchan[c], sizeof(uint16_t)) ||
-                    dup_array((void **)&d->tb[t].rbuf[c], s->tb[t].rbuf[c], s->tb[t].nrbuf[c], sizeof(uint16_t)))
+                if (dup_array((void **)&d->tb[t].chan[c], s->tb[t].chan[c], s->tb[t].nchan[c],
+                              sizeof(uint16_t)) ||
+                    dup_array((void **)&d->tb[t].rbuf[c], s->tb[t].rbuf[c], s->tb[t].nrbuf[c],
+                              sizeof(uint16_t)))
                     return -1;
             }
         }
@@ -495,8 +501,8 @@ void mscx_plan_scratch_size(const struct mscx_plan *plan, uint32_t rank, uint64_
         struct mscx_geom g;
         char err[256];
         uint32_t es = mscx_dtype_size((enum mscx_dtype)dt);
-        if (mscx_plan_geom(plan, rank, in / es * es, out / es * es, (enum mscx_dtype)dt, &g, err, sizeof(err)) ==
-                MSCX_OK &&
+        if (mscx_plan_geom(plan, rank, in / es * es, out / es * es, (enum mscx_dtype)dt, &g, err,
+                           sizeof(err)) == MSCX_OK &&
             g.scratch_bytes > need)
             need = g.scratch_bytes;
     }
@@ -508,8 +514,9 @@ void mscx_plan_scratch_size(const struct mscx_plan *plan, uint32_t rank, uint64_
     *bytes_p = need;
 }
 
-mscx_status_t mscx_plan_geom(const struct mscx_plan *plan, uint32_t rank, uint64_t in_bytes, uint64_t out_bytes,
-                             enum mscx_dtype dtype, struct mscx_geom *geom_p, char *err, size_t errlen)
+mscx_status_t mscx_plan_geom(const struct mscx_plan *plan, uint32_t rank, uint64_t in_bytes,
+                             uint64_t out_bytes, enum mscx_dtype dtype, struct mscx_geom *geom_p, char *err,
+                             size_t errlen)
 {
     struct mscx_geom g;
     uint32_t esize = mscx_dtype_size(dtype);
@@ -527,7 +534,8 @@ mscx_status_t mscx_plan_geom(const struct mscx_plan *plan, uint32_t rank, uint64
         return MSCX_ERR_INVALID_ARG;
     }
     if (in_bytes % esize || out_bytes % esize) {
-        put_err(err, errlen, "caller bug: %" PRIu64 " input / %" PRIu64 " output bytes are not whole %s elements",
+        put_err(err, errlen,
+                "caller bug: %" PRIu64 " input / %" PRIu64 " output bytes are not whole %s elements",
                 in_bytes, out_bytes, mscx_dtype_name(dtype));
         return MSCX_ERR_INVALID_ARG;
     }
@@ -538,11 +546,12 @@ mscx_status_t mscx_plan_geom(const struct mscx_plan *plan, uint32_t rank, uint64
     uint64_t sect_bytes = plan->coll == MSCX_COLL_ALLGATHER ? out_bytes : in_bytes;
     if (sect > 1 && (sect_bytes / esize) % sect) {
         put_err(err, errlen,
-                "caller bug: plan %s rank %u: the %s's %" PRIu64 "-byte %s (%" PRIu64 " %s elements) does not "
+                "caller bug: plan %s rank %u: the %s's %" PRIu64 "-byte %s (%" PRIu64
+                " %s elements) does not "
                 "split into its %u chunks evenly, so the chunks would not line up with the ranks' sections",
                 plan->name, rank, mscx_coll_name(plan->coll), sect_bytes,
-                plan->coll == MSCX_COLL_ALLGATHER ? "output" : "input", sect_bytes / esize, mscx_dtype_name(dtype),
-                sect);
+                plan->coll == MSCX_COLL_ALLGATHER ? "output" : "input", sect_bytes / esize,
+                mscx_dtype_name(dtype), sect);
         return MSCX_ERR_INVALID_ARG;
     }
     memset(&g, 0, sizeof(g));
@@ -555,7 +564,8 @@ mscx_status_t mscx_plan_geom(const struct mscx_plan *plan, uint32_t rank, uint64
         g.out_chunk = (out_bytes / esize + gpu->output_chunks - 1) / gpu->output_chunks * esize;
     if (gpu->input_chunks && gpu->output_chunks && g.in_chunk != g.out_chunk) {
         put_err(err, errlen,
-                "caller bug: plan %s rank %u: input chunks of %" PRIu64 " bytes (%" PRIu64 " over %u) and output "
+                "caller bug: plan %s rank %u: input chunks of %" PRIu64 " bytes (%" PRIu64
+                " over %u) and output "
                 "chunks of %" PRIu64 " bytes (%" PRIu64 " over %u) disagree",
                 plan->name, rank, g.in_chunk, in_bytes, gpu->input_chunks, g.out_chunk, out_bytes,
                 gpu->output_chunks);
@@ -564,17 +574,18 @@ mscx_status_t mscx_plan_geom(const struct mscx_plan *plan, uint32_t rank, uint64
     uint64_t align = plan->alignment > 16 ? plan->alignment : 16;
     uint64_t biggest = g.in_chunk > g.out_chunk ? g.in_chunk : g.out_chunk;
     g.slot = biggest ? round_up(biggest, align) : align;
-    uint64_t factor = ((plan->has_packet_ops || plan->protocol == MSCX_PROTO_LL) ? 2 : 1) *
-                      (plan->double_scratch ? 2 : 1);
+    uint64_t factor =
+        ((plan->has_packet_ops || plan->protocol == MSCX_PROTO_LL) ? 2 : 1) * (plan->double_scratch ? 2 : 1);
     uint64_t max_chunks = gpu->scratch_chunks;
     if (gpu->input_chunks > max_chunks)
         max_chunks = gpu->input_chunks;
     if (gpu->output_chunks > max_chunks)
         max_chunks = gpu->output_chunks;
     if (max_chunks * g.slot * factor > GEOM_MAX_BYTES) {
-        put_err(err, errlen, "caller bug: plan %s rank %u: %" PRIu64 "-byte chunks over %" PRIu64
-                " chunks are beyond the %" PRIu64 "-byte limit", plan->name, rank, g.slot, max_chunks,
-                (uint64_t)GEOM_MAX_BYTES);
+        put_err(err, errlen,
+                "caller bug: plan %s rank %u: %" PRIu64 "-byte chunks over %" PRIu64
+                " chunks are beyond the %" PRIu64 "-byte limit",
+                plan->name, rank, g.slot, max_chunks, (uint64_t)GEOM_MAX_BYTES);
         return MSCX_ERR_INVALID_ARG;
     }
     g.scratch_bytes = (uint64_t)gpu->scratch_chunks * g.slot * factor;
@@ -611,10 +622,12 @@ void mscx_plan_describe(const struct mscx_plan *plan, FILE *out, const uint64_t 
     if (plan->nranks == 0)
         tb_min = 0;
     fprintf(out, "plan:            %s (%s)\n", plan->name, plan->origin ? plan->origin : "-");
-    fprintf(out, "collective:      %s\n", plan->collective_name ? plan->collective_name : mscx_coll_name(plan->coll));
+    fprintf(out, "collective:      %s\n",
+            plan->collective_name ? plan->collective_name : mscx_coll_name(plan->coll));
     fprintf(out, "ranks:           %u\n", plan->nranks);
     if (plan->ranks_per_node)
-        fprintf(out, "ranks/node:      %u%s\n", plan->ranks_per_node, plan->ranks_per_node_given ? "" : " (inferred)");
+        fprintf(out, "ranks/node:      %u%s\n", plan->ranks_per_node,
+                plan->ranks_per_node_given ? "" : " (inferred)");
     else
         fprintf(out, "ranks/node:      unknown\n");
     if (plan->coll == MSCX_COLL_BROADCAST)
@@ -638,7 +651,8 @@ void mscx_plan_describe(const struct mscx_plan *plan, FILE *out, const uint64_t 
     if (plan->fused || plan->fuse.ops_before)
         fprintf(out, "fusion:          %u ops before, %u after, %u removed\n", plan->fuse.ops_before,
                 plan->fuse.ops_after,
-                plan->fuse.ops_before > plan->fuse.ops_after ? plan->fuse.ops_before - plan->fuse.ops_after : 0);
+                plan->fuse.ops_before > plan->fuse.ops_after ? plan->fuse.ops_before - plan->fuse.ops_after
+                                                             : 0);
     if (plan->has_multicast)
         fprintf(out, "multicast:       yes (not executable)\n");
     for (size_t i = 0; i < nsizes; i++) {

@@ -58,12 +58,14 @@ static char *rewrite_huge_sizes(const char *json, size_t len)
         errno = 0;
         unsigned long long v = strtoull(num, NULL, 10);
         size_t k = i;
-        while (k > 0 && (json[k - 1] == ' ' || json[k - 1] == '\t' || json[k - 1] == '\n' || json[k - 1] == '\r'))
+        while (k > 0 &&
+               (json[k - 1] == ' ' || json[k - 1] == '\t' || json[k - 1] == '\n' || json[k - 1] == '\r'))
             k--;
         bool size_key = false;
         if (k > 0 && json[k - 1] == ':') {
             k--;
-            while (k > 0 && (json[k - 1] == ' ' || json[k - 1] == '\t' || json[k - 1] == '\n' || json[k - 1] == '\r'))
+            while (k > 0 &&
+                   (json[k - 1] == ' ' || json[k - 1] == '\t' || json[k - 1] == '\n' || json[k - 1] == '\r'))
                 k--;
             for (int q = 0; q < 2; q++) {
                 size_t kl = strlen(keys[q]);
@@ -184,8 +186,8 @@ static int parse_gpu_channels(struct pctx *c, struct mscx_gpu *g, const json_t *
                 if (mscx_pj_u64_v(c, json_array_get(to, k), UINT32_MAX, &peer))
                     goto out;
                 if (peer >= c->nranks || peer == c->rank) {
-                    fail(c, NULL, json_array_get(to, k), "a peer rank below %u other than this rank (%u)", c->nranks,
-                         c->rank);
+                    fail(c, NULL, json_array_get(to, k), "a peer rank below %u other than this rank (%u)",
+                         c->nranks, c->rank);
                     goto out;
                 }
                 if (a->n >= UINT16_MAX) {
@@ -289,7 +291,8 @@ static int parse_gpu_decls(struct pctx *c, struct mscx_gpu *g, const json_t *gj)
             return -1;
         iv = json_object_get(s, "init_value");
         if (iv != NULL) {
-            if (!json_is_integer(iv) || json_integer_value(iv) < INT32_MIN || json_integer_value(iv) > INT32_MAX)
+            if (!json_is_integer(iv) || json_integer_value(iv) < INT32_MIN ||
+                json_integer_value(iv) > INT32_MAX)
                 return fail(c, "init_value", iv, "a 32-bit integer");
             g->sem_init[i] = (int32_t)json_integer_value(iv);
         }
@@ -433,9 +436,20 @@ static int parse_extension(struct pctx *c, const json_t *root, struct mscx_plan 
 }
 
 static const char *const known_top[] = {
-    "name", "collective", "protocol", "inplace", "reuse_resources", "num_threads_per_block",
-    "use_double_scratch_buffer", "buffer_alignment", "min_message_size", "max_message_size", "gpus",
-    "version", "mscx", "ranks_may_differ",
+    "name",
+    "collective",
+    "protocol",
+    "inplace",
+    "reuse_resources",
+    "num_threads_per_block",
+    "use_double_scratch_buffer",
+    "buffer_alignment",
+    "min_message_size",
+    "max_message_size",
+    "gpus",
+    "version",
+    "mscx",
+    "ranks_may_differ",
 };
 
 static int parse_top(struct pctx *c, const json_t *root, struct mscx_plan *p)
@@ -446,7 +460,8 @@ static int parse_top(struct pctx *c, const json_t *root, struct mscx_plan *p)
 
     if (!json_is_object(root))
         return fail(c, NULL, root, "a plan object");
-    json_object_foreach((json_t *)root, key, val) {
+    json_object_foreach((json_t *)root, key, val)
+    {
         size_t k;
         for (k = 0; k < sizeof(known_top) / sizeof(known_top[0]); k++)
             if (strcmp(known_top[k], key) == 0)
@@ -465,8 +480,9 @@ static int parse_top(struct pctx *c, const json_t *root, struct mscx_plan *p)
     if ((p->collective_name = strdup(s)) == NULL)
         return mscx_pj_nomem(c);
     if (mscx_coll_parse(s, &p->coll))
-        return fail(c, "collective", json_object_get(root, "collective"),
-                    "a collective (allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv or test)");
+        return fail(
+            c, "collective", json_object_get(root, "collective"),
+            "a collective (allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv or test)");
     s = mscx_pj_str(c, root, "protocol", false);
     if (c->failed)
         return -1;
@@ -520,8 +536,8 @@ static void log_historical(const struct pctx *c, const struct mscx_plan *p, cons
     list[0] = '\0';
     for (int i = 0; i < c->nhistorical && n < sizeof(list); i++)
         n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", c->historical[i]);
-    MSCX_INFO(MSCX_SUB_PLAN, "plan %s (%s) uses historical names (%s); read with their current meaning", p->name,
-              origin, list);
+    MSCX_INFO(MSCX_SUB_PLAN, "plan %s (%s) uses historical names (%s); read with their current meaning",
+              p->name, origin, list);
 }
 
 /* "plan bug: ORIGIN:LINE:COL: PATH: MESSAGE" for the error in @p c, at the place of its path in @p json. */
@@ -534,8 +550,8 @@ static void plan_bug(const struct pctx *c, const char *json, size_t len, const c
              c->msg);
 }
 
-mscx_status_t mscx_plan_load_buffer(const char *json, size_t len, const char *origin, struct mscx_plan **plan_p,
-                                    char *err, size_t errlen)
+mscx_status_t mscx_plan_load_buffer(const char *json, size_t len, const char *origin,
+                                    struct mscx_plan **plan_p, char *err, size_t errlen)
 {
     struct pctx *c = NULL;
     struct mscx_plan *p = NULL;
@@ -647,7 +663,7 @@ mscx_status_t mscx_plan_load(const char *path, struct mscx_plan **plan_p, char *
     free(buf);
     return st;
 
-err_sys: {
+err_sys : {
     int e = errno;
     if (err && errlen)
         snprintf(err, errlen, "cannot read %s: %s", path, strerror(e));
@@ -655,4 +671,3 @@ err_sys: {
     return MSCX_ERR_SYSTEM;
 }
 }
-

@@ -45,8 +45,8 @@ int mscx_pj_fail(struct pctx *c, const char *leaf, const json_t *got, const char
 int mscx_pj_failf(struct pctx *c, const char *leaf, const json_t *got, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 int mscx_pj_nomem(struct pctx *c);
-int mscx_pj_u32(struct pctx *c, const json_t *obj, const char *key, bool have_dflt, uint32_t dflt, uint32_t max,
-                uint32_t *out_p);
+int mscx_pj_u32(struct pctx *c, const json_t *obj, const char *key, bool have_dflt, uint32_t dflt,
+                uint32_t max, uint32_t *out_p);
 int mscx_pj_u32_v(struct pctx *c, const json_t *v, uint32_t max, uint32_t *out_p);
 /* Unsigned field @p key of @p obj (missing: @p dflt when @p have_dflt); max_message_size may be 2^64-1. */
 int mscx_pj_u64(struct pctx *c, const json_t *obj, const char *key, bool have_dflt, uint64_t dflt,

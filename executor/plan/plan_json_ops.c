@@ -43,7 +43,8 @@ static int parse_tb_table(struct pctx *c, const json_t *tbj, const char *key, co
             return -1;
         size_t n = json_array_size(ids);
         if (n_p[t] + n > max_per_type) {
-            snprintf(what, sizeof(what), "at most %u %s entries per thread block", max_per_type, ctype_names[t]);
+            snprintf(what, sizeof(what), "at most %u %s entries per thread block", max_per_type,
+                     ctype_names[t]);
             return fail(c, ids_key, ids, what);
         }
         if (n == 0) {
@@ -91,7 +92,8 @@ static int parse_operand(struct pctx *c, const struct mscx_gpu *g, const struct 
         if (mscx_pj_u32_v(c, v, UINT32_MAX, &id))
             return -1;
         if (ct != MSCX_CHAN_MEMORY && ct != MSCX_CHAN_PORT)
-            return fail(c, "buffer_id", v, "no remote operand on an op whose channel_type is not memory or port");
+            return fail(c, "buffer_id", v,
+                        "no remote operand on an op whose channel_type is not memory or port");
         if (id >= tb->nrbuf[ct]) {
             snprintf(what, sizeof(what), "a remote buffer index below %u (the thread block's %s table)",
                      tb->nrbuf[ct], ctype_names[ct]);
@@ -140,9 +142,9 @@ static size_t slice_len(const json_t *a, size_t first, size_t count)
     return first >= n ? 0 : (n - first < count ? n - first : count);
 }
 
-static int parse_operands(struct pctx *c, const struct mscx_gpu *g, const struct mscx_tb *tb, const json_t *opj,
-                          const char *key, uint8_t ct, size_t first, size_t count, struct mscx_dev_operand *v,
-                          uint8_t *n_p)
+static int parse_operands(struct pctx *c, const struct mscx_gpu *g, const struct mscx_tb *tb,
+                          const json_t *opj, const char *key, uint8_t ct, size_t first, size_t count,
+                          struct mscx_dev_operand *v, uint8_t *n_p)
 {
     bool aerr;
     const json_t *a = mscx_pj_array(c, opj, key, false, &aerr);
@@ -187,7 +189,8 @@ static size_t split_width(const json_t *opj)
     const json_t *src = json_object_get(opj, "src_buff"), *dst = json_object_get(opj, "dst_buff");
     const json_t *ids = json_object_get(opj, "channel_ids");
     bool known = false;
-    if (name == NULL || !json_is_array(src) || !json_is_array(dst) || json_array_size(src) != json_array_size(dst))
+    if (name == NULL || !json_is_array(src) || !json_is_array(dst) ||
+        json_array_size(src) != json_array_size(dst))
         return 0;
     for (size_t k = 0; k < sizeof(pairwise) / sizeof(pairwise[0]); k++)
         known = known || strcmp(name, pairwise[k]) == 0;
@@ -211,8 +214,8 @@ static size_t op_pieces(const json_t *opj)
 }
 
 /* The DSL's glre form: {buffer_type, buffer_offset, size, dst_chunk{rank, type, index, size}}. */
-static int parse_glre_form(struct pctx *c, const struct mscx_gpu *g, const struct mscx_tb *tb, const json_t *opj,
-                           struct mscx_dev_op *op)
+static int parse_glre_form(struct pctx *c, const struct mscx_gpu *g, const struct mscx_tb *tb,
+                           const json_t *opj, struct mscx_dev_op *op)
 {
     const json_t *dc = json_object_get(opj, "dst_chunk");
     struct mscx_dev_operand *s = &op->src[0];
@@ -308,7 +311,8 @@ static int parse_op_reduce(struct pctx *c, const json_t *opj, struct mscx_dev_op
     if (rop) {
         enum mscx_redop r;
         if (mscx_redop_parse(rop, &r))
-            return fail(c, "reduce_op", json_object_get(opj, "reduce_op"), "a reduction (sum, prod, min, max)");
+            return fail(c, "reduce_op", json_object_get(opj, "reduce_op"),
+                        "a reduction (sum, prod, min, max)");
         op->reduce_op = (uint8_t)r;
     } else if (json_object_get(opj, "reduce_op")) {
         return -1;
@@ -359,7 +363,8 @@ static int parse_op_pipeline(struct pctx *c, const json_t *opj, struct mscx_dev_
     return 0;
 }
 
-/* Parse @p opj into @p op; for a split pairwise op, only pairs [first, first + count) (count SIZE_MAX: all). */
+/* Parse @p opj into @p op; for a split pairwise op, only pairs [first, first + count) (count SIZE_MAX: all).
+ */
 static int parse_op(struct pctx *c, const struct mscx_gpu *g, const struct mscx_tb *tb, const json_t *opj,
                     size_t first, size_t count, struct mscx_dev_op *op)
 {
@@ -485,7 +490,8 @@ int mscx_plan_json_tbs(struct pctx *c, struct mscx_gpu *g, const json_t *gj)
     bool aerr;
     char what[64];
     const json_t *tbs = mscx_pj_array(c, gj, "threadblocks", false, &aerr);
-    uint32_t chan_limit[MSCX_CHAN_COUNT] = {0, g->nchan[MSCX_CHAN_MEMORY], g->nchan[MSCX_CHAN_PORT], g->nswitch};
+    uint32_t chan_limit[MSCX_CHAN_COUNT] = {0, g->nchan[MSCX_CHAN_MEMORY], g->nchan[MSCX_CHAN_PORT],
+                                            g->nswitch};
     uint32_t rbuf_limit[MSCX_CHAN_COUNT] = {0, g->nrbuf, g->nrbuf, g->nrbuf};
     size_t total = 0, n;
 
@@ -517,10 +523,10 @@ int mscx_plan_json_tbs(struct pctx *c, struct mscx_gpu *g, const json_t *gj)
             snprintf(what, sizeof(what), "the block's position in threadblocks, %zu", t);
             return fail(c, "id", json_object_get(tbj, "id"), what);
         }
-        if (parse_tb_table(c, tbj, "channels", "channel_type", "channel_ids", chan_limit, MSCX_MAX_CHAN_PER_TB,
-                           tb->nchan, tb->chan) ||
-            parse_tb_table(c, tbj, "remote_buffer_refs", "access_channel_type", "remote_buffer_ids", rbuf_limit,
-                           UINT16_MAX, tb->nrbuf, tb->rbuf) ||
+        if (parse_tb_table(c, tbj, "channels", "channel_type", "channel_ids", chan_limit,
+                           MSCX_MAX_CHAN_PER_TB, tb->nchan, tb->chan) ||
+            parse_tb_table(c, tbj, "remote_buffer_refs", "access_channel_type", "remote_buffer_ids",
+                           rbuf_limit, UINT16_MAX, tb->nrbuf, tb->rbuf) ||
             parse_tb_ops(c, g, tb, tbj))
             return -1;
         pop(c);

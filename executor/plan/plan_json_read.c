@@ -159,7 +159,8 @@ static int num_value(const json_t *v, double *d_p, json_int_t *i_p, bool *is_int
  * Unsigned integer field. @p have_dflt: missing is allowed and gives @p dflt.
  * @p clamp: values too large for uint64 become max (max_message_size).
  */
-static int get_u64_v(struct pctx *c, const json_t *v, const char *leaf, uint64_t max, uint64_t *out_p, bool clamp)
+static int get_u64_v(struct pctx *c, const json_t *v, const char *leaf, uint64_t max, uint64_t *out_p,
+                     bool clamp)
 {
     double d = 0;
     json_int_t i = 0;
@@ -192,8 +193,8 @@ static int get_u64_v(struct pctx *c, const json_t *v, const char *leaf, uint64_t
     return 0;
 }
 
-static int get_u64(struct pctx *c, const json_t *obj, const char *key, bool have_dflt, uint64_t dflt, uint64_t max,
-                   uint64_t *out_p)
+static int get_u64(struct pctx *c, const json_t *obj, const char *key, bool have_dflt, uint64_t dflt,
+                   uint64_t max, uint64_t *out_p)
 {
     const json_t *v = json_object_get(obj, key);
     if (v == NULL) {
@@ -205,8 +206,8 @@ static int get_u64(struct pctx *c, const json_t *obj, const char *key, bool have
     return get_u64_v(c, v, key, max, out_p, key[0] == 'm' && strcmp(key, "max_message_size") == 0);
 }
 
-static int get_u32(struct pctx *c, const json_t *obj, const char *key, bool have_dflt, uint32_t dflt, uint32_t max,
-                   uint32_t *out_p)
+static int get_u32(struct pctx *c, const json_t *obj, const char *key, bool have_dflt, uint32_t dflt,
+                   uint32_t max, uint32_t *out_p)
 {
     uint64_t v;
     if (get_u64(c, obj, key, have_dflt, dflt, max, &v))
@@ -376,8 +377,9 @@ static int parse_opcode(struct pctx *c, const json_t *op, uint8_t *out_p)
             }
         }
     }
-    return fail(c, "name", v, "an operation name (nop, barrier, put, ppkt, rppkt, pws, pwsf, get, copy, cpkt, upkt, "
-                               "signal, wait, flush, re, repkt, ...)");
+    return fail(c, "name", v,
+                "an operation name (nop, barrier, put, ppkt, rppkt, pws, pwsf, get, copy, cpkt, upkt, "
+                "signal, wait, flush, re, repkt, ...)");
 }
 
 /* ---- the interface of plan_json_int.h ---- */
@@ -416,8 +418,8 @@ int mscx_pj_nomem(struct pctx *c)
     return nomem(c);
 }
 
-int mscx_pj_u32(struct pctx *c, const json_t *obj, const char *key, bool have_dflt, uint32_t dflt, uint32_t max,
-                uint32_t *out_p)
+int mscx_pj_u32(struct pctx *c, const json_t *obj, const char *key, bool have_dflt, uint32_t dflt,
+                uint32_t max, uint32_t *out_p)
 {
     return get_u32(c, obj, key, have_dflt, dflt, max, out_p);
 }

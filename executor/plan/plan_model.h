@@ -32,24 +32,24 @@ struct mscx_tb {
 
 /* A rank-level channel of one type (memory, port). */
 struct mscx_chan {
-    uint32_t peer;     /* connected_to */
-    uint32_t pair;     /* the peer's channel index of the same type that pairs with this one */
+    uint32_t peer;       /* connected_to */
+    uint32_t pair;       /* the peer's channel index of the same type that pairs with this one */
     uint32_t occurrence; /* k-th channel of this type from this rank to peer */
-    bool paired;       /* false when the peer declares fewer channels to us */
+    bool paired;         /* false when the peer declares fewer channels to us */
 };
 
 /* A switch (multicast) channel: parsed, never executed. */
 struct mscx_switch_chan {
     uint8_t buf_type;
     uint32_t ngroups;
-    uint32_t *group_size;  /* per group */
+    uint32_t *group_size; /* per group */
     uint32_t **group_ranks;
 };
 
 struct mscx_rbuf {
-    uint32_t rank;        /* owner */
-    uint8_t type;         /* enum mscx_buf_type */
-    uint8_t access_mask;  /* 1u << enum mscx_chan_type */
+    uint32_t rank;       /* owner */
+    uint8_t type;        /* enum mscx_buf_type */
+    uint8_t access_mask; /* 1u << enum mscx_chan_type */
 };
 
 struct mscx_gpu {
@@ -67,40 +67,40 @@ struct mscx_gpu {
     int32_t *sem_init;
     uint32_t ntb;
     struct mscx_tb *tb;
-    uint32_t nops;            /* all thread blocks, pipeline bodies included */
-    struct mscx_dev_op *ops;  /* flattened in thread block order */
+    uint32_t nops;           /* all thread blocks, pipeline bodies included */
+    struct mscx_dev_op *ops; /* flattened in thread block order */
 };
 
 struct mscx_plan {
     char *name;
-    char *origin;             /* file name, or the origin given to load_buffer */
-    char *collective_name;    /* as written */
+    char *origin;          /* file name, or the origin given to load_buffer */
+    char *collective_name; /* as written */
     enum mscx_coll coll;
     enum mscx_protocol protocol;
     bool inplace;
     bool reuse_resources;
     bool double_scratch;
     bool has_packet_ops;
-    bool has_multicast;       /* glres, gstore, gstorepkt or switch channels */
-    bool has_port;            /* any port channel */
-    uint32_t nthreads;        /* num_threads_per_block */
-    uint32_t alignment;       /* buffer_alignment */
+    bool has_multicast; /* glres, gstore, gstorepkt or switch channels */
+    bool has_port;      /* any port channel */
+    uint32_t nthreads;  /* num_threads_per_block */
+    uint32_t alignment; /* buffer_alignment */
     uint64_t min_size;
     uint64_t max_size;
     uint32_t nranks;
-    uint32_t ranks_per_node;  /* from the extension, else inferred */
+    uint32_t ranks_per_node; /* from the extension, else inferred */
     bool ranks_per_node_given;
-    uint32_t root;            /* broadcast root: the extension's "root", else 0 */
+    uint32_t root; /* broadcast root: the extension's "root", else 0 */
     bool root_given;
-    bool beats_nccl_window;   /* the extension's "beats_nccl_window", else false */
-    bool ranks_may_differ;    /* "ranks_may_differ": ranks may reduce in different orders */
-    uint32_t dtype_mask;      /* 1u << enum mscx_dtype allowed */
-    uint32_t redop_mask;      /* 1u << enum mscx_redop allowed */
+    bool beats_nccl_window; /* the extension's "beats_nccl_window", else false */
+    bool ranks_may_differ;  /* "ranks_may_differ": ranks may reduce in different orders */
+    uint32_t dtype_mask;    /* 1u << enum mscx_dtype allowed */
+    uint32_t redop_mask;    /* 1u << enum mscx_redop allowed */
     bool masks_given;
-    uint32_t version;         /* "version" field, 0 when absent */
+    uint32_t version;            /* "version" field, 0 when absent */
     struct mscx_fuse_stats fuse; /* carried in the extension object, zero when none */
     bool fused;
-    struct mscx_gpu *gpus;    /* [nranks], gpus[r].id == r */
+    struct mscx_gpu *gpus; /* [nranks], gpus[r].id == r */
 };
 
 /*
@@ -145,7 +145,8 @@ static inline bool mscx_opcode_is_packet(unsigned op)
 
 static inline bool mscx_opcode_is_multicast(unsigned op)
 {
-    return op == MSCX_OP_MULTI_LOAD_REDUCE_STORE || op == MSCX_OP_MULTI_STORE || op == MSCX_OP_MULTI_STORE_PKT;
+    return op == MSCX_OP_MULTI_LOAD_REDUCE_STORE || op == MSCX_OP_MULTI_STORE ||
+           op == MSCX_OP_MULTI_STORE_PKT;
 }
 
 /* Two ranks' chunk counts are equal: their operands resolve with the same geometry. */

@@ -138,7 +138,8 @@ static void scan_array(struct scan *sc, int depth, bool on_path)
         return;
     }
     for (;;) {
-        bool child = on_path && depth < sc->ncomp && sc->comps[depth].key == NULL && sc->comps[depth].idx == idx;
+        bool child =
+            on_path && depth < sc->ncomp && sc->comps[depth].key == NULL && sc->comps[depth].idx == idx;
         scan_value(sc, depth + 1, child);
         if (sc->done || sc->bad)
             return;

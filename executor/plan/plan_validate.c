@@ -335,10 +335,11 @@ static int check_gpu_decls(struct vctx *v, uint32_t r)
 
 struct layout {
     uint8_t nsrc_min, nsrc_max, ndst_min, ndst_max;
-    const char *src, *dst; /* role per position, last repeats: L local, S local scratch, R remote, X remote scratch */
-    uint8_t ct_mask;       /* allowed channel types */
-    bool paired;           /* nsrc == ndst */
-    bool need_chan;        /* at least one channel */
+    const char *src,
+        *dst; /* role per position, last repeats: L local, S local scratch, R remote, X remote scratch */
+    uint8_t ct_mask; /* allowed channel types */
+    bool paired;     /* nsrc == ndst */
+    bool need_chan;  /* at least one channel */
 };
 
 #define CT(t) (1u << (t))
@@ -378,7 +379,9 @@ static const struct layout layouts[MSCX_OP_COUNT] = {
 
 static uint32_t buf_chunks(const struct mscx_gpu *g, unsigned type)
 {
-    return type == MSCX_BUF_INPUT ? g->input_chunks : type == MSCX_BUF_OUTPUT ? g->output_chunks : g->scratch_chunks;
+    return type == MSCX_BUF_INPUT    ? g->input_chunks
+           : type == MSCX_BUF_OUTPUT ? g->output_chunks
+                                     : g->scratch_chunks;
 }
 
 /* Bounds and access of one operand. */

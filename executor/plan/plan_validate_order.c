@@ -429,4 +429,3 @@ out:
     free(acc);
     return rc;
 }
-

@@ -32,7 +32,7 @@
 #include "plan_validate_int.h"
 
 #define RO_MAX_CELLS_PER_CHUNK 64u
-#define RO_MAX_CELLS (1u << 21) /* all ranks and buffers together: 11 bytes each */
+#define RO_MAX_CELLS (1u << 21)  /* all ranks and buffers together: 11 bytes each */
 #define RO_MAX_WORK (1ull << 26) /* cells read or written by all ops together */
 #define RO_RENDER_DEPTH 12
 #define RO_TEXT_LEN 96 /* an expression in a message */
@@ -328,7 +328,8 @@ static void cell_put(struct ro_buf *b, uint64_t at, uint32_t val, bool packet, u
         b->ready[at] = 1;
 }
 
-static void copy_span(const struct ro_span *src, const struct ro_span *dst, bool packet, uint32_t r, uint32_t i)
+static void copy_span(const struct ro_span *src, const struct ro_span *dst, bool packet, uint32_t r,
+                      uint32_t i)
 {
     uint64_t n = src->len < dst->len ? src->len : dst->len;
     for (uint64_t j = 0; j < n; j++)
@@ -626,12 +627,13 @@ static int differ_fail(struct vctx *v, struct ro *s, uint32_t r, uint32_t c)
     } else {
         mscx_pv_path(v, "gpus[%u]", r);
     }
-    return mscx_pv_fail(v,
-                        "expected every rank to reduce each output element in the same order, got another "
-                        "order on rank %u than on rank 0 for its %s: floating-point results differ between "
-                        "ranks; plan %s is refused (a plan that accepts this sets \"ranks_may_differ\": true); "
-                        "rank %u: %s, rank 0: %s",
-                        r, where, v->plan->name, r, mine, first);
+    return mscx_pv_fail(
+        v,
+        "expected every rank to reduce each output element in the same order, got another "
+        "order on rank %u than on rank 0 for its %s: floating-point results differ between "
+        "ranks; plan %s is refused (a plan that accepts this sets \"ranks_may_differ\": true); "
+        "rank %u: %s, rank 0: %s",
+        r, where, v->plan->name, r, mine, first);
 }
 
 static bool order_matters(const struct mscx_plan *p)

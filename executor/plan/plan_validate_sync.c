@@ -218,4 +218,3 @@ int mscx_pv_check_signals(struct vctx *v)
     free(cnt);
     return rc;
 }
-

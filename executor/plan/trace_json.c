@@ -73,7 +73,8 @@ static void put_meta(FILE *out, const char *name, uint32_t pid, int tid, const c
 }
 
 /* Emit one track's events; returns the number written. */
-static size_t put_track(FILE *out, const struct mscx_trace_block *b, struct trace_ent *ents, uint64_t t0, int *first)
+static size_t put_track(FILE *out, const struct mscx_trace_block *b, struct trace_ent *ents, uint64_t t0,
+                        int *first)
 {
     size_t n = 0, clamped = 0;
     uint64_t prev_end = 0;
@@ -94,7 +95,9 @@ static size_t put_track(FILE *out, const struct mscx_trace_block *b, struct trac
         }
         prev_end = end;
         fprintf(out, "%s\n{\"ph\":\"X\",\"name\":\"", *first ? "" : ",");
-        put_json_str(out, r->opcode == MSCX_TRACE_OP_PROLOGUE ? "prologue" : mscx_opcode_name((enum mscx_opcode)r->opcode));
+        put_json_str(out, r->opcode == MSCX_TRACE_OP_PROLOGUE
+                              ? "prologue"
+                              : mscx_opcode_name((enum mscx_opcode)r->opcode));
         fprintf(out, "\",\"cat\":\"op\",\"pid\":%" PRIu32 ",\"tid\":%" PRIu32 ",\"ts\":", b->rank, b->block);
         put_us(out, start, t0);
         fprintf(out, ",\"dur\":");
@@ -172,8 +175,8 @@ static void put_names(FILE *out, const struct mscx_trace_block *const *order, si
     }
 }
 
-mscx_status_t mscx_trace_write(FILE *out, const char *label, const struct mscx_trace_block *blocks, size_t nblocks,
-                               size_t *nevents_p)
+mscx_status_t mscx_trace_write(FILE *out, const char *label, const struct mscx_trace_block *blocks,
+                               size_t nblocks, size_t *nevents_p)
 {
     mscx_status_t st = MSCX_OK;
     const struct mscx_trace_block **order = NULL;

@@ -68,7 +68,8 @@ static inline int pkt_unproduced(const struct mscx_plan *plan)
                     }
                     if (type != MSCX_BUF_SCRATCH)
                         continue;
-                    for (uint32_t c = o->index; c < o->index + o->size && c < plan->gpus[owner].scratch_chunks; c++)
+                    for (uint32_t c = o->index;
+                         c < o->index + o->size && c < plan->gpus[owner].scratch_chunks; c++)
                         m[owner][c] |= (uint8_t)(w ? 2 : 1);
                 }
             }

@@ -49,7 +49,6 @@ struct api {
     ncclResult_t (*destroy)(ncclComm_t);
 };
 
-
 static long long now_ns(void)
 {
     struct timespec ts;

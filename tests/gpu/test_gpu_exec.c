@@ -34,7 +34,6 @@
 #define ITERS 2
 #define MAXR 64
 
-
 /*
  * Device buffers of one rank laid out as the plan's placement says, or the
  * other one with @p flip (the executor then runs the call split or staged).
@@ -119,7 +118,8 @@ static int run_case(const struct mscx_plan *plan, struct group *g, const uint32_
     int res = 0;
     mscx_status_t st = mscx_test_ref_run(plan, &cfg, MSCX_TEST_DATA_ANY, &ref, err, sizeof(err));
     if (st != MSCX_OK) {
-        fprintf(stderr, "skip %s %llu: host executor: %s\n", mscx_plan_name(plan), (unsigned long long)msg, err);
+        fprintf(stderr, "skip %s %llu: host executor: %s\n", mscx_plan_name(plan), (unsigned long long)msg,
+                err);
         return 2;
     }
     struct rank_bufs b[MAXR];
@@ -212,9 +212,9 @@ static const struct {
     enum mscx_dtype dt;
     enum mscx_redop op;
 } k_combo[] = {
-    {MSCX_DT_FP32, MSCX_REDOP_SUM}, {MSCX_DT_FP16, MSCX_REDOP_SUM}, {MSCX_DT_BF16, MSCX_REDOP_PROD},
+    {MSCX_DT_FP32, MSCX_REDOP_SUM},  {MSCX_DT_FP16, MSCX_REDOP_SUM},   {MSCX_DT_BF16, MSCX_REDOP_PROD},
     {MSCX_DT_INT32, MSCX_REDOP_MIN}, {MSCX_DT_UINT32, MSCX_REDOP_MAX}, {MSCX_DT_FP16, MSCX_REDOP_MAX},
-    {MSCX_DT_FP32, MSCX_REDOP_MIN}, {MSCX_DT_BF16, MSCX_REDOP_SUM},
+    {MSCX_DT_FP32, MSCX_REDOP_MIN},  {MSCX_DT_BF16, MSCX_REDOP_SUM},
 };
 #define NCOMBO (sizeof(k_combo) / sizeof(k_combo[0]))
 
@@ -336,14 +336,17 @@ static void test_plan(const char *path)
         return;
     }
     if (mscx_plan_collective(plan) == MSCX_COLL_TEST && pkt_unproduced(plan)) {
-        printf("skip %s: reads packets no op sends (the host simulation seeds them; nothing does on the GPU)\n",
-               path);
+        printf(
+            "skip %s: reads packets no op sends (the host simulation seeds them; nothing does on the GPU)\n",
+            path);
         mscx_plan_destroy(plan);
         return;
     }
     if (mscx_plan_collective(plan) == MSCX_COLL_TEST && raw_write_race(plan)) {
-        printf("skip %s: a rank reads a user-buffer chunk that a peer writes unordered (order-dependent result; "
-               "the host executor's own result varies)\n", path);
+        printf(
+            "skip %s: a rank reads a user-buffer chunk that a peer writes unordered (order-dependent result; "
+            "the host executor's own result varies)\n",
+            path);
         mscx_plan_destroy(plan);
         return;
     }
@@ -592,8 +595,8 @@ static void test_hang(void)
     }
     void *buf;
     CK(cudaMalloc(&buf, 4096));
-    if (mscx_exec_launch(g.ex[0], pid[0], buf, buf, 4096, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, g.st[0]) !=
-        MSCX_OK)
+    if (mscx_exec_launch(g.ex[0], pid[0], buf, buf, 4096, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16,
+                         g.st[0]) != MSCX_OK)
         FAIL("launch");
     CK(cudaStreamSynchronize(g.st[0])); /* must return: rank 1 never runs */
     mscx_status_t st = mscx_exec_async_error(g.ex[0]);

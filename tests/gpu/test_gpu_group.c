@@ -276,7 +276,8 @@ static void run_nonblocking(cudaStream_t s1)
     ncclComm_t b = init_nonblocking(&r);
     allreduce(&bufs[1], a, s1);
     r = ncclGroupEnd();
-    CHECK("ncclGroupEnd of a group creating a non-blocking communicator", r == ncclSuccess || r == ncclInProgress);
+    CHECK("ncclGroupEnd of a group creating a non-blocking communicator",
+          r == ncclSuccess || r == ncclInProgress);
     wait_ready(a);
     wait_ready(b);
     CUDA_OK(cudaStreamSynchronize(s1));

@@ -149,8 +149,8 @@ struct rank_ctx {
     struct mscx_exec *ex;
     uint32_t pid;
     cudaStream_t st;
-    uint8_t *dbuf;        /* BUF_BYTES */
-    uint8_t *din, *dout;  /* in dbuf, laid out as the plan's placement says */
+    uint8_t *dbuf;       /* BUF_BYTES */
+    uint8_t *din, *dout; /* in dbuf, laid out as the plan's placement says */
     uint8_t *host;
 };
 
@@ -408,7 +408,8 @@ static int rank_run(struct proc_mesh *m, const char *path, int vnodes)
         ran++;
     }
     if (!bad && ran == 0) {
-        RFAIL(m, "the plan takes none of the test's sizes (1024, 4112, 65536 bytes fp32 sum; 4096 uint32 max)");
+        RFAIL(m,
+              "the plan takes none of the test's sizes (1024, 4112, 65536 bytes fp32 sum; 4096 uint32 max)");
         bad = 1;
     }
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && !bad; i++)
@@ -732,8 +733,8 @@ static int ucheck(struct ucase *u, uint8_t *base, uint32_t it, const char *what)
             uint64_t at = 0;
             while (c->host[at] == want[at])
                 at++;
-            RFAIL(m, "%s: %s differs from the host executor at byte %llu of %llu", what, t ? "output" : "input",
-                  (unsigned long long)at, (unsigned long long)nb);
+            RFAIL(m, "%s: %s differs from the host executor at byte %llu of %llu", what,
+                  t ? "output" : "input", (unsigned long long)at, (unsigned long long)nb);
             return 1;
         }
     }
@@ -751,8 +752,8 @@ static int ulaunch(struct ucase *u, uint8_t *base, uint32_t it, const char *what
         RFAIL(c->m, "%s: barrier failed", what);
         return 1;
     }
-    mscx_status_t st = mscx_exec_launch(c->ex, c->pid, din, dout, u->size, u->ref->dt, MSCX_REDOP_SUM,
-                                        MSCX_PKT_LL16, c->st);
+    mscx_status_t st =
+        mscx_exec_launch(c->ex, c->pid, din, dout, u->size, u->ref->dt, MSCX_REDOP_SUM, MSCX_PKT_LL16, c->st);
     if (st != MSCX_OK) {
         RFAIL(c->m, "%s: launch: %s", what, mscx_status_str(st));
         return 1;
@@ -760,8 +761,10 @@ static int ulaunch(struct ucase *u, uint8_t *base, uint32_t it, const char *what
     return ucheck(u, base, it, what);
 }
 
-/* A launch every rank must refuse with MSCX_ERR_UNSUPPORTED (rank @p odd uses @p odd_base, the others @p base). */
-static int urefused(struct ucase *u, uint8_t *base, uint32_t odd, uint8_t *odd_base, int capture, const char *what)
+/* A launch every rank must refuse with MSCX_ERR_UNSUPPORTED (rank @p odd uses @p odd_base, the others @p
+ * base). */
+static int urefused(struct ucase *u, uint8_t *base, uint32_t odd, uint8_t *odd_base, int capture,
+                    const char *what)
 {
     struct rank_ctx *c = u->c;
     uint8_t *b = c->m->rank == odd ? odd_base : base, *din, *dout;
@@ -773,8 +776,8 @@ static int urefused(struct ucase *u, uint8_t *base, uint32_t odd, uint8_t *odd_b
         RFAIL(c->m, "%s: cudaStreamBeginCapture failed", what);
         return 1;
     }
-    mscx_status_t st = mscx_exec_launch(c->ex, c->pid, din, dout, u->size, u->ref->dt, MSCX_REDOP_SUM,
-                                        MSCX_PKT_LL16, c->st);
+    mscx_status_t st =
+        mscx_exec_launch(c->ex, c->pid, din, dout, u->size, u->ref->dt, MSCX_REDOP_SUM, MSCX_PKT_LL16, c->st);
     if (capture) {
         cudaError_t ce = cudaStreamEndCapture(c->st, &g);
         if (ce != cudaSuccess) {
@@ -845,8 +848,8 @@ static int rank_peerbufs(struct proc_mesh *m, const char *path)
         ref.out[it] = calloc(1, u.out_b + 1);
         ref.in[it] = calloc(1, u.in_b + 1);
     }
-    struct mscx_hostexec_cfg cfg = {u.in_b, u.out_b, ref.dt, MSCX_REDOP_SUM, MSCX_PKT_LL16, UREF, 0, 0,
-                                    uref_fill, uref_collect, &ref};
+    struct mscx_hostexec_cfg cfg = {u.in_b, u.out_b, ref.dt,    MSCX_REDOP_SUM, MSCX_PKT_LL16, UREF,
+                                    0,      0,       uref_fill, uref_collect,   &ref};
     if (mscx_hostexec_run(c.plan, &cfg, err, sizeof(err)) != MSCX_OK) {
         RFAIL(m, "host executor: %s", err);
         bad = 1;
@@ -894,16 +897,16 @@ static int rank_peerbufs(struct proc_mesh *m, const char *path)
     if (!bad) {
         uint8_t *din, *dout;
         layout(c.plan, m->rank, u.in_b, u.out_b, c.dbuf, &din, &dout);
-        if (proc_mesh_barrier(m) != 0 || cudaStreamBeginCapture(c.st, cudaStreamCaptureModeGlobal) != cudaSuccess) {
+        if (proc_mesh_barrier(m) != 0 ||
+            cudaStreamBeginCapture(c.st, cudaStreamCaptureModeGlobal) != cudaSuccess) {
             RFAIL(m, "capture: begin failed");
             bad = 1;
             goto out;
         }
-        mscx_status_t st = mscx_exec_launch(c.ex, c.pid, din, dout, u.size, ref.dt, MSCX_REDOP_SUM,
-                                            MSCX_PKT_LL16, c.st);
+        mscx_status_t st =
+            mscx_exec_launch(c.ex, c.pid, din, dout, u.size, ref.dt, MSCX_REDOP_SUM, MSCX_PKT_LL16, c.st);
         cudaError_t ce = cudaStreamEndCapture(c.st, &graph);
-        if (st != MSCX_OK || ce != cudaSuccess ||
-            cudaGraphInstantiate(&gexec, graph, 0) != cudaSuccess) {
+        if (st != MSCX_OK || ce != cudaSuccess || cudaGraphInstantiate(&gexec, graph, 0) != cudaSuccess) {
             RFAIL(m, "capture: launch %s, end capture %s", mscx_status_str(st), cudaGetErrorString(ce));
             bad = 1;
             goto out;
@@ -911,7 +914,8 @@ static int rank_peerbufs(struct proc_mesh *m, const char *path)
         for (uint32_t k = 0; k < UREPLAYS && !bad; k++) {
             uint32_t it = UITERS + k;
             snprintf(what, sizeof(what), "%s graph replay %u", mscx_plan_name(c.plan), k);
-            if (ufill(&u, c.dbuf, it) || proc_mesh_barrier(m) != 0 || cudaGraphLaunch(gexec, c.st) != cudaSuccess) {
+            if (ufill(&u, c.dbuf, it) || proc_mesh_barrier(m) != 0 ||
+                cudaGraphLaunch(gexec, c.st) != cudaSuccess) {
                 RFAIL(m, "%s: fill, barrier or cudaGraphLaunch failed", what);
                 bad = 1;
                 break;
@@ -981,11 +985,11 @@ static int run_procs(const char *mode, const char *path, uint32_t n, int vnodes)
     int r = proc_mesh_fork(&m, n, 120000, pids);
     if (r >= 0) {
         setvbuf(stdout, NULL, _IOLBF, 0);
-        int rc = kill_mode                      ? rank_kill(&m, path, watchdog)
-                 : strcmp(mode, "peerbufs") == 0    ? rank_peerbufs(&m, path)
-                 : strcmp(mode, "straggler") == 0   ? rank_straggler(&m, path)
-                 : strcmp(mode, "error") == 0       ? rank_error(&m, path)
-                                                : rank_run(&m, path, vnodes > 1 ? vnodes : 0);
+        int rc = kill_mode                        ? rank_kill(&m, path, watchdog)
+                 : strcmp(mode, "peerbufs") == 0  ? rank_peerbufs(&m, path)
+                 : strcmp(mode, "straggler") == 0 ? rank_straggler(&m, path)
+                 : strcmp(mode, "error") == 0     ? rank_error(&m, path)
+                                                  : rank_run(&m, path, vnodes > 1 ? vnodes : 0);
         fflush(NULL);
         _exit(rc);
     }
@@ -1047,11 +1051,12 @@ int main(int argc, char **argv)
     int vnodes = 0;
     if (strcmp(g_mode, "ipc") == 0 || strcmp(g_mode, "straggler") == 0 || strcmp(g_mode, "error") == 0) {
         path = MSCX_SOURCE_ROOT "/plans/allreduce_n2_rpn2_oneshot_1K_16K.json";
-    } else if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "cudaport") == 0 || strcmp(g_mode, "kill") == 0 ||
-               strcmp(g_mode, "watchdog") == 0) {
+    } else if (strcmp(g_mode, "twonode") == 0 || strcmp(g_mode, "cudaport") == 0 ||
+               strcmp(g_mode, "kill") == 0 || strcmp(g_mode, "watchdog") == 0) {
         path = MSCX_SOURCE_ROOT "/plans/allreduce_n4_rpn2_hier2_1K_64K.json";
     } else if (strcmp(g_mode, "peerbufs") != 0) {
-        fprintf(stderr, "unknown mode %s (ipc, twonode, cudaport, kill, watchdog, peerbufs, straggler, error)\n",
+        fprintf(stderr,
+                "unknown mode %s (ipc, twonode, cudaport, kill, watchdog, peerbufs, straggler, error)\n",
                 g_mode);
         return 2;
     }
@@ -1092,7 +1097,8 @@ int main(int argc, char **argv)
             ran++;
         }
         if (ran < 3) {
-            fprintf(stderr, "FAIL: only %d of the op plans ran (reference plans missing? looked in %s)\n", ran, ref);
+            fprintf(stderr, "FAIL: only %d of the op plans ran (reference plans missing? looked in %s)\n",
+                    ran, ref);
             bad = 1;
         }
         printf("peerbufs: %d plans across processes, %s\n", ran, bad ? "FAILED" : "passed");

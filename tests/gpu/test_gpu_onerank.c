@@ -51,7 +51,8 @@ static void fill(uint8_t *p, uint64_t n, uint32_t seed)
     }
 }
 
-/* Device buffers: input and output apart, each followed by GUARD bytes, at byte offsets @p skew_in and @p skew_out. */
+/* Device buffers: input and output apart, each followed by GUARD bytes, at byte offsets @p skew_in and @p
+ * skew_out. */
 struct bufs {
     uint8_t *din, *dout, *hin, *hout, *want;
     uint64_t bytes;

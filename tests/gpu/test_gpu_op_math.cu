@@ -22,10 +22,10 @@
 static const uint32_t special32[] = {0x7fc00000u, 0xffc00000u, 0x7fa00001u, 0x7fffffffu, 0xff800000u,
                                      0xbf800000u, 0x80000001u, 0x80000000u, 0x00000000u, 0x00000001u,
                                      0x3f800000u, 0x7f7fffffu, 0x7f800000u, 0x40000000u};
-static const uint16_t special16[] = {0x7e00u, 0xfe00u, 0x7c01u, 0x7fffu, 0xfc00u, 0xbc00u, 0x8001u, 0x8000u,
-                                     0x0000u, 0x0001u, 0x3c00u, 0x7bffu, 0x7c00u, 0x4000u};
-static const uint16_t specialbf[] = {0x7fc0u, 0xffc0u, 0x7f81u, 0x7fffu, 0xff80u, 0xbf80u, 0x8001u, 0x8000u,
-                                     0x0000u, 0x0001u, 0x3f80u, 0x7f7fu, 0x7f80u, 0x4000u};
+static const uint16_t special16[] = {0x7e00u, 0xfe00u, 0x7c01u, 0x7fffu, 0xfc00u, 0xbc00u, 0x8001u,
+                                     0x8000u, 0x0000u, 0x0001u, 0x3c00u, 0x7bffu, 0x7c00u, 0x4000u};
+static const uint16_t specialbf[] = {0x7fc0u, 0xffc0u, 0x7f81u, 0x7fffu, 0xff80u, 0xbf80u, 0x8001u,
+                                     0x8000u, 0x0000u, 0x0001u, 0x3f80u, 0x7f7fu, 0x7f80u, 0x4000u};
 #define NSPECIAL (sizeof(special32) / sizeof(special32[0]))
 
 // NCCL's reduction of one 32-bit word (one fp32/int32/uint32 element or two 16-bit elements).
@@ -34,16 +34,20 @@ __device__ uint32_t nccl_reduce(uint32_t dt, uint32_t op, uint32_t a, uint32_t b
     uint32_t r = 0;
     if (dt == MSCX_DT_FP32) {
         float x = __uint_as_float(a), y = __uint_as_float(b), z;
-        z = op == MSCX_REDOP_SUM ? x + y : op == MSCX_REDOP_PROD ? x * y : op == MSCX_REDOP_MIN ? fminf(x, y)
-                                                                                                : fmaxf(x, y);
+        z = op == MSCX_REDOP_SUM    ? x + y
+            : op == MSCX_REDOP_PROD ? x * y
+            : op == MSCX_REDOP_MIN  ? fminf(x, y)
+                                    : fmaxf(x, y);
         return __float_as_uint(z);
     }
     if (dt == MSCX_DT_FP16) {
         __half2 x, y, z;
         memcpy(&x, &a, 4);
         memcpy(&y, &b, 4);
-        z = op == MSCX_REDOP_SUM ? __hadd2(x, y) : op == MSCX_REDOP_PROD ? __hmul2(x, y)
-                                                 : op == MSCX_REDOP_MIN ? __hmin2(x, y) : __hmax2(x, y);
+        z = op == MSCX_REDOP_SUM    ? __hadd2(x, y)
+            : op == MSCX_REDOP_PROD ? __hmul2(x, y)
+            : op == MSCX_REDOP_MIN  ? __hmin2(x, y)
+                                    : __hmax2(x, y);
         memcpy(&r, &z, 4);
         return r;
     }
@@ -51,19 +55,24 @@ __device__ uint32_t nccl_reduce(uint32_t dt, uint32_t op, uint32_t a, uint32_t b
         __nv_bfloat162 x, y, z;
         memcpy(&x, &a, 4);
         memcpy(&y, &b, 4);
-        z = op == MSCX_REDOP_SUM ? __hadd2(x, y) : op == MSCX_REDOP_PROD ? __hmul2(x, y)
-                                                 : op == MSCX_REDOP_MIN ? __hmin2(x, y) : __hmax2(x, y);
+        z = op == MSCX_REDOP_SUM    ? __hadd2(x, y)
+            : op == MSCX_REDOP_PROD ? __hmul2(x, y)
+            : op == MSCX_REDOP_MIN  ? __hmin2(x, y)
+                                    : __hmax2(x, y);
         memcpy(&r, &z, 4);
         return r;
     }
     if (dt == MSCX_DT_INT32) {
         int32_t x = (int32_t)a, y = (int32_t)b;
-        return op == MSCX_REDOP_SUM ? a + b : op == MSCX_REDOP_PROD ? a * b
-                                      : op == MSCX_REDOP_MIN        ? (uint32_t)(x < y ? x : y)
-                                                                    : (uint32_t)(x > y ? x : y);
+        return op == MSCX_REDOP_SUM    ? a + b
+               : op == MSCX_REDOP_PROD ? a * b
+               : op == MSCX_REDOP_MIN  ? (uint32_t)(x < y ? x : y)
+                                       : (uint32_t)(x > y ? x : y);
     }
-    return op == MSCX_REDOP_SUM ? a + b : op == MSCX_REDOP_PROD ? a * b : op == MSCX_REDOP_MIN ? (a < b ? a : b)
-                                                                                              : (a > b ? a : b);
+    return op == MSCX_REDOP_SUM    ? a + b
+           : op == MSCX_REDOP_PROD ? a * b
+           : op == MSCX_REDOP_MIN  ? (a < b ? a : b)
+                                   : (a > b ? a : b);
 }
 
 __global__ void reduce_both(uint32_t dt, uint32_t op, const uint32_t *a, const uint32_t *b, uint32_t *ours,
@@ -122,8 +131,9 @@ int main(void)
     uint32_t *a = (uint32_t *)malloc(bytes), *b = (uint32_t *)malloc(bytes);
     uint32_t *ours = (uint32_t *)malloc(bytes), *nccl = (uint32_t *)malloc(bytes);
     uint32_t *da, *db, *dours, *dnccl;
-    if (!a || !b || !ours || !nccl || cudaMalloc(&da, bytes) != cudaSuccess || cudaMalloc(&db, bytes) != cudaSuccess ||
-        cudaMalloc(&dours, bytes) != cudaSuccess || cudaMalloc(&dnccl, bytes) != cudaSuccess) {
+    if (!a || !b || !ours || !nccl || cudaMalloc(&da, bytes) != cudaSuccess ||
+        cudaMalloc(&db, bytes) != cudaSuccess || cudaMalloc(&dours, bytes) != cudaSuccess ||
+        cudaMalloc(&dnccl, bytes) != cudaSuccess) {
         fprintf(stderr, "out of memory\n");
         return 1;
     }
@@ -144,8 +154,8 @@ int main(void)
             for (uint32_t i = 0; i < n; i++) {
                 uint32_t host = mscx_reduce_word(dt, op, a[i], b[i]);
                 if (ours[i] != nccl[i] && bad_gpu++ < 5)
-                    printf("  %s %s(0x%08x, 0x%08x): mscx GPU 0x%08x, NCCL 0x%08x\n", dt_names[dt], op_names[op],
-                           a[i], b[i], ours[i], nccl[i]);
+                    printf("  %s %s(0x%08x, 0x%08x): mscx GPU 0x%08x, NCCL 0x%08x\n", dt_names[dt],
+                           op_names[op], a[i], b[i], ours[i], nccl[i]);
                 if (host != ours[i] && bad_host++ < 5)
                     printf("  %s %s(0x%08x, 0x%08x): mscx host 0x%08x, mscx GPU 0x%08x\n", dt_names[dt],
                            op_names[op], a[i], b[i], host, ours[i]);

@@ -126,7 +126,8 @@ static void step_wait(struct capture *c, int step)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Captures two memsets in global mode around the other thread's communicator setup, then replays the graph. */
+/* Captures two memsets in global mode around the other thread's communicator setup, then replays the graph.
+ */
 static void *capturer(void *arg)
 {
     struct capture *c = arg;
@@ -181,8 +182,8 @@ static int capture_run(const struct api *a, float *buf, cudaStream_t s, int shim
         a->destroy(comm);
     int failures = 0;
     if (!made || !ran) {
-        fprintf(stderr, "FAIL: communicator made during the capture: init %s, allreduce %s\n", made ? "ok" : "failed",
-                ran ? "ok" : "failed");
+        fprintf(stderr, "FAIL: communicator made during the capture: init %s, allreduce %s\n",
+                made ? "ok" : "failed", ran ? "ok" : "failed");
         failures++;
     }
     if (c.end_rc != cudaSuccess || !c.replay_ok) {
@@ -191,11 +192,13 @@ static int capture_run(const struct api *a, float *buf, cudaStream_t s, int shim
         failures++;
     }
     if (shim && !routed()) {
-        fprintf(stderr, "FAIL: the shim's log shows no executor or no routed call: the test proves nothing\n");
+        fprintf(stderr,
+                "FAIL: the shim's log shows no executor or no routed call: the test proves nothing\n");
         failures++;
     }
     if (!failures && shim)
-        printf("communicator and executor set up while another thread captured in global mode: capture intact\n");
+        printf("communicator and executor set up while another thread captured in global mode: capture "
+               "intact\n");
     return failures ? 1 : 0;
 }
 
@@ -209,7 +212,8 @@ static int buffers(float **buf_p, cudaStream_t *s_p)
     return 0;
 }
 
-/* capture_run with NCCL alone (@p real) in a child first: where NCCL itself fails, there is nothing to match. */
+/* capture_run with NCCL alone (@p real) in a child first: where NCCL itself fails, there is nothing to match.
+ */
 static int capture_main(void *real, void *shim)
 {
     struct api a;
@@ -245,7 +249,8 @@ int main(int argc, char **argv)
     void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
     struct api a;
     if (!h || api_load(h, &a) != 0 || cycles <= WARMUP) {
-        fprintf(stderr, "FAIL: cannot load the shim %s, or CYCLES %d is not above %d\n", argv[1], cycles, WARMUP);
+        fprintf(stderr, "FAIL: cannot load the shim %s, or CYCLES %d is not above %d\n", argv[1], cycles,
+                WARMUP);
         return 1;
     }
     if (capture)
@@ -267,11 +272,12 @@ int main(int argc, char **argv)
     }
     long long dev1 = device_used(), rss1 = host_rss();
     printf("%d abort-and-recreate cycles: device memory in use %.1f -> %.1f MB, host RSS %.1f -> %.1f MB "
-           "(after %d cycles -> at the end)\n", cycles, dev0 / 1048576.0, dev1 / 1048576.0, rss0 / 1048576.0,
-           rss1 / 1048576.0, WARMUP);
+           "(after %d cycles -> at the end)\n",
+           cycles, dev0 / 1048576.0, dev1 / 1048576.0, rss0 / 1048576.0, rss1 / 1048576.0, WARMUP);
     int failures = 0;
     if (!routed()) {
-        fprintf(stderr, "FAIL: the shim's log shows no executor or no routed call: the test proves nothing\n");
+        fprintf(stderr,
+                "FAIL: the shim's log shows no executor or no routed call: the test proves nothing\n");
         failures++;
     }
     if (dev0 < 0 || dev1 - dev0 > DEVICE_BOUND) {

@@ -30,7 +30,6 @@
 #define SETUP_LIMIT_MS 1000
 #define MSG (64u * 1024u)
 
-
 static const char *g_plan_path =
     MSCX_SOURCE_ROOT "/tests/data/mscclpp/mscclpp-algo-plans/allreduce_pkt_n2.json";
 

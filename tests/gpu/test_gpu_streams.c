@@ -36,9 +36,9 @@
 
 #define PLAN MSCX_SOURCE_ROOT "/plans/allreduce_n2_rpn2_oneshot_1K_16K.json"
 #define NRANKS 2
-#define NPAT 16         /* input patterns per size */
-#define LAUNCHES 10000  /* mproc, local */
-#define GLAUNCHES 100   /* per graph */
+#define NPAT 16        /* input patterns per size */
+#define LAUNCHES 10000 /* mproc, local */
+#define GLAUNCHES 100  /* per graph */
 #define REPLAYS 100
 #define SZMAX 12288u
 
@@ -63,8 +63,8 @@ static int refs_make(const struct mscx_plan *plan)
     for (int k = 0; k < 2; k++) {
         uint64_t in_b, out_b;
         mscx_coll_sizes(MSCX_COLL_ALLREDUCE, NRANKS, g_size[k], &in_b, &out_b);
-        struct mscx_hostexec_cfg cfg = {in_b, out_b, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, NPAT, 0, 0,
-                                        NULL, NULL, NULL};
+        struct mscx_hostexec_cfg cfg = {in_b, out_b, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, NPAT,
+                                        0,    0,     NULL,         NULL,           NULL};
         if (mscx_test_ref_run(plan, &cfg, MSCX_TEST_DATA_ANY, &g_ref[k], err, sizeof(err)) != MSCX_OK) {
             FAIL("host executor: %s", err);
             return 1;
@@ -112,7 +112,8 @@ static mscx_status_t launch(struct rk *r, uint32_t i, size_t slot, cudaStream_t 
         return mscx_exec_launch_scaled(r->ex, r->pid, in, out, g_size[k], MSCX_DT_FP32, MSCX_REDOP_SUM, &one,
                                        MSCX_PKT_LL16, s);
     }
-    return mscx_exec_launch(r->ex, r->pid, in, out, g_size[k], MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, s);
+    return mscx_exec_launch(r->ex, r->pid, in, out, g_size[k], MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16,
+                            s);
 }
 
 /* Output slots [0, n) of @p r against launches first .. first + n - 1 (slot j: launch first + j). */
@@ -121,7 +122,8 @@ static int check(struct rk *r, uint32_t first, size_t n, const char *what)
     size_t bytes = n * SZMAX;
     uint8_t *h = malloc(bytes);
     int bad = 0;
-    if (!h || cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(h, r->dout, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    if (!h || cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(h, r->dout, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
         FAIL("rank %u: %s: %s", r->rank, what, cudaGetErrorString(cudaGetLastError()));
         free(h);
         return 1;
@@ -133,11 +135,12 @@ static int check(struct rk *r, uint32_t first, size_t n, const char *what)
         uint64_t d = mscx_test_data_diff(h + j * SZMAX, want, g_size[k]);
         if (d != g_size[k]) {
             uint64_t w = d & ~(uint64_t)3;
-            FAIL("rank %u: %s: launch %u (stream %d, %llu bytes) differs from the host executor at byte %llu: "
-                 "word %02x%02x%02x%02x, expected %02x%02x%02x%02x",
-                 r->rank, what, i, k, (unsigned long long)g_size[k], (unsigned long long)d, h[j * SZMAX + w + 3],
-                 h[j * SZMAX + w + 2], h[j * SZMAX + w + 1], h[j * SZMAX + w], want[w + 3], want[w + 2], want[w + 1],
-                 want[w]);
+            FAIL(
+                "rank %u: %s: launch %u (stream %d, %llu bytes) differs from the host executor at byte %llu: "
+                "word %02x%02x%02x%02x, expected %02x%02x%02x%02x",
+                r->rank, what, i, k, (unsigned long long)g_size[k], (unsigned long long)d,
+                h[j * SZMAX + w + 3], h[j * SZMAX + w + 2], h[j * SZMAX + w + 1], h[j * SZMAX + w],
+                want[w + 3], want[w + 2], want[w + 1], want[w]);
             bad++;
         }
     }
@@ -185,7 +188,8 @@ static int run_graph(struct rk *r)
     cudaEvent_t fork_ev, join_ev[2];
     cudaGraph_t g;
     cudaGraphExec_t ge;
-    if (rk_buffers(r, GLAUNCHES + 1) || cudaStreamCreateWithFlags(&origin, cudaStreamNonBlocking) != cudaSuccess ||
+    if (rk_buffers(r, GLAUNCHES + 1) ||
+        cudaStreamCreateWithFlags(&origin, cudaStreamNonBlocking) != cudaSuccess ||
         cudaStreamCreateWithFlags(&eager, cudaStreamNonBlocking) != cudaSuccess ||
         cudaEventCreateWithFlags(&fork_ev, cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&join_ev[0], cudaEventDisableTiming) != cudaSuccess ||
@@ -222,7 +226,8 @@ static int run_graph(struct rk *r)
         bad |= check(r, 0, GLAUNCHES, "graph replay");
         uint8_t *h = malloc(SZMAX);
         const uint8_t *want = mscx_test_ref_out(&g_ref[0], 0, r->rank);
-        if (!h || cudaMemcpy(h, r->dout + GLAUNCHES * SZMAX, g_size[0], cudaMemcpyDeviceToHost) != cudaSuccess ||
+        if (!h ||
+            cudaMemcpy(h, r->dout + GLAUNCHES * SZMAX, g_size[0], cudaMemcpyDeviceToHost) != cudaSuccess ||
             mscx_test_data_diff(h, want, g_size[0]) != g_size[0]) {
             FAIL("rank %u: the eager launch after replay %u differs from the host executor", r->rank, rep);
             bad = 1;

@@ -31,42 +31,49 @@ static FILE *out;
 static int wrong_total;
 static int call_fail;
 
-#define NCCL_OK(call)                                                                                         \
-    do {                                                                                                      \
-        ncclResult_t r_ = (call);                                                                             \
-        if (r_ != ncclSuccess) {                                                                              \
-            fprintf(stderr, "%s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_),      \
-                    ncclGetLastError(NULL));                                                                  \
-            call_fail++;                                                                                      \
-        }                                                                                                     \
+#define NCCL_OK(call)                                                                                        \
+    do {                                                                                                     \
+        ncclResult_t r_ = (call);                                                                            \
+        if (r_ != ncclSuccess) {                                                                             \
+            fprintf(stderr, "%s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_),     \
+                    ncclGetLastError(NULL));                                                                 \
+            call_fail++;                                                                                     \
+        }                                                                                                    \
     } while (0)
 
-#define CUDA_OK(call)                                                                                         \
-    do {                                                                                                      \
-        cudaError_t e_ = (call);                                                                              \
-        if (e_ != cudaSuccess) {                                                                              \
-            fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));          \
-            exit(1);                                                                                          \
-        }                                                                                                     \
+#define CUDA_OK(call)                                                                                        \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess) {                                                                             \
+            fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));         \
+            exit(1);                                                                                         \
+        }                                                                                                    \
     } while (0)
 
 static size_t dt_size(ncclDataType_t dt)
 {
     switch (dt) {
     case ncclFloat16:
-    case ncclBfloat16: return 2;
-    default: return 4;
+    case ncclBfloat16:
+        return 2;
+    default:
+        return 4;
     }
 }
 
 static const char *dt_name(ncclDataType_t dt)
 {
     switch (dt) {
-    case ncclFloat32: return "float";
-    case ncclFloat16: return "half";
-    case ncclBfloat16: return "bf16";
-    case ncclInt32: return "int32";
-    default: return "?";
+    case ncclFloat32:
+        return "float";
+    case ncclFloat16:
+        return "half";
+    case ncclBfloat16:
+        return "bf16";
+    case ncclInt32:
+        return "int32";
+    default:
+        return "?";
     }
 }
 
@@ -82,8 +89,12 @@ static void fill(void *host, ncclDataType_t dt, size_t n, unsigned seed)
     for (size_t i = 0; i < n; i++) {
         int v = (int)((i * 2654435761u + seed * 97u) % 2001u) - 1000;
         switch (dt) {
-        case ncclFloat32: ((float *)host)[i] = (float)v * 0.125f; break;
-        case ncclInt32: ((int32_t *)host)[i] = v * 7919; break;
+        case ncclFloat32:
+            ((float *)host)[i] = (float)v * 0.125f;
+            break;
+        case ncclInt32:
+            ((int32_t *)host)[i] = v * 7919;
+            break;
         case ncclFloat16: {
             /* sign, exponent 10..20, 10 mantissa bits: always finite */
             uint16_t h = (uint16_t)(((unsigned)v & 0x8000u) | ((10u + (unsigned)(i % 11u)) << 10) |
@@ -97,7 +108,8 @@ static void fill(void *host, ncclDataType_t dt, size_t n, unsigned seed)
             ((uint16_t *)host)[i] = b;
             break;
         }
-        default: break;
+        default:
+            break;
         }
     }
 }
@@ -110,8 +122,8 @@ struct bufs {
 };
 
 /* Dump recv (out_elems + GUARD) and check it: data must equal @p expect, the guard 0xA5. */
-static void record(const char *name, const struct bufs *b, const void *recv, size_t out_bytes, const void *expect,
-                   size_t esize, cudaStream_t s)
+static void record(const char *name, const struct bufs *b, const void *recv, size_t out_bytes,
+                   const void *expect, size_t esize, cudaStream_t s)
 {
     size_t total = out_bytes + GUARD * esize;
     CUDA_OK(cudaStreamSynchronize(s));
@@ -140,8 +152,8 @@ enum coll { AR, AG, RS, BC };
 static const char *const coll_names[] = {"allreduce", "allgather", "reducescatter", "broadcast"};
 
 /* One eager call; in place: the input sits where NCCL expects it inside recv. */
-static void one(ncclComm_t comm, cudaStream_t s, struct bufs *b, enum coll c, ncclDataType_t dt, ncclRedOp_t op,
-                size_t count, int in_place)
+static void one(ncclComm_t comm, cudaStream_t s, struct bufs *b, enum coll c, ncclDataType_t dt,
+                ncclRedOp_t op, size_t count, int in_place)
 {
     size_t esize = dt_size(dt), bytes = count * esize;
     char name[160];
@@ -160,10 +172,18 @@ static void one(ncclComm_t comm, cudaStream_t s, struct bufs *b, enum coll c, nc
     }
     const void *send = b->send;
     switch (c) {
-    case AR: NCCL_OK(ncclAllReduce(send, recv, count, dt, op, comm, s)); break;
-    case AG: NCCL_OK(ncclAllGather(send, recv, count, dt, comm, s)); break;
-    case RS: NCCL_OK(ncclReduceScatter(send, recv, count, dt, op, comm, s)); break;
-    case BC: NCCL_OK(ncclBroadcast(send, recv, count, dt, 0, comm, s)); break;
+    case AR:
+        NCCL_OK(ncclAllReduce(send, recv, count, dt, op, comm, s));
+        break;
+    case AG:
+        NCCL_OK(ncclAllGather(send, recv, count, dt, comm, s));
+        break;
+    case RS:
+        NCCL_OK(ncclReduceScatter(send, recv, count, dt, op, comm, s));
+        break;
+    case BC:
+        NCCL_OK(ncclBroadcast(send, recv, count, dt, 0, comm, s));
+        break;
     }
     record(name, b, recv, bytes, b->h_in, esize, s);
 }
@@ -172,7 +192,7 @@ static void one(ncclComm_t comm, cudaStream_t s, struct bufs *b, enum coll c, nc
 static void graph(ncclComm_t comm, cudaStream_t s, struct bufs *b)
 {
     const size_t count = 4099; /* fp32: 16396 bytes, inside the one-rank plans' range */
-    const size_t small = 3;     /* 12 bytes: below the range, NCCL inside the same graph */
+    const size_t small = 3;    /* 12 bytes: below the range, NCCL inside the same graph */
     size_t bytes = count * 4;
     float *recv2 = (float *)b->recv + count + GUARD;
     cudaGraph_t g;

@@ -45,9 +45,9 @@ END_TEST
 static const struct {
     const char *name, *value;
 } bad_values[] = {
-    {"MSCX_DISABLE", "maybe"},  {"MSCX_TIMEOUT_MS", "-5"},      {"MSCX_TIMEOUT_MS", "12abc"},
-    {"MSCX_TIMEOUT_MS", ""},    {"MSCX_PACKET", "ll32"},        {"MSCX_DEBUG", "LOUD"},
-    {"MSCX_DEBUG_SUBSYS", "FOO"}, {"MSCX_STRICT", "2"},         {"MSCX_SCRATCH_MAX", "99999999999999999999999"},
+    {"MSCX_DISABLE", "maybe"},    {"MSCX_TIMEOUT_MS", "-5"}, {"MSCX_TIMEOUT_MS", "12abc"},
+    {"MSCX_TIMEOUT_MS", ""},      {"MSCX_PACKET", "ll32"},   {"MSCX_DEBUG", "LOUD"},
+    {"MSCX_DEBUG_SUBSYS", "FOO"}, {"MSCX_STRICT", "2"},      {"MSCX_SCRATCH_MAX", "99999999999999999999999"},
     {"MSCX_PDL", "sometimes"},
 };
 
@@ -116,7 +116,7 @@ START_TEST(test_fork_releases_locks)
     int before = mscx_fork_protected_count();
     ck_assert_int_eq(mscx_fork_protect(&fork_m1, MSCX_FORK_LOG), 0);
     ck_assert_int_eq(mscx_fork_protect(&fork_m2, MSCX_FORK_SHIM_CALLER), 0); /* held outside m1: first */
-    ck_assert_int_eq(mscx_fork_protect(&fork_m1, MSCX_FORK_LOG), 0);        /* again: no second entry */
+    ck_assert_int_eq(mscx_fork_protect(&fork_m1, MSCX_FORK_LOG), 0);         /* again: no second entry */
     ck_assert_int_eq(mscx_fork_protected_count(), before + 2);
     pthread_t t;
     fork_holding = 0;
@@ -194,7 +194,8 @@ Suite *mscx_test_suite(void)
     TCase *tc = mscx_tcase("config");
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_override_values);
-    tcase_add_loop_test(tc, test_bad_value_names_variable, 0, (int)(sizeof(bad_values) / sizeof(bad_values[0])));
+    tcase_add_loop_test(tc, test_bad_value_names_variable, 0,
+                        (int)(sizeof(bad_values) / sizeof(bad_values[0])));
     tcase_add_test(tc, test_unknown_override_name);
     tcase_add_test(tc, test_mark_degraded);
     tcase_add_test(tc, test_fork_releases_locks);

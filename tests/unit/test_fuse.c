@@ -615,12 +615,8 @@ END_TEST
 
 /* The DSL already fused these: fusing again changes nothing, and they still run. */
 static const char *const prefused[] = {
-    "flush_fuse_test.json",
-    "get_fuse_test.json",
-    "put_fuse_test.json",
-    "reduce_fuse_test.json",
-    "reduce_copy_packet_test.json",
-    "reduce_copy_send_packet_test.json",
+    "flush_fuse_test.json",  "get_fuse_test.json",           "put_fuse_test.json",
+    "reduce_fuse_test.json", "reduce_copy_packet_test.json", "reduce_copy_send_packet_test.json",
 };
 
 START_TEST(test_prefused_fixture)

@@ -44,16 +44,18 @@ static struct mscx_plan *load_plan(const char *fmt, ...)
 }
 
 #define HDR                                                                                                  \
-    "{'name':'t','collective':'test','protocol':'%s','inplace':false,'use_double_scratch_buffer':%s,"       \
-    "'buffer_alignment':16,'num_threads_per_block':1024,'min_message_size':0,"                              \
+    "{'name':'t','collective':'test','protocol':'%s','inplace':false,'use_double_scratch_buffer':%s,"        \
+    "'buffer_alignment':16,'num_threads_per_block':1024,'min_message_size':0,"                               \
     "'max_message_size':1048576,'gpus':["
 
 /* One rank, one or two thread blocks. */
-static struct mscx_plan *plan1(bool dbl, int ic, int oc, int sc, const char *sem, const char *tb0, const char *tb1)
+static struct mscx_plan *plan1(bool dbl, int ic, int oc, int sc, const char *sem, const char *tb0,
+                               const char *tb1)
 {
     char tbs[8192];
     snprintf(tbs, sizeof(tbs), "{'id':0,'ops':[%s],'channels':[],'remote_buffer_refs':[]}%s%s%s", tb0,
-             tb1 ? ",{'id':1,'ops':[" : "", tb1 ? tb1 : "", tb1 ? "],'channels':[],'remote_buffer_refs':[]}" : "");
+             tb1 ? ",{'id':1,'ops':[" : "", tb1 ? tb1 : "",
+             tb1 ? "],'channels':[],'remote_buffer_refs':[]}" : "");
     return load_plan(HDR "{'id':0,'input_chunks':%d,'output_chunks':%d,'scratch_chunks':%d,'channels':[],"
                          "'remote_buffers':[],'semaphores':[%s],'threadblocks':[%s]}]}",
                      "LL", dbl ? "true" : "false", ic, oc, sc, sem ? sem : "", tbs);
@@ -66,12 +68,14 @@ static struct mscx_plan *plan2(bool dbl, int ic, int oc, int sc, const char *ops
     for (int r = 0; r < 2; r++)
         snprintf(g[r], sizeof(g[r]),
                  "{'id':%d,'input_chunks':%d,'output_chunks':%d,'scratch_chunks':%d,"
-                 "'channels':[{'channel_type':'memory','connected_to':[%d]},{'channel_type':'port','connected_to':[%d]}],"
+                 "'channels':[{'channel_type':'memory','connected_to':[%d]},{'channel_type':'port','"
+                 "connected_to':[%d]}],"
                  "'remote_buffers':[{'rank':%d,'type':'s','access_channel_types':['memory','port']},"
                  "{'rank':%d,'type':'o','access_channel_types':['memory','port']},"
                  "{'rank':%d,'type':'i','access_channel_types':['memory','port']}],'semaphores':[],"
                  "'threadblocks':[{'id':0,'ops':[%s],"
-                 "'channels':[{'channel_type':'memory','channel_ids':[0]},{'channel_type':'port','channel_ids':[0]}],"
+                 "'channels':[{'channel_type':'memory','channel_ids':[0]},{'channel_type':'port','channel_"
+                 "ids':[0]}],"
                  "'remote_buffer_refs':[{'access_channel_type':'memory','remote_buffer_ids':[0,1,2]},"
                  "{'access_channel_type':'port','remote_buffer_ids':[0,1,2]}]}]}",
                  r, ic, oc, sc, 1 - r, 1 - r, 1 - r, 1 - r, 1 - r, ops);
@@ -145,7 +149,7 @@ static int32_t word(const uint8_t *p, uint64_t i)
     return v;
 }
 
-#define RUN_OK(plan, pkt, in, out, iters, c)                                                                  \
+#define RUN_OK(plan, pkt, in, out, iters, c)                                                                 \
     do {                                                                                                     \
         char err_[512] = "";                                                                                 \
         mscx_status_t st_ = run_plan(plan, pkt, in, out, iters, 7, c, err_);                                 \
@@ -171,7 +175,8 @@ START_TEST(test_cpkt_layout)
 {
     enum mscx_pkt_format f = fmt_i(_i);
     struct cap *c = malloc(sizeof(*c));
-    struct mscx_plan *p = plan1(false, 1, 1, 1, NULL, "{'name':'cpkt','src_buff':[" L("i", 0) "],'dst_buff':[" L("s", 0) "]}", NULL);
+    struct mscx_plan *p = plan1(
+        false, 1, 1, 1, NULL, "{'name':'cpkt','src_buff':[" L("i", 0) "],'dst_buff':[" L("s", 0) "]}", NULL);
     RUN_OK(p, f, 20, 20, 1, c);
     ck_assert_uint_eq(c->scr_len[0], 64);
     for (uint32_t w = 0; w < 8; w++) { /* payload words: 5 values then padding */
@@ -190,9 +195,12 @@ START_TEST(test_double_scratch_flags)
 {
     enum mscx_pkt_format f = fmt_i(_i);
     struct cap *c = malloc(sizeof(*c));
-    struct mscx_plan *p = plan1(true, 1, 1, 1, NULL,
-                                "{'name':'cpkt','src_buff':[" L("i", 0) "],'dst_buff':[" L("s", 0) "]},"
-                                "{'name':'upkt','src_buff':[" L("s", 0) "],'dst_buff':[" L("o", 0) "]}", NULL);
+    struct mscx_plan *p =
+        plan1(true, 1, 1, 1, NULL,
+              "{'name':'cpkt','src_buff':[" L("i", 0) "],'dst_buff':[" L(
+                  "s", 0) "]},"
+                          "{'name':'upkt','src_buff':[" L("s", 0) "],'dst_buff':[" L("o", 0) "]}",
+              NULL);
     for (uint32_t iters = 1; iters <= 4; iters++) {
         RUN_OK(p, f, 20, 20, iters, c);
         ck_assert_uint_eq(c->scr_len[0], 128);
@@ -213,9 +221,11 @@ START_TEST(test_ppkt_memory)
 {
     enum mscx_pkt_format f = fmt_i(_i);
     struct cap *c = malloc(sizeof(*c));
-    struct mscx_plan *p = plan2(true, 1, 1, 1,
-                                "{'name':'ppkt','channel_type':'memory','src_buff':[" L("i", 0) "],'dst_buff':[" R(0, 0) "]},"
-                                "{'name':'upkt','src_buff':[" L("s", 0) "],'dst_buff':[" L("o", 0) "]}");
+    struct mscx_plan *p =
+        plan2(true, 1, 1, 1,
+              "{'name':'ppkt','channel_type':'memory','src_buff':[" L("i", 0) "],'dst_buff':[" R(
+                  0, 0) "]},"
+                        "{'name':'upkt','src_buff':[" L("s", 0) "],'dst_buff':[" L("o", 0) "]}");
     RUN_OK(p, f, 36, 36, 3, c);
     for (uint32_t r = 0; r < 2; r++)
         expect_copy(c, r, 0, 1 - r, 2, 0, 9);
@@ -228,16 +238,20 @@ END_TEST
 START_TEST(test_forward_packets)
 {
     static const char *const fwd[3] = {
-        "{'name':'ppkt','channel_type':'port','channel_ids':[0],'src_buff':[" L("s", 1) "],'dst_buff':[" R(0, 0) "]}",
+        "{'name':'ppkt','channel_type':'port','channel_ids':[0],'src_buff':[" L("s", 1) "],'dst_buff':[" R(
+            0, 0) "]}",
         "{'name':'rppkt','channel_type':'memory','src_buff':[" L("s", 1) "],'dst_buff':[" R(0, 0) "]}",
-        "{'name':'rppkt','channel_type':'port','channel_ids':[0],'src_buff':[" L("s", 1) "],'dst_buff':[" R(0, 0) "]}",
+        "{'name':'rppkt','channel_type':'port','channel_ids':[0],'src_buff':[" L("s", 1) "],'dst_buff':[" R(
+            0, 0) "]}",
     };
     struct cap *c = malloc(sizeof(*c));
     for (int k = 0; k < 3; k++) {
         char ops[2048];
         snprintf(ops, sizeof(ops),
-                 "{'name':'cpkt','src_buff':[" L("i", 0) "],'dst_buff':[" L("s", 1) "]},%s,"
-                 "{'name':'upkt','src_buff':[" L("s", 0) "],'dst_buff':[" L("o", 0) "]}", fwd[k]);
+                 "{'name':'cpkt','src_buff':[" L("i", 0) "],'dst_buff':[" L(
+                     "s", 1) "]},%s,"
+                             "{'name':'upkt','src_buff':[" L("s", 0) "],'dst_buff':[" L("o", 0) "]}",
+                 fwd[k]);
         struct mscx_plan *p = plan2(true, 1, 1, 2, ops);
         RUN_OK(p, fmt_i(_i), 52, 52, 3, c);
         for (uint32_t r = 0; r < 2; r++)
@@ -253,19 +267,27 @@ START_TEST(test_packet_reduces)
 {
     static const char *const red[4] = {
         /* repkt, then our own ppkt of the result into the peer's s1 */
-        "{'name':'repkt','src_buff':[" L("i", 0) "," L("s", 0) "],'dst_buff':[" L("o", 0) "]},"
-        "{'name':'ppkt','channel_type':'memory','src_buff':[" L("o", 0) "],'dst_buff':[" R(0, 1) "]}",
-        "{'name':'respkt','channel_type':'memory','src_buff':[" L("i", 0) "," L("s", 0) "],'dst_buff':[" L("o", 0) "," R(0, 1) "]}",
-        "{'name':'recpkt','src_buff':[" L("i", 0) "," L("s", 0) "],'dst_buff':[" L("o", 0) "," L("s", 2) "]},"
-        "{'name':'rppkt','channel_type':'memory','src_buff':[" L("s", 2) "],'dst_buff':[" R(0, 1) "]}",
-        "{'name':'recspkt','channel_type':'memory','src_buff':[" L("i", 0) "," L("s", 0) "],'dst_buff':[" L("o", 0) "," L("s", 2) "," R(0, 1) "]}",
+        "{'name':'repkt','src_buff':[" L("i", 0) "," L("s", 0) "],'dst_buff':[" L(
+            "o", 0) "]},"
+                    "{'name':'ppkt','channel_type':'memory','src_buff':[" L("o",
+                                                                            0) "],'dst_buff':[" R(0, 1) "]}",
+        "{'name':'respkt','channel_type':'memory','src_buff':[" L("i", 0) "," L("s", 0) "],'dst_buff':[" L(
+            "o", 0) "," R(0, 1) "]}",
+        "{'name':'recpkt','src_buff':[" L("i", 0) "," L("s", 0) "],'dst_buff':[" L("o", 0) "," L(
+            "s", 2) "]},"
+                    "{'name':'rppkt','channel_type':'memory','src_buff':[" L("s",
+                                                                             2) "],'dst_buff':[" R(0, 1) "]}",
+        "{'name':'recspkt','channel_type':'memory','src_buff':[" L("i", 0) "," L("s", 0) "],'dst_buff':[" L(
+            "o", 0) "," L("s", 2) "," R(0, 1) "]}",
     };
     struct cap *c = malloc(sizeof(*c));
     for (int k = 0; k < 4; k++) {
         char ops[2048];
         snprintf(ops, sizeof(ops),
-                 "{'name':'ppkt','channel_type':'memory','src_buff':[" L("i", 0) "],'dst_buff':[" R(0, 0) "]},%s,"
-                 "{'name':'upkt','src_buff':[" L("s", 1) "],'dst_buff':[" L("o", 1) "]}", red[k]);
+                 "{'name':'ppkt','channel_type':'memory','src_buff':[" L("i", 0) "],'dst_buff':[" R(
+                     0, 0) "]},%s,"
+                           "{'name':'upkt','src_buff':[" L("s", 1) "],'dst_buff':[" L("o", 1) "]}",
+                 red[k]);
         struct mscx_plan *p = plan2(true, 1, 2, 3, ops);
         RUN_OK(p, fmt_i(_i), 20, 40, 3, c);
         for (uint32_t r = 0; r < 2; r++)
@@ -290,9 +312,12 @@ END_TEST
 START_TEST(test_memory_raw)
 {
     static const char *const ops[] = {
-        "{'name':'put','channel_type':'memory','src_buff':[" L("i", 0) "],'dst_buff':[" R(1, 0) "]}," SIGWAIT("") ",{'name':'nop'}",
-        "{'name':'pws','channel_type':'memory','src_buff':[" L("i", 0) "],'dst_buff':[" R(1, 0) "]}," SIGWAIT("rlx"),
-        SIGWAIT("") ",{'name':'get','channel_type':'memory','src_buff':[" R(2, 0) "],'dst_buff':[" L("o", 0) "]}," SIGWAIT(""),
+        "{'name':'put','channel_type':'memory','src_buff':[" L("i", 0) "],'dst_buff':[" R(1, 0) "]}," SIGWAIT(
+            "") ",{'name':'nop'}",
+        "{'name':'pws','channel_type':'memory','src_buff':[" L("i", 0) "],'dst_buff':[" R(1, 0) "]}," SIGWAIT(
+            "rlx"),
+        SIGWAIT("") ",{'name':'get','channel_type':'memory','src_buff':[" R(2, 0) "],'dst_buff':[" L(
+            "o", 0) "]}," SIGWAIT(""),
     };
     struct cap *c = malloc(sizeof(*c));
     for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
@@ -303,10 +328,14 @@ START_TEST(test_memory_raw)
         mscx_plan_destroy(p);
     }
     /* rre into o0, rres also writes the peer's o1, res reduces two local chunks and sends */
-    struct mscx_plan *p = plan2(false, 1, 2, 0,
-                                SIGWAIT("") ",{'name':'rres','channel_type':'memory','src_buff':[" L("i", 0) "," R(2, 0) "],"
-                                "'dst_buff':[" L("o", 0) "," R(1, 1) "]}," SIGWAIT("") ","
-                                "{'name':'rre','channel_type':'memory','src_buff':[" L("i", 0) "," R(2, 0) "],'dst_buff':[" L("o", 0) "]}," SIGWAIT(""));
+    struct mscx_plan *p =
+        plan2(false, 1, 2, 0,
+              SIGWAIT("") ",{'name':'rres','channel_type':'memory','src_buff':[" L("i", 0) "," R(
+                  2, 0) "],"
+                        "'dst_buff':[" L("o", 0) "," R(1, 1) "]}," SIGWAIT(
+                            "") ","
+                                "{'name':'rre','channel_type':'memory','src_buff':[" L("i", 0) "," R(
+                                    2, 0) "],'dst_buff':[" L("o", 0) "]}," SIGWAIT(""));
     RUN_OK(p, fmt_i(_i), 20, 40, 3, c);
     for (uint32_t r = 0; r < 2; r++)
         for (uint64_t e = 0; e < 5; e++) {
@@ -315,8 +344,10 @@ START_TEST(test_memory_raw)
         }
     mscx_plan_destroy(p);
     p = plan2(false, 2, 2, 0,
-              "{'name':'res','channel_type':'memory','src_buff':[" L("i", 0) "," L("i", 1) "],"
-              "'dst_buff':[" L("o", 0) "," R(1, 1) "]}," SIGWAIT("") ",{'name':'copy','src_buff':[" L("i", 1) "],'dst_buff':[" L("i", 0) "]}");
+              "{'name':'res','channel_type':'memory','src_buff':[" L("i", 0) "," L(
+                  "i", 1) "],"
+                          "'dst_buff':[" L("o", 0) "," R(1, 1) "]}," SIGWAIT(
+                              "") ",{'name':'copy','src_buff':[" L("i", 1) "],'dst_buff':[" L("i", 0) "]}");
     RUN_OK(p, fmt_i(_i), 40, 40, 1, c);
     for (uint32_t r = 0; r < 2; r++)
         for (uint64_t e = 0; e < 5; e++) {
@@ -337,12 +368,15 @@ END_TEST
 START_TEST(test_port_raw)
 {
     static const char *const ops[] = {
-        "{'name':'put','channel_type':'port','channel_ids':[0],'src_buff':[" L("i", 0) "],'dst_buff':[" R(1, 0) "]},"
-        "{'name':'flush','channel_type':'port','channel_ids':[0]}," PSIGWAIT,
-        "{'name':'pws','channel_type':'port','channel_ids':[0],'src_buff':[" L("i", 0) "],'dst_buff':[" R(1, 0) "]},"
-        "{'name':'wait','channel_type':'port','channel_ids':[0]}",
-        "{'name':'pwsf','channel_type':'port','channel_ids':[0],'src_buff':[" L("i", 0) "],'dst_buff':[" R(1, 0) "]},"
-        "{'name':'wait','channel_type':'port','channel_ids':[0]}",
+        "{'name':'put','channel_type':'port','channel_ids':[0],'src_buff':[" L("i", 0) "],'dst_buff':[" R(
+            1, 0) "]},"
+                  "{'name':'flush','channel_type':'port','channel_ids':[0]}," PSIGWAIT,
+        "{'name':'pws','channel_type':'port','channel_ids':[0],'src_buff':[" L("i", 0) "],'dst_buff':[" R(
+            1, 0) "]},"
+                  "{'name':'wait','channel_type':'port','channel_ids':[0]}",
+        "{'name':'pwsf','channel_type':'port','channel_ids':[0],'src_buff':[" L("i", 0) "],'dst_buff':[" R(
+            1, 0) "]},"
+                  "{'name':'wait','channel_type':'port','channel_ids':[0]}",
     };
     struct cap *c = malloc(sizeof(*c));
     for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
@@ -361,16 +395,18 @@ START_TEST(test_block_sync)
 {
     struct cap *c = malloc(sizeof(*c));
     struct mscx_plan *p = plan1(false, 1, 2, 0, NULL,
-                                "{'name':'copy','src_buff':[" L("i", 0) "],'dst_buff':[" L("o", 0) "]},"
-                                "{'name':'barrier','barrier_id':3,'num_threadblocks':2}",
+                                "{'name':'copy','src_buff':[" L("i", 0) "],'dst_buff':[" L(
+                                    "o", 0) "]},"
+                                            "{'name':'barrier','barrier_id':3,'num_threadblocks':2}",
                                 "{'name':'barrier','barrier_id':3,'num_threadblocks':2},"
                                 "{'name':'copy','src_buff':[" L("o", 0) "],'dst_buff':[" L("o", 1) "]}");
     RUN_OK(p, fmt_i(_i), 64, 128, 3, c);
     expect_copy(c, 0, 16, 0, 2, 0, 16);
     mscx_plan_destroy(p);
     p = plan1(false, 1, 2, 0, "{'init_value':0}",
-              "{'name':'copy','src_buff':[" L("i", 0) "],'dst_buff':[" L("o", 0) "]},"
-              "{'name':'sem_release','semaphore_ids':[0]}",
+              "{'name':'copy','src_buff':[" L("i", 0) "],'dst_buff':[" L(
+                  "o", 0) "]},"
+                          "{'name':'sem_release','semaphore_ids':[0]}",
               "{'name':'sem_acquire','semaphore_ids':[0]},{'name':'nop'},"
               "{'name':'copy','src_buff':[" L("o", 0) "],'dst_buff':[" L("o", 1) "]}");
     RUN_OK(p, fmt_i(_i), 64, 128, 3, c);
@@ -378,7 +414,8 @@ START_TEST(test_block_sync)
     mscx_plan_destroy(p);
     p = plan1(false, 1, 1, 0, NULL,
               "{'name':'pipeline','iter_context':{'unit_size':16,'num_chunks':1},'ops':["
-              "{'name':'copy','src_buff':[" L("i", 0) "],'dst_buff':[" L("o", 0) "]}]}", NULL);
+              "{'name':'copy','src_buff':[" L("i", 0) "],'dst_buff':[" L("o", 0) "]}]}",
+              NULL);
     RUN_OK(p, fmt_i(_i), 100, 100, 2, c);
     expect_copy(c, 0, 0, 0, 1, 0, 25);
     mscx_plan_destroy(p);
@@ -429,9 +466,12 @@ START_TEST(test_dtype_ops)
     struct mscx_plan *p[2];
     p[0] = plan1(false, 2, 1, 0, NULL,
                  "{'name':'re','src_buff':[" L("i", 0) "," L("i", 1) "],'dst_buff':[" L("o", 0) "]}", NULL);
-    p[1] = plan1(false, 2, 1, 1, NULL,
-                 "{'name':'cpkt','src_buff':[" L("i", 1) "],'dst_buff':[" L("s", 0) "]},"
-                 "{'name':'repkt','src_buff':[" L("i", 0) "," L("s", 0) "],'dst_buff':[" L("o", 0) "]}", NULL);
+    p[1] = plan1(
+        false, 2, 1, 1, NULL,
+        "{'name':'cpkt','src_buff':[" L("i", 1) "],'dst_buff':[" L(
+            "s", 0) "]},"
+                    "{'name':'repkt','src_buff':[" L("i", 0) "," L("s", 0) "],'dst_buff':[" L("o", 0) "]}",
+        NULL);
     for (int k = 0; k < 2; k++)
         for (int d = 0; d < 5; d++)
             for (int op = 0; op < 4; op++) {
@@ -466,10 +506,12 @@ END_TEST
 START_TEST(test_timeout)
 {
     struct mscx_plan *p[2];
-    static const char *const want[2] = {"rank 0 tb 0 op 1 (upkt): waiting for packet line 0",
-                                        "rank 1 tb 0 op 1 (wait): waiting for signal on memory channel 0 from rank 0"};
-    p[0] = plan1(false, 1, 1, 1, NULL,
-                 "{'name':'nop'},{'name':'upkt','src_buff':[" L("s", 0) "],'dst_buff':[" L("o", 0) "]}", NULL);
+    static const char *const want[2] = {
+        "rank 0 tb 0 op 1 (upkt): waiting for packet line 0",
+        "rank 1 tb 0 op 1 (wait): waiting for signal on memory channel 0 from rank 0"};
+    p[0] =
+        plan1(false, 1, 1, 1, NULL,
+              "{'name':'nop'},{'name':'upkt','src_buff':[" L("s", 0) "],'dst_buff':[" L("o", 0) "]}", NULL);
     /* the validator refuses an unmatched wait: turn rank 0's signal into a nop after loading */
     p[1] = plan2(false, 1, 1, 0, SIGWAIT(""));
     ck_assert_uint_eq(p[1]->gpus[0].ops[0].opcode, MSCX_OP_SIGNAL);
@@ -500,11 +542,16 @@ END_TEST
 START_TEST(test_sched_seeds)
 {
     struct cap *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
-    struct mscx_plan *p = plan2(true, 1, 2, 3,
-                                "{'name':'ppkt','channel_type':'memory','src_buff':[" L("i", 0) "],'dst_buff':[" R(0, 0) "]},"
-                                "{'name':'recspkt','channel_type':'memory','src_buff':[" L("i", 0) "," L("s", 0) "],"
-                                "'dst_buff':[" L("o", 0) "," L("s", 2) "," R(0, 1) "]},"
-                                "{'name':'upkt','src_buff':[" L("s", 1) "],'dst_buff':[" L("o", 1) "]}");
+    struct mscx_plan *p =
+        plan2(true, 1, 2, 3,
+              "{'name':'ppkt','channel_type':'memory','src_buff':[" L("i", 0) "],'dst_buff':[" R(
+                  0, 0) "]},"
+                        "{'name':'recspkt','channel_type':'memory','src_buff':[" L("i", 0) "," L(
+                            "s", 0) "],"
+                                    "'dst_buff':[" L("o", 0) "," L("s", 2) "," R(
+                                        0, 1) "]},"
+                                              "{'name':'upkt','src_buff':[" L("s", 1) "],'dst_buff':[" L(
+                                                  "o", 1) "]}");
     char err[512];
     ck_assert_int_eq(run_plan(p, fmt_i(_i), 1000, 2000, 4, 11, a, err), MSCX_OK);
     ck_assert_int_eq(run_plan(p, fmt_i(_i), 1000, 2000, 4, 12, b, err), MSCX_OK);
@@ -543,9 +590,11 @@ START_TEST(test_peer_start)
 {
     static const char *const ops[] = {
         "{'name':'put','channel_type':'memory','src_buff':[" L("i", 0) "],"
-        "'dst_buff':[" R(1, 0) "]}," SIGWAIT(""),
+                                                                       "'dst_buff':[" R(1,
+                                                                                        0) "]}," SIGWAIT(""),
         "{'name':'get','channel_type':'memory','src_buff':[" R(2, 0) "],"
-        "'dst_buff':[" L("o", 0) "]}," SIGWAIT(""),
+                                                                     "'dst_buff':[" L("o",
+                                                                                      0) "]}," SIGWAIT(""),
     };
     struct cap *c = malloc(sizeof(*c));
     for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
@@ -714,8 +763,8 @@ START_TEST(test_flag_wrap_parity)
     for (int i = 0; i < 40; i++) {
         uint32_t n = mscx_flag_next(f);
         ck_assert_uint_ne(n, 0);
-        ck_assert_msg(mscx_scratch_offset(n, 64) != mscx_scratch_offset(f, 64), "flags %#x and %#x share a half", f,
-                      n);
+        ck_assert_msg(mscx_scratch_offset(n, 64) != mscx_scratch_offset(f, 64),
+                      "flags %#x and %#x share a half", f, n);
         f = n;
     }
     ck_assert_uint_eq(mscx_flag_next(0xffffffffu), 2u);

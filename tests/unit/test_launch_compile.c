@@ -81,7 +81,8 @@ static int setup(struct ctx *c, uint64_t msg, enum mscx_dtype dt, enum mscx_pkt_
             c->a.geom[ngeom].out_chunk = h.out_chunk;
             ngeom++;
         }
-        c->rb[i].ptr = gpu->rbuf[i].type == MSCX_BUF_SCRATCH ? (char *)(uintptr_t)(0x100000u * (i + 1)) : NULL;
+        c->rb[i].ptr =
+            gpu->rbuf[i].type == MSCX_BUF_SCRATCH ? (char *)(uintptr_t)(0x100000u * (i + 1)) : NULL;
         c->rb[i].geom = cls;
         c->rb[i].half = h.scratch_half;
         c->rb_bytes[i] = half_or_all(&h);
@@ -105,14 +106,15 @@ static uint64_t base_bytes(const struct ctx *c, uint32_t base)
 }
 
 /* Operand j of entry k covers [off, off + bytes): inside its buffer. */
-static void check_opnd(const struct ctx *c, const struct mscx_entry *k, uint32_t j, uint64_t bytes, const char *what)
+static void check_opnd(const struct ctx *c, const struct mscx_entry *k, uint32_t j, uint64_t bytes,
+                       const char *what)
 {
     const struct mscx_entry_opnd *o = &c->kp.opnd[k->opnd + j];
     uint64_t have = base_bytes(c, o->base);
     ck_assert_msg((uint64_t)o->off + bytes <= have,
                   "plan %s rank %u op %u (%s, kind %u): operand %u (%s, base %u) [%u, +%llu) past %llu bytes",
-                  c->plan->name, c->rank, k->op, mscx_opcode_name((enum mscx_opcode)k->opcode), k->kind, j, what,
-                  o->base, o->off, (unsigned long long)bytes, (unsigned long long)have);
+                  c->plan->name, c->rank, k->op, mscx_opcode_name((enum mscx_opcode)k->opcode), k->kind, j,
+                  what, o->base, o->off, (unsigned long long)bytes, (unsigned long long)have);
 }
 
 /*
@@ -152,7 +154,8 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
                     check_opnd(c, k, 1 + j, n * 2 * pl, "lines");
                 break;
             case MSCX_ENTRY_REDPKT:
-                check_opnd(c, k, 0, k->lsrc0 ? n * 2 * pl : n * pl, k->lsrc0 ? "fused source lines" : "raw source");
+                check_opnd(c, k, 0, k->lsrc0 ? n * 2 * pl : n * pl,
+                           k->lsrc0 ? "fused source lines" : "raw source");
                 ck_assert_uint_lt(k->fsrc, k->nsrc);
                 for (uint32_t j = 1; j < k->nsrc; j++)
                     if (j == k->fsrc)
@@ -177,8 +180,9 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
                 continue;
             case MSCX_ENTRY_SKIP:
                 /* fusion's SKIPs are dropped (kp_compact), except one that ends its block */
-                ck_assert_msg(i + 1 == kp->kbegin[b + 1], "%s rank %u block %u: a SKIP at entry %u of [%u, %u)",
-                              c->plan->name, c->rank, b, i, kp->kbegin[b], kp->kbegin[b + 1]);
+                ck_assert_msg(i + 1 == kp->kbegin[b + 1],
+                              "%s rank %u block %u: a SKIP at entry %u of [%u, %u)", c->plan->name, c->rank,
+                              b, i, kp->kbegin[b], kp->kbegin[b + 1]);
                 continue;
             default:
                 ck_abort_msg("unknown entry kind %u", k->kind);
@@ -193,9 +197,10 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
     return generic;
 }
 
-/* The operand's pointer as the kernel resolved it before programs moved to device memory (launch flag @p f). */
-static uint64_t old_kbase(const struct ctx *c, const struct mscx_entry_opnd *d, uint32_t f, uint64_t in, uint64_t out,
-                          uint64_t scratch)
+/* The operand's pointer as the kernel resolved it before programs moved to device memory (launch flag @p f).
+ */
+static uint64_t old_kbase(const struct ctx *c, const struct mscx_entry_opnd *d, uint32_t f, uint64_t in,
+                          uint64_t out, uint64_t scratch)
 {
     if (d->base >= MSCX_KB_RBUF) {
         uint32_t k = d->base - MSCX_KB_RBUF;
@@ -220,14 +225,15 @@ static void check_encoding(const struct ctx *c)
     static char buf[1 << 20];
     const uint64_t scratch = 0x7f0000000000ull, in = 0x7e0000000000ull, out = 0x7d0000000000ull;
     uint32_t stride, km, pm;
-    size_t bytes = mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf, sizeof(buf),
-                                      &stride, &km, &pm);
+    size_t bytes = mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf,
+                                      sizeof(buf), &stride, &km, &pm);
     ck_assert_uint_eq(bytes, (size_t)stride * gpu->ntb);
     ck_assert_uint_eq(stride, 16u * (1u + km + pm));
     /* one byte short: refused, and nothing written (buf, stride, km, pm keep the encoding above) */
     uint32_t stride2 = 0, km2 = 0, pm2 = 0;
-    ck_assert_uint_eq(mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf, bytes - 1,
-                                         &stride2, &km2, &pm2), 0);
+    ck_assert_uint_eq(mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf,
+                                         bytes - 1, &stride2, &km2, &pm2),
+                      0);
     ck_assert_uint_eq(stride2 + km2 + pm2, 0);
     if (bytes > g_max_encoded)
         g_max_encoded = bytes;
@@ -256,8 +262,8 @@ static void check_encoding(const struct ctx *c)
                 else
                     got = (tag == 1 ? in : out) + (v0 & MSCX_TAGGED_OFF_MASK);
                 ck_assert_msg(got == old_kbase(c, d, f, in, out, scratch),
-                              "plan %s rank %u block %u operand %u flag parity %u: %#llx, want %#llx", c->plan->name,
-                              c->rank, b, i, f & 1u, (unsigned long long)got,
+                              "plan %s rank %u block %u operand %u flag parity %u: %#llx, want %#llx",
+                              c->plan->name, c->rank, b, i, f & 1u, (unsigned long long)got,
                               (unsigned long long)old_kbase(c, d, f, in, out, scratch));
             }
         }
@@ -306,16 +312,17 @@ START_TEST(test_compile_shipped_plans)
                         fused_total += fused;
                         folded_total += folded;
                         /*
-                         * ranks after 0 of the one-shot AllReduce unpack rank 0's packets, then fold: one entry
-                         * (where a reduction compiled at all: a block whose slice ends in a part of a unit is
-                         * left to the interpreter, the whole program of a one-block plan at such sizes)
+                         * ranks after 0 of the one-shot AllReduce unpack rank 0's packets, then fold: one
+                         * entry (where a reduction compiled at all: a block whose slice ends in a part of a
+                         * unit is left to the interpreter, the whole program of a one-block plan at such
+                         * sizes)
                          */
                         int has_redpkt = 0;
                         for (uint32_t i = 0; i < c->kp.kbegin[gpu->ntb]; i++)
                             has_redpkt |= c->kp.entry[i].kind == MSCX_ENTRY_REDPKT;
                         if (oneshot && r > 0 && has_redpkt)
-                            ck_assert_msg(fused > 0, "%s rank %u, %llu bytes: the unpack was not fused", plan->name,
-                                          r, (unsigned long long)sizes[s]);
+                            ck_assert_msg(fused > 0, "%s rank %u, %llu bytes: the unpack was not fused",
+                                          plan->name, r, (unsigned long long)sizes[s]);
                         /* ... and read their input where they packed it into their own slot (rank 0 has
                            no such pack); an op left to the interpreter stops that (its bytes are unknown) */
                         if (oneshot)
@@ -323,16 +330,18 @@ START_TEST(test_compile_shipped_plans)
                                           "%s rank %u, %llu bytes: %u packs read flat", plan->name, r,
                                           (unsigned long long)sizes[s], folded);
                         check_encoding(c);
-                        /* the one-shot plans are what small messages run: at the range ends nothing may be left */
+                        /* the one-shot plans are what small messages run: at the range ends nothing may be
+                         * left */
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
-                            ck_assert_msg(generic == 0, "%s rank %u, %llu bytes: %u ops left to the interpreter",
+                            ck_assert_msg(generic == 0,
+                                          "%s rank %u, %llu bytes: %u ops left to the interpreter",
                                           plan->name, r, (unsigned long long)sizes[s], generic);
                         /* ... and hold packet entries only: the packet-only kernel runs them */
                         int pkonly = mscx_gpu_kp_packet_only(&c->kp, gpu->ntb);
                         packet_only += pkonly;
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
-                            ck_assert_msg(pkonly, "%s rank %u, %llu bytes: not packet entries only", plan->name,
-                                          r, (unsigned long long)sizes[s]);
+                            ck_assert_msg(pkonly, "%s rank %u, %llu bytes: not packet entries only",
+                                          plan->name, r, (unsigned long long)sizes[s]);
                         /*
                          * and each of their blocks sends its slice to every peer from one PACK entry
                          * (kp_fuse_pack: the put-packets op has a pair per peer)
@@ -342,8 +351,9 @@ START_TEST(test_compile_shipped_plans)
                                 const struct mscx_entry *k0 = &c->kp.entry[c->kp.kbegin[b]];
                                 ck_assert_msg(k0->kind == MSCX_ENTRY_PACK && k0->ndst == plan->nranks - 1,
                                               "%s rank %u block %u, %llu bytes: first entry kind %u with %u "
-                                              "destinations", plan->name, r, b, (unsigned long long)sizes[s],
-                                              k0->kind, k0->ndst);
+                                              "destinations",
+                                              plan->name, r, b, (unsigned long long)sizes[s], k0->kind,
+                                              k0->ndst);
                                 packs_merged++;
                             }
                     }
@@ -353,11 +363,12 @@ START_TEST(test_compile_shipped_plans)
             free(img);
         }
     }
-    printf("gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked, "
-           "%u unpacks fused, %u packs read flat by a reduction, %u one-shot blocks with one PACK to all peers, "
-           "largest encoded program %zu bytes, %u programs of packet entries only\n",
-           it.n, (unsigned long long)launches, (unsigned long long)compiled_launches, entries, fused_total,
-           folded_total, packs_merged, g_max_encoded, packet_only);
+    printf(
+        "gpu compile: %zu plans, %llu launches compiled (%llu fit the program), %u entries bounds-checked, "
+        "%u unpacks fused, %u packs read flat by a reduction, %u one-shot blocks with one PACK to all peers, "
+        "largest encoded program %zu bytes, %u programs of packet entries only\n",
+        it.n, (unsigned long long)launches, (unsigned long long)compiled_launches, entries, fused_total,
+        folded_total, packs_merged, g_max_encoded, packet_only);
     ck_assert_uint_gt(compiled_launches, launches / 2);
 }
 END_TEST
@@ -365,8 +376,8 @@ END_TEST
 /* ---- mscx_gpu_kp_split on hand-made programs ---- */
 
 /* Append entry (kind, units, block's next) with operands (base, off) pairs: nsrc sources then ndst. */
-static void kp_add(struct mscx_program *kp, uint32_t *nk, uint32_t *np, uint8_t kind, uint32_t units, uint8_t nsrc,
-                   uint8_t ndst, const uint32_t *bo)
+static void kp_add(struct mscx_program *kp, uint32_t *nk, uint32_t *np, uint8_t kind, uint32_t units,
+                   uint8_t nsrc, uint8_t ndst, const uint32_t *bo)
 {
     struct mscx_entry *k = &kp->entry[(*nk)++];
     memset(k, 0, sizeof(*k));
@@ -427,8 +438,8 @@ START_TEST(test_packet_only)
     ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 0), 1); /* no blocks: nothing to refuse */
     for (size_t o = 0; o < sizeof(other) / sizeof(other[0]); o++)
         for (uint32_t at = 0; at < 6; at++) {
-            uint8_t kinds[6] = {MSCX_ENTRY_PACK, MSCX_ENTRY_FWD, MSCX_ENTRY_REDPKT, MSCX_ENTRY_UNPACK, MSCX_ENTRY_SKIP,
-                                MSCX_ENTRY_REDPKT};
+            uint8_t kinds[6] = {MSCX_ENTRY_PACK,   MSCX_ENTRY_FWD,  MSCX_ENTRY_REDPKT,
+                                MSCX_ENTRY_UNPACK, MSCX_ENTRY_SKIP, MSCX_ENTRY_REDPKT};
             memset(kp, 0, sizeof(*kp));
             for (uint32_t i = 0; i < 6; i++)
                 kp->entry[i].kind = i == at ? other[o] : kinds[i];
@@ -680,14 +691,15 @@ START_TEST(test_fold_pack_oneshot)
             ck_assert_uint_eq(r->ndst, 1);
             ck_assert_uint_eq(c->kp.opnd[r->opnd + r->nsrc].off, x->off);
         }
-    compile_rank(c, plan, 0, 1024, pkt);
+        compile_rank(c, plan, 0, 1024, pkt);
         for (uint32_t b = 0; b < plan->gpus[0].ntb; b++)
             for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++) {
                 const struct mscx_entry *k = &c->kp.entry[e];
                 ck_assert_uint_ne(k->kind, MSCX_ENTRY_SKIP);
                 ck_assert_uint_eq(k->fsrc, 0);
                 ck_assert_uint_eq(k->lsrc0, 0);
-                ck_assert(k->kind == (k->opcode == MSCX_OP_PUT_PACKETS ? MSCX_ENTRY_PACK : MSCX_ENTRY_REDPKT));
+                ck_assert(k->kind ==
+                          (k->opcode == MSCX_OP_PUT_PACKETS ? MSCX_ENTRY_PACK : MSCX_ENTRY_REDPKT));
             }
     }
     /*

@@ -68,10 +68,10 @@ struct emu {
     enum mscx_dtype dt;
     enum mscx_redop op;
     enum mscx_pkt_format pkt;
-    int nosplit; /* shapes of this plan whose programs did not split */
-    int noalias; /* shapes of this out-of-place plan whose programs may not run aliased */
-    int alias; /* an in-place call on an out-of-place plan, the same programs on aliased buffers */
-    int split; /* an out-of-place call on an in-place AllReduce plan: split programs, separate buffers */
+    int nosplit;    /* shapes of this plan whose programs did not split */
+    int noalias;    /* shapes of this out-of-place plan whose programs may not run aliased */
+    int alias;      /* an in-place call on an out-of-place plan, the same programs on aliased buffers */
+    int split;      /* an out-of-place call on an in-place AllReduce plan: split programs, separate buffers */
     char what[256]; /* plan, size, dtype, operator, format: for messages */
     uint64_t entries_run, units_run, skewed;
     uint64_t fsrc_run; /* REDPKT entries run that read a fused pack's flat source (fsrc) */
@@ -125,7 +125,8 @@ static int emu_plan_init(struct emu *e, const struct mscx_plan *plan, uint64_t m
         R->geom_rank[0] = q;
         for (uint32_t i = 0; i < gpu->nrbuf; i++) {
             uint32_t o = gpu->rbuf[i].rank, c;
-            for (c = 0; c < R->ngeom && !mscx_gpu_same_chunks(&plan->gpus[R->geom_rank[c]], &plan->gpus[o]); c++)
+            for (c = 0; c < R->ngeom && !mscx_gpu_same_chunks(&plan->gpus[R->geom_rank[c]], &plan->gpus[o]);
+                 c++)
                 ;
             if (c == R->ngeom) {
                 if (R->ngeom == MSCX_GPU_MAX_GEOM)
@@ -243,7 +244,8 @@ static int emu_split(struct emu *e)
         kp2 = R->kp;
         if (!mscx_gpu_kp_split(&kp2, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u, R->a.out_bytes))
             return 0;
-        ck_assert_msg(memcmp(&kp2, &R->kp, sizeof(kp2)) != 0, "%s: rank %u: split changed nothing", e->what, q);
+        ck_assert_msg(memcmp(&kp2, &R->kp, sizeof(kp2)) != 0, "%s: rank %u: split changed nothing", e->what,
+                      q);
         size_t cap = 16u * (1u + MSCX_KP_MAX_OPS + MSCX_KP_MAX_OPND) * (size_t)ntb;
         size_t bytes =
             mscx_gpu_kp_encode(&kp2, ntb, R->scratch, R->half, R->rec, cap, &R->stride, &R->kmax, &R->pmax);
@@ -718,9 +720,8 @@ static void compare(const struct emu *e, const struct mscx_test_ref *c)
                     "%s%s%s: rank %u launch %u: %s differs from the host executor's at byte %llu of %llu "
                     "(word %#010x, host %#010x)",
                     e->what, e->split ? " (out-of-place, split program)" : "",
-                    e->alias ? " (in place on aliased buffers)" : "", q, l + 1,
-                    which ? "input" : "output", (unsigned long long)at,
-                    (unsigned long long)nb, g4, w4);
+                    e->alias ? " (in place on aliased buffers)" : "", q, l + 1, which ? "input" : "output",
+                    (unsigned long long)at, (unsigned long long)nb, g4, w4);
             }
         }
 }
@@ -728,7 +729,8 @@ static void compare(const struct emu *e, const struct mscx_test_ref *c)
 /* ---- the test ---- */
 
 struct stats {
-    uint64_t cases, emulated, ranks, launches, entries, units, not_whole, skewed, split, nosplit, alias, noalias;
+    uint64_t cases, emulated, ranks, launches, entries, units, not_whole, skewed, split, nosplit, alias,
+        noalias;
     uint64_t fsrc; /* of entries: reductions that read a fused pack's source flat */
 };
 
@@ -762,7 +764,8 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
     uint64_t ent0 = e->entries_run, un0 = e->units_run, sk0 = e->skewed, fs0 = e->fsrc_run;
     emu_run(e, (uint32_t)(msg * 31u + dt * 7u + op * 3u + pkt));
     compare(e, &c);
-    /* the same call out of place, as mscx_exec_launch runs it on an in-place AllReduce plan: split programs */
+    /* the same call out of place, as mscx_exec_launch runs it on an in-place AllReduce plan: split programs
+     */
     if (e->plan->inplace && e->plan->coll == MSCX_COLL_ALLREDUCE) {
         e->split = 1;
         if (emu_split(e)) {
@@ -776,15 +779,16 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
         }
         e->split = 0;
     }
-    /* an in-place call on an out-of-place plan: where mscx_gpu_kp_alias_ok allows, the programs run as they are */
+    /* an in-place call on an out-of-place plan: where mscx_gpu_kp_alias_ok allows, the programs run as they
+     * are */
     if (!e->plan->inplace && e->plan->coll != MSCX_COLL_TEST) {
         int ok = 1;
         for (uint32_t q = 0; q < e->n && ok; q++) {
             const uint32_t ntb = e->plan->gpus[q].ntb;
             uint64_t in_at = e->plan->coll == MSCX_COLL_ALLGATHER ? q * e->in_bytes : 0;
             uint64_t out_at = e->plan->coll == MSCX_COLL_REDUCESCATTER ? q * e->out_bytes : 0;
-            ok = ntb == 0 || mscx_gpu_kp_alias_ok(&e->r[q].kp, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u, in_at, out_at,
-                                                  e->in_bytes);
+            ok = ntb == 0 || mscx_gpu_kp_alias_ok(&e->r[q].kp, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u, in_at,
+                                                  out_at, e->in_bytes);
         }
         if (ok) {
             e->alias = 1;
@@ -848,8 +852,8 @@ START_TEST(test_kp_emulate_shipped_plans)
          * leaves ops to the interpreter: reported, not emulated). The
          * two-phase rows8 plan has 8 chunks per rank: 1 KB at 8 ranks.
          */
-        const uint32_t nchunks = plan->gpus[0].input_chunks > plan->nranks ? plan->gpus[0].input_chunks
-                                                                             : plan->nranks;
+        const uint32_t nchunks =
+            plan->gpus[0].input_chunks > plan->nranks ? plan->gpus[0].input_chunks : plan->nranks;
         const uint64_t g = 16u * nchunks, mid = (mn + mx) / 2u;
         const uint64_t sizes[] = {(mn + 15u) / 16u * 16u, (mn + g - 1u) / g * g, (mid / g | 1u) * g,
                                   mid / 16u * 16u + 4u, mx / 16u * 16u};
@@ -893,8 +897,10 @@ START_TEST(test_kp_emulate_shipped_plans)
                                        (unsigned long long)sizes[s], ok, tried);
             /* the compiled kernels' plans: where every chunk is a multiple of 16 bytes, nothing is left */
             if (bit >= 0 && sizes[s] % g == 0) {
-                ck_assert_msg(e->nosplit == 0, "plan %s, %llu bytes: the program does not split for "
-                              "out-of-place calls", plan->name, (unsigned long long)sizes[s]);
+                ck_assert_msg(e->nosplit == 0,
+                              "plan %s, %llu bytes: the program does not split for "
+                              "out-of-place calls",
+                              plan->name, (unsigned long long)sizes[s]);
                 ck_assert_msg(tried > 0 && ok == tried,
                               "plan %s, %llu bytes: %u of %u shapes not compiled whole (last: %s)",
                               plan->name, (unsigned long long)sizes[s], tried - ok, tried,

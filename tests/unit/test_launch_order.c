@@ -120,7 +120,8 @@ START_TEST(test_capture_two_branches)
 }
 END_TEST
 
-/* An eager launch in the middle of a capture does not cut the capture's chain; a second capture starts anew. */
+/* An eager launch in the middle of a capture does not cut the capture's chain; a second capture starts anew.
+ */
 START_TEST(test_capture_interleaved)
 {
     struct mscx_order o;

@@ -34,16 +34,14 @@ static const struct sval f32_vals[] = {
     {0x7f800000u, 8},
 };
 static const struct sval f16_vals[] = {
-    {0x7e00u, NAN_RANK}, {0xfe00u, NAN_RANK}, {0x7c01u, NAN_RANK}, {0x7fffu, NAN_RANK},
-    {0xfc00u, 0},        {0xbc00u, 1},        {0x8001u, 2},        {0x8000u, 3},
-    {0x0000u, 4},        {0x0001u, 5},        {0x3c00u, 6},        {0x7bffu, 7},
-    {0x7c00u, 8},
+    {0x7e00u, NAN_RANK}, {0xfe00u, NAN_RANK}, {0x7c01u, NAN_RANK}, {0x7fffu, NAN_RANK}, {0xfc00u, 0},
+    {0xbc00u, 1},        {0x8001u, 2},        {0x8000u, 3},        {0x0000u, 4},        {0x0001u, 5},
+    {0x3c00u, 6},        {0x7bffu, 7},        {0x7c00u, 8},
 };
 static const struct sval bf16_vals[] = {
-    {0x7fc0u, NAN_RANK}, {0xffc0u, NAN_RANK}, {0x7f81u, NAN_RANK}, {0x7fffu, NAN_RANK},
-    {0xff80u, 0},        {0xbf80u, 1},        {0x8001u, 2},        {0x8000u, 3},
-    {0x0000u, 4},        {0x0001u, 5},        {0x3f80u, 6},        {0x7f7fu, 7},
-    {0x7f80u, 8},
+    {0x7fc0u, NAN_RANK}, {0xffc0u, NAN_RANK}, {0x7f81u, NAN_RANK}, {0x7fffu, NAN_RANK}, {0xff80u, 0},
+    {0xbf80u, 1},        {0x8001u, 2},        {0x8000u, 3},        {0x0000u, 4},        {0x0001u, 5},
+    {0x3f80u, 6},        {0x7f7fu, 7},        {0x7f80u, 8},
 };
 static const struct sval i32_vals[] = {
     {0x80000000u, 0}, {0xffffffffu, 1}, {0x00000000u, 2}, {0x00000001u, 3}, {0x7fffffffu, 4},
@@ -112,7 +110,8 @@ START_TEST(test_minmax_pairs)
                 uint32_t a = x[0]->bits | (d->v[j].bits << 16), b = x[1]->bits | (d->v[i].bits << 16);
                 uint32_t w = mscx_reduce_word(d->dt, op, a, b);
                 ck_assert_uint_eq(w & 0xffffu, want);
-                ck_assert_uint_eq(w >> 16, oracle(d, op, (const struct sval *const[]){&d->v[j], &d->v[i]}, 2));
+                ck_assert_uint_eq(w >> 16,
+                                  oracle(d, op, (const struct sval *const[]){&d->v[j], &d->v[i]}, 2));
             }
             checked++;
         }
@@ -136,7 +135,8 @@ START_TEST(test_minmax_fold_orders)
                     static const int perm[6][4] = {{0, 1, 2, 3}, {3, 2, 1, 0}, {1, 3, 0, 2},
                                                    {2, 0, 3, 1}, {1, 0, 3, 2}, {3, 0, 2, 1}};
                     for (int p = 0; p < 6; p++) {
-                        const struct sval *y[4] = {x[perm[p][0]], x[perm[p][1]], x[perm[p][2]], x[perm[p][3]]};
+                        const struct sval *y[4] = {x[perm[p][0]], x[perm[p][1]], x[perm[p][2]],
+                                                   x[perm[p][3]]};
                         ck_assert_msg(fold(d, op, y, 4) == want, "%s %s order %d of 0x%x 0x%x 0x%x 0x%x",
                                       mscx_dtype_name(d->dt), mscx_redop_name(op), p, x[0]->bits, x[1]->bits,
                                       x[2]->bits, x[3]->bits);
@@ -232,15 +232,19 @@ START_TEST(test_hostexec_nan_rank)
                 cfg.fill = nan_fill;
                 cfg.collect = nan_collect;
                 cfg.ctx = &r;
-                ck_assert_msg(mscx_hostexec_run(plan, &cfg, err, sizeof(err)) == MSCX_OK, "%s: %s", nan_plans[_i], err);
-                /* NCCL: the NaN is left out; min is 1 (2 when rank 0 holds it), max is n (n - 1 when rank n - 1 does) */
-                float want_f = op == MSCX_REDOP_MIN ? (nr == 0 ? 2.0f : 1.0f) : (float)(nr == n - 1 ? n - 1 : n);
+                ck_assert_msg(mscx_hostexec_run(plan, &cfg, err, sizeof(err)) == MSCX_OK, "%s: %s",
+                              nan_plans[_i], err);
+                /* NCCL: the NaN is left out; min is 1 (2 when rank 0 holds it), max is n (n - 1 when rank n -
+                 * 1 does) */
+                float want_f =
+                    op == MSCX_REDOP_MIN ? (nr == 0 ? 2.0f : 1.0f) : (float)(nr == n - 1 ? n - 1 : n);
                 uint32_t want = value_bits(fdts[di], want_f), es = mscx_dtype_size(fdts[di]);
                 for (uint32_t k = 0; k < n; k++) {
                     for (uint64_t e = 0; e + es <= out_b; e += es) {
                         uint32_t got = 0;
                         memcpy(&got, r.out[k] + e, es);
-                        ck_assert_msg(got == want, "%s: %s %s, NaN on rank %u: rank %u byte %llu got 0x%x want 0x%x",
+                        ck_assert_msg(got == want,
+                                      "%s: %s %s, NaN on rank %u: rank %u byte %llu got 0x%x want 0x%x",
                                       nan_plans[_i], mscx_dtype_name(fdts[di]), mscx_redop_name(op), nr, k,
                                       (unsigned long long)e, got, want);
                     }

@@ -342,24 +342,28 @@ START_TEST(test_tbg_peer_write_refused)
 }
 END_TEST
 
-/* n ranks, no ops; memory channels between r and r^1 (when mem_pairs), port channels from r to port_peer[r]. */
+/* n ranks, no ops; memory channels between r and r^1 (when mem_pairs), port channels from r to port_peer[r].
+ */
 static char *make_channel_plan(uint32_t n, const int *mem_peer, const int *port_peer, const char *ext)
 {
     char *buf = malloc(65536);
     size_t k = 0;
-    k += (size_t)snprintf(buf + k, 65536 - k, "{\"name\": \"chan\", \"collective\": \"allreduce\", %s \"gpus\": [",
+    k += (size_t)snprintf(buf + k, 65536 - k,
+                          "{\"name\": \"chan\", \"collective\": \"allreduce\", %s \"gpus\": [",
                           ext ? ext : "");
     for (uint32_t r = 0; r < n; r++) {
-        k += (size_t)snprintf(buf + k, 65536 - k,
-                              "%s{\"id\": %u, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": 0, "
-                              "\"threadblocks\": [], \"channels\": [",
-                              r ? "," : "", r);
+        k += (size_t)snprintf(
+            buf + k, 65536 - k,
+            "%s{\"id\": %u, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": 0, "
+            "\"threadblocks\": [], \"channels\": [",
+            r ? "," : "", r);
         if (mem_peer[r] >= 0)
-            k += (size_t)snprintf(buf + k, 65536 - k, "{\"channel_type\": \"memory\", \"connected_to\": [%d]}",
-                                  mem_peer[r]);
+            k += (size_t)snprintf(buf + k, 65536 - k,
+                                  "{\"channel_type\": \"memory\", \"connected_to\": [%d]}", mem_peer[r]);
         if (port_peer && port_peer[r] >= 0)
-            k += (size_t)snprintf(buf + k, 65536 - k, "%s{\"channel_type\": \"port\", \"connected_to\": [%d]}",
-                                  mem_peer[r] >= 0 ? "," : "", port_peer[r]);
+            k +=
+                (size_t)snprintf(buf + k, 65536 - k, "%s{\"channel_type\": \"port\", \"connected_to\": [%d]}",
+                                 mem_peer[r] >= 0 ? "," : "", port_peer[r]);
         k += (size_t)snprintf(buf + k, 65536 - k, "]}");
     }
     snprintf(buf + k, 65536 - k, "]}");
@@ -389,9 +393,10 @@ START_TEST(test_ranks_per_node)
     mscx_plan_destroy(p);
     free(j);
 
-    j = make_channel_plan(4, mem4, port4,
-                          "\"mscx\": {\"version\": 1, \"ranks_per_node\": 4, \"dtypes\": [\"fp16\", \"bf16\"], "
-                          "\"reduce_ops\": [\"max\"], \"fusion\": {\"ops_before\": 10, \"ops_after\": 7}},");
+    j = make_channel_plan(
+        4, mem4, port4,
+        "\"mscx\": {\"version\": 1, \"ranks_per_node\": 4, \"dtypes\": [\"fp16\", \"bf16\"], "
+        "\"reduce_ops\": [\"max\"], \"fusion\": {\"ops_before\": 10, \"ops_after\": 7}},");
     p = load_str(j);
     ck_assert_uint_eq(mscx_plan_ranks_per_node(p), 4);
     ck_assert(p->ranks_per_node_given);
@@ -527,7 +532,8 @@ START_TEST(test_beats_nccl_window)
 }
 END_TEST
 
-static void geom_ok(const struct mscx_plan *p, uint64_t in, uint64_t out, enum mscx_dtype dt, struct mscx_geom *g)
+static void geom_ok(const struct mscx_plan *p, uint64_t in, uint64_t out, enum mscx_dtype dt,
+                    struct mscx_geom *g)
 {
     char err[256];
     mscx_status_t st = mscx_plan_geom(p, 0, in, out, dt, g, err, sizeof(err));
@@ -550,7 +556,7 @@ START_TEST(test_geometry)
     mscx_plan_destroy(p);
 
     p = load_ref("mscclpp-algo-plans/allreduce_pkt_n4.json"); /* 16/16/24 chunks */
-    geom_ok(p, 6, 6, MSCX_DT_FP16, &g); /* 3 elements over 16 chunks */
+    geom_ok(p, 6, 6, MSCX_DT_FP16, &g);                       /* 3 elements over 16 chunks */
     ck_assert_uint_eq(g.in_chunk, 2);
     ck_assert_uint_eq(g.slot, 16);
     ck_assert_uint_eq(g.scratch_bytes, 24 * 16 * 4);
@@ -577,9 +583,11 @@ END_TEST
 START_TEST(test_geometry_allgather)
 {
     /* allgather, 4 ranks: input 1 chunk, output 4 chunks */
-    static const char tmpl[] = "{\"id\": %u, \"input_chunks\": 1, \"output_chunks\": 4, \"scratch_chunks\": 2}";
+    static const char tmpl[] =
+        "{\"id\": %u, \"input_chunks\": 1, \"output_chunks\": 4, \"scratch_chunks\": 2}";
     char j[2048], one[256];
-    size_t k = (size_t)snprintf(j, sizeof(j), "{\"name\": \"ag\", \"collective\": \"allgather\", \"gpus\": [");
+    size_t k =
+        (size_t)snprintf(j, sizeof(j), "{\"name\": \"ag\", \"collective\": \"allgather\", \"gpus\": [");
     for (uint32_t r = 0; r < 4; r++) {
         snprintf(one, sizeof(one), tmpl, r);
         k += (size_t)snprintf(j + k, sizeof(j) - k, "%s%s", r ? "," : "", one);
@@ -631,7 +639,8 @@ START_TEST(test_geometry_sections)
         ck_assert_uint_eq(mscx_plan_elem_multiple(p), 4);
         /* 3 fp32 per rank: chunks of 2 elements would put rank 1's first element in rank 0's section */
         mscx_coll_sizes(ag ? MSCX_COLL_ALLGATHER : MSCX_COLL_REDUCESCATTER, 2, 24, &in, &out);
-        ck_assert_int_eq(mscx_plan_geom(p, 1, in, out, MSCX_DT_FP32, &g, err, sizeof(err)), MSCX_ERR_INVALID_ARG);
+        ck_assert_int_eq(mscx_plan_geom(p, 1, in, out, MSCX_DT_FP32, &g, err, sizeof(err)),
+                         MSCX_ERR_INVALID_ARG);
         ck_assert_msg(strstr(err, "does not split into its 4 chunks evenly") != NULL, "%s", err);
         /* the same 24 bytes as 12 fp16: 3 per chunk, on the sections */
         geom_ok(p, in, out, MSCX_DT_FP16, &g);
@@ -665,10 +674,12 @@ START_TEST(test_historical_names)
         "{\"name\": \"tpkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}], "
         "\"dst_buff\": [{\"type\": \"s\", \"index\": 1, \"size\": 1}]},"
         "{\"name\": \"rpkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}, "
-        "{\"type\": \"s\", \"index\": 0, \"size\": 1}], \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}],"
+        "{\"type\": \"s\", \"index\": 0, \"size\": 1}], \"dst_buff\": [{\"type\": \"i\", \"index\": 0, "
+        "\"size\": 1}],"
         " \"channel_type\": \"sm\"},"
         "{\"name\": \"rpkt\", \"src_buff\": [{\"type\": \"i\", \"index\": 1, \"size\": 1}, "
-        "{\"type\": \"s\", \"index\": 1, \"size\": 1}], \"dst_buff\": [{\"type\": \"i\", \"index\": 1, \"size\": 1}]}"
+        "{\"type\": \"s\", \"index\": 1, \"size\": 1}], \"dst_buff\": [{\"type\": \"i\", \"index\": 1, "
+        "\"size\": 1}]}"
         "]}]}]}";
     mscx_log_set_handler(count_historical, NULL);
     ck_assert_int_eq(mscx_config_override("MSCX_DEBUG", "INFO"), MSCX_OK);
@@ -719,9 +730,9 @@ START_TEST(test_describe)
     FILE *f = open_memstream(&buf, &len);
     mscx_plan_describe(p, f, sizes, 2);
     fclose(f);
-    ck_assert_msg(strstr(buf, "allreduce_pkt_n8") && strstr(buf, "ranks:           8") && strstr(buf, "respkt") &&
-                      strstr(buf, "scratch @ 1024 B") && strstr(buf, "ranks/node:      8") &&
-                      strstr(buf, "memory 56"),
+    ck_assert_msg(strstr(buf, "allreduce_pkt_n8") && strstr(buf, "ranks:           8") &&
+                      strstr(buf, "respkt") && strstr(buf, "scratch @ 1024 B") &&
+                      strstr(buf, "ranks/node:      8") && strstr(buf, "memory 56"),
                   "%s", buf);
     free(buf);
     mscx_plan_destroy(p);

@@ -119,7 +119,8 @@ START_TEST(test_plans_ranges_disjoint)
     for (size_t i = 0; i < nplan_files; i++) {
         for (size_t j = i + 1; j < nplan_files; j++) {
             const struct mscx_plan *a = plans[i], *b = plans[j];
-            if (mscx_plan_collective(a) != mscx_plan_collective(b) || mscx_plan_nranks(a) != mscx_plan_nranks(b) ||
+            if (mscx_plan_collective(a) != mscx_plan_collective(b) ||
+                mscx_plan_nranks(a) != mscx_plan_nranks(b) ||
                 mscx_plan_ranks_per_node(a) != mscx_plan_ranks_per_node(b) ||
                 mscx_plan_inplace(a) != mscx_plan_inplace(b) || mscx_plan_root(a) != mscx_plan_root(b))
                 continue;
@@ -156,7 +157,12 @@ END_TEST
 static void sim_one_x(const struct mscx_plan *plan, uint64_t bytes, enum mscx_dtype dt, enum mscx_redop op,
                       enum mscx_pkt_format pkt, uint32_t seed, bool cross_rank)
 {
-    struct mscx_sim_case c = {.msg_bytes = bytes, .dtype = dt, .op = op, .pkt = pkt, .iters = 2, .seed = seed,
+    struct mscx_sim_case c = {.msg_bytes = bytes,
+                              .dtype = dt,
+                              .op = op,
+                              .pkt = pkt,
+                              .iters = 2,
+                              .seed = seed,
                               .no_cross_rank = !cross_rank};
     struct mscx_sim_result res;
     memset(&res, 0, sizeof(res));
@@ -203,14 +209,15 @@ START_TEST(test_plans_sim)
              */
             sim_one_x(plan, small, (enum mscx_dtype)dt, (enum mscx_redop)op, MSCX_PKT_LL16, 1,
                       op == MSCX_REDOP_SUM || op == MSCX_REDOP_PROD);
-            sim_one_x(plan, small, (enum mscx_dtype)dt, (enum mscx_redop)op, MSCX_PKT_LL8, 2, dt == MSCX_DT_BF16 && op == MSCX_REDOP_SUM);
+            sim_one_x(plan, small, (enum mscx_dtype)dt, (enum mscx_redop)op, MSCX_PKT_LL8, 2,
+                      dt == MSCX_DT_BF16 && op == MSCX_REDOP_SUM);
             /* an odd element count that splits unevenly over chunks and slices */
             uint64_t odd = small + 3 * u;
             if ((odd / u) % 2 == 0)
                 odd += u;
             if (odd <= hi && (dt + op) % 3 == 0)
-                sim_one(plan, odd, (enum mscx_dtype)dt, (enum mscx_redop)op, (dt + op) % 2 ? MSCX_PKT_LL8 : MSCX_PKT_LL16,
-                        3);
+                sim_one(plan, odd, (enum mscx_dtype)dt, (enum mscx_redop)op,
+                        (dt + op) % 2 ? MSCX_PKT_LL8 : MSCX_PKT_LL16, 3);
             nsmall++;
         }
     }
@@ -281,8 +288,8 @@ static void a2a_uneven(const struct mscx_plan *plan)
         counts[nc++] = (base + (top - base) / 2) | 1;
         for (size_t k = 0; k < nc; k++)
             if (counts[k] >= base && counts[k] <= top)
-                sim_one(plan, counts[k] * u, dts[d], MSCX_REDOP_SUM, (k + (size_t)d) % 2 ? MSCX_PKT_LL8 : MSCX_PKT_LL16,
-                        (uint32_t)(30 + k));
+                sim_one(plan, counts[k] * u, dts[d], MSCX_REDOP_SUM,
+                        (k + (size_t)d) % 2 ? MSCX_PKT_LL8 : MSCX_PKT_LL16, (uint32_t)(30 + k));
     }
 }
 
@@ -350,8 +357,8 @@ START_TEST(test_plans_broadcast_roots)
         nplans++;
     }
     /* one node: LL packets up to 64 KB (no direct plans); two nodes: up to 1 MB */
-    static const uint32_t layouts[][3] = {{2, 2, 64}, {4, 4, 64}, {8, 8, 64}, {4, 2, 1024}, {8, 4, 1024},
-                                          {16, 8, 1024}};
+    static const uint32_t layouts[][3] = {{2, 2, 64},   {4, 4, 64},   {8, 8, 64},
+                                          {4, 2, 1024}, {8, 4, 1024}, {16, 8, 1024}};
     for (size_t k = 0; k < sizeof(layouts) / sizeof(layouts[0]); k++) {
         uint32_t n = layouts[k][0], p = layouts[k][1];
         for (uint32_t root = 0; root < n; root++)
@@ -372,8 +379,8 @@ END_TEST
  */
 static void sim_expect_fail(const struct mscx_plan *plan, const char *why)
 {
-    struct mscx_sim_case c = {.msg_bytes = 1027, .dtype = MSCX_DT_UINT8, .pkt = MSCX_PKT_LL16, .iters = 2,
-                              .seed = 5};
+    struct mscx_sim_case c = {
+        .msg_bytes = 1027, .dtype = MSCX_DT_UINT8, .pkt = MSCX_PKT_LL16, .iters = 2, .seed = 5};
     struct mscx_sim_result res;
     ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
     ck_assert_msg(!res.pass && strstr(res.msg, why), "%s: passed or wrong reason: %s", mscx_plan_name(plan),
@@ -435,14 +442,19 @@ START_TEST(test_plans_sim_rank_order)
             changed++;
         }
         ck_assert_uint_gt(changed, 0);
-        struct mscx_sim_case c = {.msg_bytes = 4096, .dtype = MSCX_DT_FP32, .op = MSCX_REDOP_SUM,
-                                  .pkt = MSCX_PKT_LL16, .iters = 1, .seed = 3};
+        struct mscx_sim_case c = {.msg_bytes = 4096,
+                                  .dtype = MSCX_DT_FP32,
+                                  .op = MSCX_REDOP_SUM,
+                                  .pkt = MSCX_PKT_LL16,
+                                  .iters = 1,
+                                  .seed = 3};
         struct mscx_sim_result res;
         ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
         ck_assert_msg(!res.pass, "%s: reordered rank %u not caught", cases[i].file, cases[i].rank);
         char want[64];
         snprintf(want, sizeof(want), "rank %u ", cases[i].rank);
-        ck_assert_msg(strstr(res.msg, "ranks disagree") && strstr(res.msg, want), "%s: %s", cases[i].file, res.msg);
+        ck_assert_msg(strstr(res.msg, "ranks disagree") && strstr(res.msg, want), "%s: %s", cases[i].file,
+                      res.msg);
         /* integers are associative: the same plan passes */
         c.dtype = MSCX_DT_INT32;
         ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
@@ -470,8 +482,9 @@ static void count_ops(const struct mscx_plan *plan, uint32_t *counts, uint32_t *
 
 START_TEST(test_plans_hier_allreduce_ops)
 {
-    static const char *const files[] = {"allreduce_n16_rpn8_hier2_1K_64K.json", "allreduce_n16_rpn8_hier2_64K_2M.json",
-                                        "allreduce_n8_rpn4_hier2_1K_64K.json", "allreduce_n4_rpn2_hier2_64K_2M.json"};
+    static const char *const files[] = {
+        "allreduce_n16_rpn8_hier2_1K_64K.json", "allreduce_n16_rpn8_hier2_64K_2M.json",
+        "allreduce_n8_rpn4_hier2_1K_64K.json", "allreduce_n4_rpn2_hier2_64K_2M.json"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         struct mscx_plan *plan = load_plan(files[i]);
         uint32_t counts[MSCX_OP_COUNT], port;
@@ -480,10 +493,11 @@ START_TEST(test_plans_hier_allreduce_ops)
         ck_assert_msg(port > 0, "%s: no port ppkt", files[i]);
         ck_assert_msg(counts[MSCX_OP_READ_PUT_PACKETS] + counts[MSCX_OP_REDUCE_COPY_SEND_PACKETS] > 0,
                       "%s: neither rppkt nor recspkt", files[i]);
-        ck_assert_msg(counts[MSCX_OP_REDUCE_COPY_SEND_PACKETS] > 0, "%s: the broadcast was not fused", files[i]);
+        ck_assert_msg(counts[MSCX_OP_REDUCE_COPY_SEND_PACKETS] > 0, "%s: the broadcast was not fused",
+                      files[i]);
         /* the file records the fusion it went through */
-        ck_assert_msg(plan->fused && plan->fuse.ops_after < plan->fuse.ops_before, "%s: fusion stats %u -> %u",
-                      files[i], plan->fuse.ops_before, plan->fuse.ops_after);
+        ck_assert_msg(plan->fused && plan->fuse.ops_after < plan->fuse.ops_before,
+                      "%s: fusion stats %u -> %u", files[i], plan->fuse.ops_before, plan->fuse.ops_after);
         mscx_plan_destroy(plan);
     }
 }
@@ -516,8 +530,8 @@ static void fill_cb(void *ctx, uint32_t rank, uint32_t iter, void *in, uint64_t 
     mscx_sim_fill(MSCX_DT_FP16, MSCX_REDOP_SUM, 16, rank, iter, 7, in, in_bytes);
 }
 
-static void collect_cb(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes, const void *out,
-                       uint64_t out_bytes)
+static void collect_cb(void *ctx, uint32_t rank, uint32_t iter, const void *in, uint64_t in_bytes,
+                       const void *out, uint64_t out_bytes)
 {
     struct collect *c = ctx;
     (void)in;
@@ -531,11 +545,18 @@ static void collect_cb(void *ctx, uint32_t rank, uint32_t iter, const void *in, 
 
 static void run_host(const struct mscx_plan *plan, uint64_t msg, struct collect *c)
 {
-    struct mscx_hostexec_cfg cfg = {.dtype = MSCX_DT_FP16, .op = MSCX_REDOP_SUM, .pkt = MSCX_PKT_LL8, .iters = 2,
-                                    .sched_seed = 11, .fill = fill_cb, .collect = collect_cb, .ctx = c};
+    struct mscx_hostexec_cfg cfg = {.dtype = MSCX_DT_FP16,
+                                    .op = MSCX_REDOP_SUM,
+                                    .pkt = MSCX_PKT_LL8,
+                                    .iters = 2,
+                                    .sched_seed = 11,
+                                    .fill = fill_cb,
+                                    .collect = collect_cb,
+                                    .ctx = c};
     char err[512];
     mscx_coll_sizes(mscx_plan_collective(plan), mscx_plan_nranks(plan), msg, &cfg.in_bytes, &cfg.out_bytes);
-    ck_assert_msg(mscx_hostexec_run(plan, &cfg, err, sizeof(err)) == MSCX_OK, "%s: %s", mscx_plan_name(plan), err);
+    ck_assert_msg(mscx_hostexec_run(plan, &cfg, err, sizeof(err)) == MSCX_OK, "%s: %s", mscx_plan_name(plan),
+                  err);
 }
 
 START_TEST(test_plangen_nofuse_same)
@@ -545,14 +566,18 @@ START_TEST(test_plangen_nofuse_same)
         uint64_t msg;
         bool fuses; /* the algorithm has ops the pass folds */
     } algos[] = {
-        {"--coll allreduce --algo oneshot --ranks 4 --tbs-per-peer 2 --min-size 1K --max-size 64K", 3 * 1024 + 6, true},
+        {"--coll allreduce --algo oneshot --ranks 4 --tbs-per-peer 2 --min-size 1K --max-size 64K",
+         3 * 1024 + 6, true},
         {"--coll allreduce --algo oneshot --ranks 8 --blocks 1 --min-size 1K --max-size 4K", 1024 + 6, true},
         {"--coll allreduce --algo oneshot --ranks 8 --blocks 3 --min-size 1K --max-size 4K", 4096 - 2, true},
-        {"--coll allreduce --algo twophase --ranks 8 --tbs-per-peer 2 --min-size 1K --max-size 1M", 40000 + 2, true},
-        {"--coll allreduce --algo twophase --ranks 8 --blocks 8 --min-size 64K+1 --max-size 1M", 70000 + 2, true},
-        {"--coll allreduce --algo twophase --ranks 4 --blocks 3 --layout cols --min-size 1K --max-size 1M", 5000 + 2,
+        {"--coll allreduce --algo twophase --ranks 8 --tbs-per-peer 2 --min-size 1K --max-size 1M", 40000 + 2,
          true},
-        {"--coll allreduce --algo hier2 --ranks 8 --ranks-per-node 4 --tbs-per-peer 2 --max-size 2M", 24000 + 2, true},
+        {"--coll allreduce --algo twophase --ranks 8 --blocks 8 --min-size 64K+1 --max-size 1M", 70000 + 2,
+         true},
+        {"--coll allreduce --algo twophase --ranks 4 --blocks 3 --layout cols --min-size 1K --max-size 1M",
+         5000 + 2, true},
+        {"--coll allreduce --algo hier2 --ranks 8 --ranks-per-node 4 --tbs-per-peer 2 --max-size 2M",
+         24000 + 2, true},
         {"--coll allgather --algo allpairs --ranks 4 --tbs-per-peer 2", 4 * 1026, false},
         {"--coll allgather --algo hier2 --ranks 8 --ranks-per-node 4 --tbs-per-peer 2", 8 * 514, false},
         {"--coll reducescatter --algo allpairs --ranks 4 --tbs-per-peer 2", 4 * 1030, false},
@@ -648,10 +673,12 @@ START_TEST(test_plangen_rows_is_dsl_allreduce_pkt)
     for (size_t i = 0; i < sizeof(ranks) / sizeof(ranks[0]); i++) {
         uint32_t N = ranks[i];
         char args[256], rel[128], err[MSCX_PLAN_ERR_LEN];
-        snprintf(args, sizeof(args), "--coll allreduce --algo twophase --ranks %u --blocks %u --layout rows", N, N);
+        snprintf(args, sizeof(args), "--coll allreduce --algo twophase --ranks %u --blocks %u --layout rows",
+                 N, N);
         struct mscx_plan *ours = plangen_load(args), *dsl = NULL;
         snprintf(rel, sizeof(rel), "mscclpp-algo-plans/allreduce_pkt_n%u.json", N);
-        ck_assert_msg(mscx_plan_load(mscx_test_ref(rel), &dsl, err, sizeof(err)) == MSCX_OK, "%s: %s", rel, err);
+        ck_assert_msg(mscx_plan_load(mscx_test_ref(rel), &dsl, err, sizeof(err)) == MSCX_OK, "%s: %s", rel,
+                      err);
         ck_assert_uint_eq(ours->nranks, dsl->nranks);
         for (uint32_t r = 0; r < N; r++) {
             const struct mscx_gpu *a = &ours->gpus[r], *b = &dsl->gpus[r];
@@ -659,33 +686,35 @@ START_TEST(test_plangen_rows_is_dsl_allreduce_pkt)
             ck_assert_uint_eq(a->scratch_chunks, b->scratch_chunks);
             ck_assert_uint_eq(a->ntb, b->ntb);
             for (uint32_t t = 0; t < a->ntb; t++) {
-                ck_assert_msg(a->tb[t].nops == b->tb[t].nops, "n%u rank %u block %u: %u ops, the DSL %u", N, r, t,
-                              a->tb[t].nops, b->tb[t].nops);
+                ck_assert_msg(a->tb[t].nops == b->tb[t].nops, "n%u rank %u block %u: %u ops, the DSL %u", N,
+                              r, t, a->tb[t].nops, b->tb[t].nops);
                 for (uint32_t k = 0; k < a->tb[t].nops; k++) {
-                    const struct mscx_dev_op *x = &a->ops[a->tb[t].op_begin + k], *y = &b->ops[b->tb[t].op_begin + k];
+                    const struct mscx_dev_op *x = &a->ops[a->tb[t].op_begin + k],
+                                             *y = &b->ops[b->tb[t].op_begin + k];
                     ck_assert_msg(x->opcode == y->opcode && x->nsrc == y->nsrc && x->ndst == y->ndst &&
                                       x->tbg_size == y->tbg_size,
                                   "n%u rank %u block %u op %u: %s/%u/%u, the DSL %s/%u/%u", N, r, t, k,
-                                  mscx_opcode_name(x->opcode), x->nsrc, x->ndst, mscx_opcode_name(y->opcode), y->nsrc,
-                                  y->ndst);
+                                  mscx_opcode_name(x->opcode), x->nsrc, x->ndst, mscx_opcode_name(y->opcode),
+                                  y->nsrc, y->ndst);
                     for (uint32_t j = 0; j < x->nsrc; j++) {
                         struct opnd_key kx = opnd_key(ours, r, &x->src[j]), ky = opnd_key(dsl, r, &y->src[j]);
-                        ck_assert_msg(cmp_key(&kx, &ky) == 0, "n%u rank %u block %u op %u: source %u differs", N, r,
-                                      t, k, j);
+                        ck_assert_msg(cmp_key(&kx, &ky) == 0, "n%u rank %u block %u op %u: source %u differs",
+                                      N, r, t, k, j);
                     }
                     struct opnd_key dx[MSCX_MAX_OPERANDS], dy[MSCX_MAX_OPERANDS];
                     for (uint32_t j = 0; j < x->ndst; j++) {
                         dx[j] = opnd_key(ours, r, &x->dst[j]);
                         dy[j] = opnd_key(dsl, r, &y->dst[j]);
                     }
-                    ck_assert_msg(cmp_key(&dx[0], &dy[0]) == 0, "n%u rank %u block %u op %u: dst 0", N, r, t, k);
+                    ck_assert_msg(cmp_key(&dx[0], &dy[0]) == 0, "n%u rank %u block %u op %u: dst 0", N, r, t,
+                                  k);
                     if (x->opcode == MSCX_OP_REDUCE_SEND_PACKETS) { /* remote destinations: any order */
                         qsort(dx + 1, x->ndst - 1u, sizeof(dx[0]), cmp_key);
                         qsort(dy + 1, y->ndst - 1u, sizeof(dy[0]), cmp_key);
                     }
                     for (uint32_t j = 1; j < x->ndst; j++)
-                        ck_assert_msg(cmp_key(&dx[j], &dy[j]) == 0, "n%u rank %u block %u op %u: destination %u", N,
-                                      r, t, k, j);
+                        ck_assert_msg(cmp_key(&dx[j], &dy[j]) == 0,
+                                      "n%u rank %u block %u op %u: destination %u", N, r, t, k, j);
                 }
             }
         }
@@ -709,7 +738,8 @@ START_TEST(test_plangen_cols_shape)
     for (size_t i = 0; i < sizeof(cfg) / sizeof(cfg[0]); i++) {
         const uint32_t N = cfg[i].n, G = cfg[i].g;
         char args[256];
-        snprintf(args, sizeof(args), "--coll allreduce --algo twophase --ranks %u --blocks %u --layout cols", N, G);
+        snprintf(args, sizeof(args), "--coll allreduce --algo twophase --ranks %u --blocks %u --layout cols",
+                 N, G);
         struct mscx_plan *p = plangen_load(args);
         char want[96];
         snprintf(want, sizeof(want), "allreduce_n%u_rpn%u_twophase_cols%u_1K_1M", N, N, G);
@@ -734,11 +764,12 @@ START_TEST(test_plangen_cols_shape)
                     const struct mscx_dev_op *op = &gp->ops[tb->op_begin + k];
                     ck_assert_uint_eq(op->tbg_size, 1);
                     for (uint32_t j = 0; j < op->nsrc + op->ndst; j++) {
-                        const struct mscx_dev_operand *o = j < op->nsrc ? &op->src[j] : &op->dst[j - op->nsrc];
+                        const struct mscx_dev_operand *o =
+                            j < op->nsrc ? &op->src[j] : &op->dst[j - op->nsrc];
                         if (!(o->flags & MSCX_OPND_REMOTE) && o->type == MSCX_BUF_INPUT)
                             ck_assert_msg(o->index >= b * N && o->index + o->size <= (b + 1) * N,
-                                          "%s rank %u block %u op %u: input chunks %u+%u outside its column", want,
-                                          r, b, k, o->index, o->size);
+                                          "%s rank %u block %u op %u: input chunks %u+%u outside its column",
+                                          want, r, b, k, o->index, o->size);
                     }
                     if (k >= 2) {
                         ck_assert_int_eq(op->opcode, MSCX_OP_UNPACK_PACKETS);
@@ -778,7 +809,8 @@ START_TEST(test_plangen_twophase_split_sim)
         uint32_t chunks = p->gpus[0].input_chunks;
         for (int dt = 0; dt < MSCX_DT_COUNT; dt++) {
             for (int op = 0; op < MSCX_REDOP_COUNT; op++) {
-                if (!mscx_plan_supports(p, (enum mscx_dtype)dt, (enum mscx_redop)op) || (dt + op + (int)i) % 3)
+                if (!mscx_plan_supports(p, (enum mscx_dtype)dt, (enum mscx_redop)op) ||
+                    (dt + op + (int)i) % 3)
                     continue;
                 uint64_t u = mscx_dtype_size((enum mscx_dtype)dt);
                 /* the low end, an element count off the chunk grid, and the top */
@@ -809,7 +841,10 @@ START_TEST(test_plangen_twophase_split_sim)
         }
         ck_assert_uint_eq(moved, 1);
         struct mscx_sim_case c = {.msg_bytes = round_up(lo, 4) * 2 <= hi ? round_up(lo, 4) * 2 : hi / 4 * 4,
-                                  .dtype = MSCX_DT_INT32, .op = MSCX_REDOP_SUM, .pkt = MSCX_PKT_LL16, .iters = 1,
+                                  .dtype = MSCX_DT_INT32,
+                                  .op = MSCX_REDOP_SUM,
+                                  .pkt = MSCX_PKT_LL16,
+                                  .iters = 1,
                                   .seed = 5};
         struct mscx_sim_result res;
         memset(&res, 0, sizeof(res));
@@ -824,7 +859,8 @@ END_TEST
 /* The generator is deterministic and refuses what it cannot build. */
 START_TEST(test_plangen_cli)
 {
-    const char *args = "--coll allreduce --algo hier2 --ranks 16 --ranks-per-node 8 --min-size 1K --max-size 64K";
+    const char *args =
+        "--coll allreduce --algo hier2 --ranks 16 --ranks-per-node 8 --min-size 1K --max-size 64K";
     char *a = run_plangen(args, "a"), *b = run_plangen(args, "b");
     size_t la, lb;
     char *ta = mscx_test_read_file(a, &la), *tb = mscx_test_read_file(b, &lb);
@@ -832,7 +868,8 @@ START_TEST(test_plangen_cli)
     /* same as the shipped file */
     size_t ls;
     char *ts = mscx_test_read_file(mscx_test_src("plans/allreduce_n16_rpn8_hier2_1K_64K.json"), &ls);
-    ck_assert_msg(ts && ls == la && memcmp(ts, ta, la) == 0, "differs from plans/allreduce_n16_rpn8_hier2_1K_64K.json");
+    ck_assert_msg(ts && ls == la && memcmp(ts, ta, la) == 0,
+                  "differs from plans/allreduce_n16_rpn8_hier2_1K_64K.json");
     free(ts);
     free(ta);
     free(tb);
@@ -844,27 +881,27 @@ START_TEST(test_plangen_cli)
     const char *tool = getenv("MSCX_PLANGEN_TOOL");
     char cmd[1024];
     static const char *const bad[] = {
-        "--coll allreduce --algo hier2 --ranks 8",                     /* one node */
+        "--coll allreduce --algo hier2 --ranks 8",                      /* one node */
         "--coll allreduce --algo oneshot --ranks 8 --ranks-per-node 4", /* two nodes */
         "--coll allreduce --algo copy --ranks 2",
         "--coll allreduce --algo ring --ranks 2",
         "--coll allreduce --algo oneshot --ranks 6 --ranks-per-node 4",
         "--coll allreduce --algo oneshot --ranks 4 --packet ll32",
         "--coll allreduce --algo oneshot --ranks 4 --min-size 2M --max-size 1M",
-        "--coll allreduce --algo twophase --ranks 4 --layout cols",            /* --layout needs --blocks */
+        "--coll allreduce --algo twophase --ranks 4 --layout cols", /* --layout needs --blocks */
         "--coll allreduce --algo twophase --ranks 4 --blocks 4 --layout diag",
         "--coll allreduce --algo oneshot --ranks 4 --blocks 4 --layout rows",
         "--coll allgather --algo allpairs --ranks 4 --blocks 2",
         "--coll allreduce --algo oneshot --ranks 4 --blocks 0",
         "--coll allreduce --algo oneshot --ranks 4 --blocks 65",
-        "--coll broadcast --algo oneshot --ranks 4 --root 4",                  /* not a rank */
+        "--coll broadcast --algo oneshot --ranks 4 --root 4", /* not a rank */
         "--coll broadcast --algo oneshot --ranks 4 --root -1",
-        "--coll allreduce --algo oneshot --ranks 4 --root 1",                  /* broadcast only */
+        "--coll allreduce --algo oneshot --ranks 4 --root 1", /* broadcast only */
         "--coll broadcast --algo twophase --ranks 4",
-        "--coll broadcast --algo direct --ranks 8 --ranks-per-node 4",        /* one node */
+        "--coll broadcast --algo direct --ranks 8 --ranks-per-node 4", /* one node */
         "--coll alltoall --algo allpairs --ranks 4",
-        "--coll alltoall --algo direct --ranks 8 --ranks-per-node 4",          /* one node */
-        "--coll alltoall --algo oneshot --ranks 4 --blocks 2",                 /* per peer: --tbs-per-peer */
+        "--coll alltoall --algo direct --ranks 8 --ranks-per-node 4", /* one node */
+        "--coll alltoall --algo oneshot --ranks 4 --blocks 2",        /* per peer: --tbs-per-peer */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(cmd, sizeof(cmd), "%s %s -o /dev/null 2>/dev/null", tool, bad[i]);

@@ -26,8 +26,8 @@ static const struct {
      "gpus[16].threadblocks[1].ops[3]"},
     {"allreduce_4nodes_128K_2M", "on rank 16 than on rank 0 for its output chunk 0 (part 1 of 28)",
      "gpus[16].threadblocks[1].ops[3]"},
-    {"allreduce_multi_nodes_4x2", "on rank 4 than on rank 0 for its output chunk 0:",
-     "gpus[4].threadblocks[1].ops[3]"},
+    {"allreduce_multi_nodes_4x2",
+     "on rank 4 than on rank 0 for its output chunk 0:", "gpus[4].threadblocks[1].ops[3]"},
 };
 #define N_FOUR_NODE (sizeof(four_node) / sizeof(four_node[0]))
 
@@ -88,13 +88,16 @@ static void put(char *buf, size_t cap, const char *fmt, ...)
 static void own_first_plan(uint32_t n, uint32_t scratch_chunks, char *buf, size_t cap)
 {
     buf[0] = '\0';
-    put(buf, cap, "{\"name\": \"own_first_n%u\", \"collective\": \"allreduce\", \"protocol\": \"LL\", "
-                  "\"inplace\": true, \"gpus\": [", n);
+    put(buf, cap,
+        "{\"name\": \"own_first_n%u\", \"collective\": \"allreduce\", \"protocol\": \"LL\", "
+        "\"inplace\": true, \"gpus\": [",
+        n);
     for (uint32_t r = 0; r < n; r++) {
         const char *sep;
-        put(buf, cap, "%s{\"id\": %u, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": %u, "
-                      "\"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [", r ? ", " : "", r,
-            scratch_chunks);
+        put(buf, cap,
+            "%s{\"id\": %u, \"input_chunks\": 1, \"output_chunks\": 1, \"scratch_chunks\": %u, "
+            "\"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [",
+            r ? ", " : "", r, scratch_chunks);
         sep = "";
         for (uint32_t p = 0; p < n; p++)
             if (p != r) {
@@ -105,26 +108,31 @@ static void own_first_plan(uint32_t n, uint32_t scratch_chunks, char *buf, size_
         sep = "";
         for (uint32_t p = 0; p < n; p++)
             if (p != r) {
-                put(buf, cap, "%s{\"rank\": %u, \"type\": \"s\", \"access_channel_types\": [\"memory\"]}", sep, p);
+                put(buf, cap, "%s{\"rank\": %u, \"type\": \"s\", \"access_channel_types\": [\"memory\"]}",
+                    sep, p);
                 sep = ", ";
             }
-        put(buf, cap, "], \"semaphores\": [], \"threadblocks\": [{\"id\": 0, \"ops\": [{\"name\": \"ppkt\", "
-                      "\"src_buff\": [");
+        put(buf, cap,
+            "], \"semaphores\": [], \"threadblocks\": [{\"id\": 0, \"ops\": [{\"name\": \"ppkt\", "
+            "\"src_buff\": [");
         for (uint32_t k = 0; k + 1 < n; k++)
             put(buf, cap, "%s{\"type\": \"i\", \"index\": 0, \"size\": 1}", k ? ", " : "");
         put(buf, cap, "], \"dst_buff\": [");
         for (uint32_t k = 0; k + 1 < n; k++)
             put(buf, cap, "%s{\"buffer_id\": %u, \"index\": %u, \"size\": 1}", k ? ", " : "", k, r);
-        put(buf, cap, "], \"channel_type\": \"memory\"}, {\"name\": \"repkt\", \"src_buff\": "
-                      "[{\"type\": \"i\", \"index\": 0, \"size\": 1}");
+        put(buf, cap,
+            "], \"channel_type\": \"memory\"}, {\"name\": \"repkt\", \"src_buff\": "
+            "[{\"type\": \"i\", \"index\": 0, \"size\": 1}");
         for (uint32_t p = 0; p < n; p++)
             if (p != r)
                 put(buf, cap, ", {\"type\": \"s\", \"index\": %u, \"size\": 1}", p);
-        put(buf, cap, "], \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}], \"reduce_op\": \"sum\"}], "
-                      "\"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [");
+        put(buf, cap,
+            "], \"dst_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 1}], \"reduce_op\": \"sum\"}], "
+            "\"channels\": [{\"channel_type\": \"memory\", \"channel_ids\": [");
         for (uint32_t k = 0; k + 1 < n; k++)
             put(buf, cap, "%s%u", k ? ", " : "", k);
-        put(buf, cap, "]}], \"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", \"remote_buffer_ids\": [");
+        put(buf, cap,
+            "]}], \"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", \"remote_buffer_ids\": [");
         for (uint32_t k = 0; k + 1 < n; k++)
             put(buf, cap, "%s%u", k ? ", " : "", k);
         put(buf, cap, "]}]}]}");
@@ -190,9 +198,9 @@ START_TEST(test_four_node_orders_named)
 {
     char err[MSCX_PLAN_ERR_LEN];
     struct mscx_plan *plan = NULL;
-    ck_assert_int_eq(mscx_plan_load(mscx_test_ref(FOUR_NODE "/allreduce_multi_nodes_4x2.json"), &plan, err,
-                                    sizeof(err)),
-                     MSCX_ERR_PLAN);
+    ck_assert_int_eq(
+        mscx_plan_load(mscx_test_ref(FOUR_NODE "/allreduce_multi_nodes_4x2.json"), &plan, err, sizeof(err)),
+        MSCX_ERR_PLAN);
     ck_assert_msg(strstr(err, "rank 4: (((r0+r1)+(r4+r5))+(r2+r3))+(r6+r7), "
                               "rank 0: (((r0+r1)+(r2+r3))+(r4+r5))+(r6+r7)") != NULL,
                   "%s", err);
@@ -228,7 +236,8 @@ START_TEST(test_four_node_sim_agrees)
     struct mscx_sim_result res;
     ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
     ck_assert(!res.pass);
-    ck_assert_msg(strstr(res.msg, "ranks disagree on rounding-sensitive inputs: rank 4 ") != NULL, "%s", res.msg);
+    ck_assert_msg(strstr(res.msg, "ranks disagree on rounding-sensitive inputs: rank 4 ") != NULL, "%s",
+                  res.msg);
     mscx_plan_destroy(plan);
     free(opted);
     free(text);

@@ -10,12 +10,35 @@
 #include "test_common.h"
 
 static const char *const op_plans[] = {
-    "barrier_test", "copy_packet_test", "copy_test", "flush_fuse_test", "flush_test", "get_fuse_test", "get_test",
-    "pipeline_test", "put_fuse_test", "put_packet_test", "put_test", "put_with_signal_and_flush_test",
-    "put_with_signal_test", "read_put_packet_test", "read_reduce_send_test", "read_reduce_test",
-    "reduce_copy_packet_test", "reduce_copy_send_packet_test", "reduce_fuse_test", "reduce_packets_test",
-    "reduce_send_packet_test", "reduce_send_test", "reduce_test", "relaxed_signal_wait_fuse_test",
-    "relaxed_signal_wait_test", "semaphore", "signal_wait_fuse_test", "signal_wait_test", "unpack_packet_test",
+    "barrier_test",
+    "copy_packet_test",
+    "copy_test",
+    "flush_fuse_test",
+    "flush_test",
+    "get_fuse_test",
+    "get_test",
+    "pipeline_test",
+    "put_fuse_test",
+    "put_packet_test",
+    "put_test",
+    "put_with_signal_and_flush_test",
+    "put_with_signal_test",
+    "read_put_packet_test",
+    "read_reduce_send_test",
+    "read_reduce_test",
+    "reduce_copy_packet_test",
+    "reduce_copy_send_packet_test",
+    "reduce_fuse_test",
+    "reduce_packets_test",
+    "reduce_send_packet_test",
+    "reduce_send_test",
+    "reduce_test",
+    "relaxed_signal_wait_fuse_test",
+    "relaxed_signal_wait_test",
+    "semaphore",
+    "signal_wait_fuse_test",
+    "signal_wait_test",
+    "unpack_packet_test",
 };
 #define N_OP_PLANS (sizeof(op_plans) / sizeof(op_plans[0]))
 
@@ -36,7 +59,8 @@ static void check_case(const struct mscx_plan *plan, const char *name, uint64_t 
     struct mscx_sim_result res;
     mscx_status_t st = mscx_sim_check(plan, &c, &res);
     ck_assert_msg(st == MSCX_OK, "%s %llu B %s %s %s: status %s: %s", name, (unsigned long long)bytes,
-                  mscx_dtype_name(dt), mscx_redop_name(op), pkt ? "ll8" : "ll16", mscx_status_str(st), res.msg);
+                  mscx_dtype_name(dt), mscx_redop_name(op), pkt ? "ll8" : "ll16", mscx_status_str(st),
+                  res.msg);
     ck_assert_msg(res.pass, "%s %llu B %s %s %s: %llu mismatches: %s", name, (unsigned long long)bytes,
                   mscx_dtype_name(dt), mscx_redop_name(op), pkt ? "ll8" : "ll16",
                   (unsigned long long)res.mismatches, res.msg);
@@ -72,19 +96,22 @@ START_TEST(test_op_plans)
         snprintf(rel, sizeof(rel), "mscclpp-op-plans/%s.json", op_plans[_i]);
         ck_assert_int_eq(mscx_plan_load(mscx_test_ref(rel), &plan, err, sizeof(err)), MSCX_ERR_PLAN);
         ck_assert_ptr_null(plan);
-        ck_assert_msg(strstr(err, "expected as many waits on rank 1 memory channel 0 as signals on its pair") &&
-                          strstr(err, "gpus[0].threadblocks[0].ops[1].channel_ids"),
-                      "%s", err);
+        ck_assert_msg(
+            strstr(err, "expected as many waits on rank 1 memory channel 0 as signals on its pair") &&
+                strstr(err, "gpus[0].threadblocks[0].ops[1].channel_ids"),
+            "%s", err);
         return;
     }
     struct mscx_plan *plan = load_ref("mscclpp-op-plans", op_plans[_i]);
     for (int f = 0; f < 2; f++) {
         for (int s = 0; s < 2; s++) {
             if (kind == 0) {
-                check_case(plan, op_plans[_i], sizes[s], MSCX_DT_FP32, MSCX_REDOP_SUM, (enum mscx_pkt_format)f, 2);
+                check_case(plan, op_plans[_i], sizes[s], MSCX_DT_FP32, MSCX_REDOP_SUM,
+                           (enum mscx_pkt_format)f, 2);
                 continue;
             }
-            struct mscx_sim_case c = {sizes[s], MSCX_DT_FP32, MSCX_REDOP_SUM, (enum mscx_pkt_format)f, 2, 3, 0};
+            struct mscx_sim_case c = {sizes[s], MSCX_DT_FP32, MSCX_REDOP_SUM, (enum mscx_pkt_format)f, 2, 3,
+                                      0};
             struct mscx_sim_result res;
             ck_assert_int_eq(mscx_sim_check(plan, &c, &res), MSCX_OK);
             ck_assert_msg(res.pass || strstr(res.msg, "two schedules disagree"), "%s", res.msg);
@@ -118,7 +145,8 @@ START_TEST(test_allreduce_sizes)
     struct mscx_plan *plan = load_ref("mscclpp-algo-plans", ar_plans[_i]);
     for (int f = 0; f < 2; f++)
         for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
-            check_case(plan, ar_plans[_i], sizes[s], MSCX_DT_FP32, MSCX_REDOP_SUM, (enum mscx_pkt_format)f, 3);
+            check_case(plan, ar_plans[_i], sizes[s], MSCX_DT_FP32, MSCX_REDOP_SUM, (enum mscx_pkt_format)f,
+                       3);
     mscx_plan_destroy(plan);
 }
 END_TEST
@@ -126,7 +154,8 @@ END_TEST
 /* Every dtype with every operator. */
 START_TEST(test_allreduce_dtypes)
 {
-    static const enum mscx_dtype dts[5] = {MSCX_DT_FP32, MSCX_DT_FP16, MSCX_DT_BF16, MSCX_DT_INT32, MSCX_DT_UINT32};
+    static const enum mscx_dtype dts[5] = {MSCX_DT_FP32, MSCX_DT_FP16, MSCX_DT_BF16, MSCX_DT_INT32,
+                                           MSCX_DT_UINT32};
     struct mscx_plan *plan = load_ref("mscclpp-algo-plans", ar_plans[_i]);
     for (int f = 0; f < 2; f++)
         for (int d = 0; d < 5; d++)
@@ -144,16 +173,22 @@ END_TEST
  * elements over the whole output would straddle the sections (rank 1's first element landed in rank 0's
  * last chunk and its data went past the end): that size is refused now; sizes the chunks divide pass. */
 static const char ag_sect_rank[] =
-    "{\"id\": %d, \"input_chunks\": 2, \"output_chunks\": 4, \"scratch_chunks\": 0, \"threadblocks\": [{\"id\": 0, "
-    "\"ops\": [{\"name\": \"signal\", \"channel_ids\": [0], \"channel_type\": \"memory\"}, {\"name\": \"wait\", "
-    "\"channel_ids\": [0], \"channel_type\": \"memory\"}, {\"name\": \"copy\", \"src_buff\": [{\"type\": \"i\", \"index\": 0, \"size\": 2}], \"dst_buff\": "
+    "{\"id\": %d, \"input_chunks\": 2, \"output_chunks\": 4, \"scratch_chunks\": 0, \"threadblocks\": "
+    "[{\"id\": 0, "
+    "\"ops\": [{\"name\": \"signal\", \"channel_ids\": [0], \"channel_type\": \"memory\"}, {\"name\": "
+    "\"wait\", "
+    "\"channel_ids\": [0], \"channel_type\": \"memory\"}, {\"name\": \"copy\", \"src_buff\": [{\"type\": "
+    "\"i\", \"index\": 0, \"size\": 2}], \"dst_buff\": "
     "[{\"type\": \"o\", \"index\": %d, \"size\": 2}]}, {\"name\": \"put\", \"src_buff\": [{\"type\": \"i\", "
     "\"index\": 0, \"size\": 2}], \"dst_buff\": [{\"buffer_id\": 0, \"index\": %d, \"size\": 2}], "
-    "\"channel_type\": \"memory\"}, {\"name\": \"signal\", \"channel_ids\": [0], \"channel_type\": \"memory\"}, "
-    "{\"name\": \"wait\", \"channel_ids\": [0], \"channel_type\": \"memory\"}], \"channels\": [{\"channel_type\": "
+    "\"channel_type\": \"memory\"}, {\"name\": \"signal\", \"channel_ids\": [0], \"channel_type\": "
+    "\"memory\"}, "
+    "{\"name\": \"wait\", \"channel_ids\": [0], \"channel_type\": \"memory\"}], \"channels\": "
+    "[{\"channel_type\": "
     "\"memory\", \"channel_ids\": [0]}], \"remote_buffer_refs\": [{\"access_channel_type\": \"memory\", "
     "\"remote_buffer_ids\": [0]}]}], \"channels\": [{\"channel_type\": \"memory\", \"connected_to\": [%d]}], "
-    "\"remote_buffers\": [{\"rank\": %d, \"type\": \"o\", \"access_channel_types\": [\"memory\"]}], \"semaphores\": []}";
+    "\"remote_buffers\": [{\"rank\": %d, \"type\": \"o\", \"access_channel_types\": [\"memory\"]}], "
+    "\"semaphores\": []}";
 
 START_TEST(test_allgather_sections)
 {
@@ -161,13 +196,14 @@ START_TEST(test_allgather_sections)
     snprintf(r0, sizeof(r0), ag_sect_rank, 0, 0, 0, 1, 1);
     snprintf(r1, sizeof(r1), ag_sect_rank, 1, 2, 2, 0, 0);
     snprintf(j, sizeof(j),
-             "{\"name\": \"ag_sect\", \"collective\": \"allgather\", \"protocol\": \"Simple\", \"inplace\": false, "
+             "{\"name\": \"ag_sect\", \"collective\": \"allgather\", \"protocol\": \"Simple\", \"inplace\": "
+             "false, "
              "\"gpus\": [%s, %s], \"num_threads_per_block\": 1024, \"use_double_scratch_buffer\": false, "
              "\"buffer_alignment\": 16, \"min_message_size\": 0, \"max_message_size\": 1048576}",
              r0, r1);
     struct mscx_plan *plan = NULL;
-    ck_assert_msg(mscx_plan_load_buffer(j, strlen(j), "ag_sect.json", &plan, err, sizeof(err)) == MSCX_OK, "%s",
-                  err);
+    ck_assert_msg(mscx_plan_load_buffer(j, strlen(j), "ag_sect.json", &plan, err, sizeof(err)) == MSCX_OK,
+                  "%s", err);
     ck_assert_uint_eq(mscx_plan_elem_multiple(plan), 4);
     struct mscx_sim_case c = {24, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, 2, 3, 0}; /* 3 fp32 per rank */
     struct mscx_sim_result res;
@@ -186,39 +222,43 @@ END_TEST
  * form: 12 operands > 10, loaded as 10 + 2; port form (channel_ids): 12 > 8, loaded as 8 + 4. */
 static void ag_wide_plan(char *j, size_t len, int port)
 {
-    size_t k = (size_t)snprintf(j, len, "{\"name\": \"ag_wide\", \"collective\": \"allgather\", \"protocol\": "
-                                        "\"Simple\", \"inplace\": false, \"gpus\": [");
+    size_t k = (size_t)snprintf(j, len,
+                                "{\"name\": \"ag_wide\", \"collective\": \"allgather\", \"protocol\": "
+                                "\"Simple\", \"inplace\": false, \"gpus\": [");
     const char *ct = port ? "port" : "memory";
     for (int r = 0; r < 2; r++) {
-        k += (size_t)snprintf(j + k, len - k,
-                              "%s{\"id\": %d, \"input_chunks\": 12, \"output_chunks\": 24, \"scratch_chunks\": 0, "
-                              "\"threadblocks\": [{\"id\": 0, \"ops\": [{\"name\": \"signal\", \"channel_ids\": [0], "
-                              "\"channel_type\": \"%s\"}, {\"name\": \"wait\", \"channel_ids\": [0], "
-                              "\"channel_type\": \"%s\"}, {\"name\": \"copy\", \"src_buff\": [{\"type\": \"i\", "
-                              "\"index\": 0, \"size\": 12}], \"dst_buff\": [{\"type\": \"o\", \"index\": %d, \"size\": "
-                              "12}]}, {\"name\": \"put\", \"src_buff\": [",
-                              r ? ", " : "", r, ct, ct, 12 * r);
+        k += (size_t)snprintf(
+            j + k, len - k,
+            "%s{\"id\": %d, \"input_chunks\": 12, \"output_chunks\": 24, \"scratch_chunks\": 0, "
+            "\"threadblocks\": [{\"id\": 0, \"ops\": [{\"name\": \"signal\", \"channel_ids\": [0], "
+            "\"channel_type\": \"%s\"}, {\"name\": \"wait\", \"channel_ids\": [0], "
+            "\"channel_type\": \"%s\"}, {\"name\": \"copy\", \"src_buff\": [{\"type\": \"i\", "
+            "\"index\": 0, \"size\": 12}], \"dst_buff\": [{\"type\": \"o\", \"index\": %d, \"size\": "
+            "12}]}, {\"name\": \"put\", \"src_buff\": [",
+            r ? ", " : "", r, ct, ct, 12 * r);
         for (int i = 0; i < 12; i++)
-            k += (size_t)snprintf(j + k, len - k, "%s{\"type\": \"i\", \"index\": %d, \"size\": 1}", i ? ", " : "",
-                                  i);
+            k += (size_t)snprintf(j + k, len - k, "%s{\"type\": \"i\", \"index\": %d, \"size\": 1}",
+                                  i ? ", " : "", i);
         k += (size_t)snprintf(j + k, len - k, "], \"dst_buff\": [");
         for (int i = 0; i < 12; i++)
-            k += (size_t)snprintf(j + k, len - k, "%s{\"buffer_id\": 0, \"index\": %d, \"size\": 1}", i ? ", " : "",
-                                  12 * r + i);
+            k += (size_t)snprintf(j + k, len - k, "%s{\"buffer_id\": 0, \"index\": %d, \"size\": 1}",
+                                  i ? ", " : "", 12 * r + i);
         k += (size_t)snprintf(j + k, len - k, "]");
         if (port)
             k += (size_t)snprintf(j + k, len - k, ", \"channel_ids\": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]");
-        k += (size_t)snprintf(j + k, len - k,
-                              ", \"channel_type\": \"%s\"}, {\"name\": \"signal\", \"channel_ids\": [0], "
-                              "\"channel_type\": \"%s\"}, {\"name\": \"wait\", \"channel_ids\": [0], \"channel_type\": "
-                              "\"%s\"}], \"channels\": [{\"channel_type\": \"%s\", \"channel_ids\": [0]}], "
-                              "\"remote_buffer_refs\": [{\"access_channel_type\": \"%s\", \"remote_buffer_ids\": [0]}]}], "
-                              "\"channels\": [{\"channel_type\": \"%s\", \"connected_to\": [%d]}], \"remote_buffers\": "
-                              "[{\"rank\": %d, \"type\": \"o\", \"access_channel_types\": [\"%s\"]}], \"semaphores\": []}",
-                              ct, ct, ct, ct, ct, ct, 1 - r, 1 - r, ct);
+        k += (size_t)snprintf(
+            j + k, len - k,
+            ", \"channel_type\": \"%s\"}, {\"name\": \"signal\", \"channel_ids\": [0], "
+            "\"channel_type\": \"%s\"}, {\"name\": \"wait\", \"channel_ids\": [0], \"channel_type\": "
+            "\"%s\"}], \"channels\": [{\"channel_type\": \"%s\", \"channel_ids\": [0]}], "
+            "\"remote_buffer_refs\": [{\"access_channel_type\": \"%s\", \"remote_buffer_ids\": [0]}]}], "
+            "\"channels\": [{\"channel_type\": \"%s\", \"connected_to\": [%d]}], \"remote_buffers\": "
+            "[{\"rank\": %d, \"type\": \"o\", \"access_channel_types\": [\"%s\"]}], \"semaphores\": []}",
+            ct, ct, ct, ct, ct, ct, 1 - r, 1 - r, ct);
     }
-    snprintf(j + k, len - k, "], \"num_threads_per_block\": 256, \"use_double_scratch_buffer\": false, "
-                             "\"buffer_alignment\": 16, \"min_message_size\": 0, \"max_message_size\": 1048576}");
+    snprintf(j + k, len - k,
+             "], \"num_threads_per_block\": 256, \"use_double_scratch_buffer\": false, "
+             "\"buffer_alignment\": 16, \"min_message_size\": 0, \"max_message_size\": 1048576}");
 }
 
 START_TEST(test_wide_put_split)
@@ -240,12 +280,13 @@ START_TEST(test_wide_put_split)
         ck_assert_uint_eq(b->ndst, b->nsrc);
         ck_assert_uint_eq(a->nchan, port ? 8 : 0);
         ck_assert_uint_eq(b->nchan, port ? 4 : 0);
-        ck_assert_uint_eq(b->src[0].index, port ? 8 : 10); /* the pairs continue where the first piece stopped */
+        ck_assert_uint_eq(b->src[0].index,
+                          port ? 8 : 10); /* the pairs continue where the first piece stopped */
         ck_assert_uint_eq(b->dst[b->ndst - 1].index, 11);
-        check_case(plan, port ? "ag_wide port" : "ag_wide", 24 * 4 * 3, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16,
-                   3);
-        check_case(plan, port ? "ag_wide port" : "ag_wide", 24 * 2 * 5, MSCX_DT_FP16, MSCX_REDOP_SUM, MSCX_PKT_LL8,
-                   2);
+        check_case(plan, port ? "ag_wide port" : "ag_wide", 24 * 4 * 3, MSCX_DT_FP32, MSCX_REDOP_SUM,
+                   MSCX_PKT_LL16, 3);
+        check_case(plan, port ? "ag_wide port" : "ag_wide", 24 * 2 * 5, MSCX_DT_FP16, MSCX_REDOP_SUM,
+                   MSCX_PKT_LL8, 2);
         mscx_plan_destroy(plan);
     }
     /* a pairwise op whose lists differ in length is not split: the limit is reported */
@@ -283,9 +324,9 @@ END_TEST
 
 /* The DSL's one-node AlltoAll examples (tests/data/mscclpp/README.md). */
 static const char *const a2a_plans[] = {
-    "alltoall_n2",          "alltoall_n4",         "alltoall_n8",          "alltoall_pipeline_n2",
-    "alltoall_pipeline_n4", "alltoall_ring_n2",    "alltoall_ring_oop_n2", "alltoall_ring_oop_n4",
-    "alltoall_ring_peers_n4",
+    "alltoall_n2",          "alltoall_n4",          "alltoall_n8",
+    "alltoall_pipeline_n2", "alltoall_pipeline_n4", "alltoall_ring_n2",
+    "alltoall_ring_oop_n2", "alltoall_ring_oop_n4", "alltoall_ring_peers_n4",
 };
 #define N_A2A_PLANS (sizeof(a2a_plans) / sizeof(a2a_plans[0]))
 

@@ -38,7 +38,7 @@
 
 /* the largest exec / hand ratio per mode (eager, graph, joined), shipped plans' rows of 1 KB to 64 KB */
 static double g_worst[3];
-static int g_pdl; /* MSCX_PDL as the executor reads it: the hand-written kernel launches the same way */
+static int g_pdl;   /* MSCX_PDL as the executor reads it: the hand-written kernel launches the same way */
 static int g_edges; /* --edges: print each captured graph's shape on stderr */
 #define ITERS 100
 #define REPS 11
@@ -69,10 +69,19 @@ static int one_iter(struct bench *b)
         int rc;
         if (b->ref) {
             struct mscx_ref_launch l = {
-                .algo = b->algo, .dtype = MSCX_DT_FP32,
-                .send = b->buf[r], .recv = b->out[r] ? b->out[r] : b->buf[r], .scratch_bytes = b->scratch_bytes, .state = b->state[r],
-                .rank = r, .nranks = b->n, .bytes = b->msg, .blocks = b->blocks, .threads = b->threads,
-                .timeout_ns = 10000000000ull, .pdl = (uint32_t)g_pdl,
+                .algo = b->algo,
+                .dtype = MSCX_DT_FP32,
+                .send = b->buf[r],
+                .recv = b->out[r] ? b->out[r] : b->buf[r],
+                .scratch_bytes = b->scratch_bytes,
+                .state = b->state[r],
+                .rank = r,
+                .nranks = b->n,
+                .bytes = b->msg,
+                .blocks = b->blocks,
+                .threads = b->threads,
+                .timeout_ns = 10000000000ull,
+                .pdl = (uint32_t)g_pdl,
             };
             char err[256];
             for (uint32_t p = 0; p < b->n; p++)
@@ -277,8 +286,8 @@ static void bench_size(struct bench *b, const char *label)
     for (int i = 0; i < 3 && b->msg <= 65536 && strncmp(label, "gen ", 4) == 0; i++)
         if (m[i][0] > 0 && m[i][1] > 0 && m[i][0] / m[i][1] > g_worst[i])
             g_worst[i] = m[i][0] / m[i][1];
-    printf("| %s | %u | %llu | %u | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", label, b->n,
-           (unsigned long long)b->msg, b->blocks, m[0][0], m[0][1], m[0][0] / m[0][1], m[1][0], m[1][1],
+    printf("| %s | %u | %llu | %u | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", label,
+           b->n, (unsigned long long)b->msg, b->blocks, m[0][0], m[0][1], m[0][0] / m[0][1], m[1][0], m[1][1],
            m[1][0] / m[1][1], m[2][0], m[2][1], m[2][0] / m[2][1]);
     fflush(stdout);
 }
@@ -350,22 +359,25 @@ static const char k_empty[] =
 static void bench_probe(void)
 {
     char js[8192], err[1024];
-    int o = snprintf(js, sizeof(js),
-                     "{\"name\":\"probe_oneshot\",\"collective\":\"allreduce\",\"protocol\":\"LL\",\"inplace\":true,"
-                     "\"num_threads_per_block\":512,\"use_double_scratch_buffer\":false,\"buffer_alignment\":16,"
-                     "\"min_message_size\":0,\"max_message_size\":65536,\"gpus\":[{\"id\":0,\"input_chunks\":8,"
-                     "\"output_chunks\":8,\"scratch_chunks\":8,\"threadblocks\":[");
+    int o = snprintf(
+        js, sizeof(js),
+        "{\"name\":\"probe_oneshot\",\"collective\":\"allreduce\",\"protocol\":\"LL\",\"inplace\":true,"
+        "\"num_threads_per_block\":512,\"use_double_scratch_buffer\":false,\"buffer_alignment\":16,"
+        "\"min_message_size\":0,\"max_message_size\":65536,\"gpus\":[{\"id\":0,\"input_chunks\":8,"
+        "\"output_chunks\":8,\"scratch_chunks\":8,\"threadblocks\":[");
     for (int b = 0; b < 8 && o < (int)sizeof(js); b++)
-        o += snprintf(js + o, sizeof(js) - (size_t)o,
-                      "%s{\"id\":%d,\"ops\":[{\"name\":\"copy\",\"src_buff\":[{\"type\":\"i\",\"index\":%d,"
-                      "\"size\":1}],\"dst_buff\":[{\"type\":\"s\",\"index\":%d,\"size\":1}]}],\"channels\":[],"
-                      "\"remote_buffer_refs\":[]}",
-                      b ? "," : "", b, b, b);
+        o +=
+            snprintf(js + o, sizeof(js) - (size_t)o,
+                     "%s{\"id\":%d,\"ops\":[{\"name\":\"copy\",\"src_buff\":[{\"type\":\"i\",\"index\":%d,"
+                     "\"size\":1}],\"dst_buff\":[{\"type\":\"s\",\"index\":%d,\"size\":1}]}],\"channels\":[],"
+                     "\"remote_buffer_refs\":[]}",
+                     b ? "," : "", b, b, b);
     if (o < (int)sizeof(js))
         o += snprintf(js + o, sizeof(js) - (size_t)o,
                       "],\"channels\":[],\"remote_buffers\":[],\"semaphores\":[]}]}");
     struct mscx_plan *plan;
-    if (o >= (int)sizeof(js) || mscx_plan_load_buffer(js, (size_t)o, "probe", &plan, err, sizeof(err)) != MSCX_OK) {
+    if (o >= (int)sizeof(js) ||
+        mscx_plan_load_buffer(js, (size_t)o, "probe", &plan, err, sizeof(err)) != MSCX_OK) {
         fprintf(stderr, "launch probe plan: %s\n", o >= (int)sizeof(js) ? "too long" : err);
         return;
     }
@@ -395,8 +407,8 @@ static void bench_gen(const char *pdir, uint32_t n)
         for (int i = 0; i < nn; i++) {
             if (names[i]) {
                 snprintf(path, sizeof(path), "%s/%s", pdir, names[i]);
-                snprintf(label, sizeof(label), "gen %s %.*s", algos[a], (int)strcspn(names[i] + strlen(pre), "."),
-                         names[i] + strlen(pre));
+                snprintf(label, sizeof(label), "gen %s %.*s", algos[a],
+                         (int)strcspn(names[i] + strlen(pre), "."), names[i] + strlen(pre));
                 bench_n(path, n, a == 0 ? MSCX_REF_ONESHOT : MSCX_REF_TWOPHASE, label);
             }
             free(names[i]);
@@ -435,7 +447,8 @@ static void bench_empty(void)
         fprintf(stderr, "empty plan: %s\n", err);
         return;
     }
-    if (mscx_exec_create_local_group(1, 0, &ex) != MSCX_OK || mscx_exec_add_plan(ex, plan, 1024, &pid) != MSCX_OK)
+    if (mscx_exec_create_local_group(1, 0, &ex) != MSCX_OK ||
+        mscx_exec_add_plan(ex, plan, 1024, &pid) != MSCX_OK)
         return;
     cudaMalloc(&buf, 1024);
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
@@ -453,10 +466,11 @@ static void bench_empty(void)
         mscx_exec_launch(ex, pid, buf, buf, 1024, MSCX_DT_FP32, MSCX_REDOP_SUM, MSCX_PKT_LL16, st);
     cudaStreamSynchronize(st);
     double pipe = (now_us() - t0) / 2000;
-    printf("\nempty plan (1 rank, 1 block, nop; a rank with only nops launches no kernel, so this is the call's "
-           "host cost; mscx-bench-launch times the kernel itself on an empty program): launch+sync %.2f us, "
-           "back-to-back %.2f us per call\n",
-           sync_lat, pipe);
+    printf(
+        "\nempty plan (1 rank, 1 block, nop; a rank with only nops launches no kernel, so this is the call's "
+        "host cost; mscx-bench-launch times the kernel itself on an empty program): launch+sync %.2f us, "
+        "back-to-back %.2f us per call\n",
+        sync_lat, pipe);
     cudaFree(buf);
     cudaStreamDestroy(st);
     mscx_exec_destroy(ex);
@@ -546,9 +560,10 @@ int main(int argc, char **argv)
     g_pdl = cfg->pdl;
     printf("LL16 packet allreduce, fp32 sum, in place; us per allreduce (all ranks); graph: %d per graph, "
            "median of %d replays; programmatic dependent launch (MSCX_PDL) %s for both kernels; rows a2a: "
-           "LL16 packet alltoall, fp32, out of place, us per alltoall\n\n", ITERS, REPS,
-           g_pdl ? "on" : "off");
-    printf("| plan | ranks | bytes | blocks/rank | exec eager | hand eager | eager ratio | exec graph | hand graph | "
+           "LL16 packet alltoall, fp32, out of place, us per alltoall\n\n",
+           ITERS, REPS, g_pdl ? "on" : "off");
+    printf("| plan | ranks | bytes | blocks/rank | exec eager | hand eager | eager ratio | exec graph | hand "
+           "graph | "
            "graph ratio | exec joined | hand joined | joined ratio |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     if (o.ranks == 0 || o.ranks == 1)

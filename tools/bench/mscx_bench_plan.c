@@ -49,8 +49,9 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
 static void synth_rank(struct sbuf *b, uint32_t r, uint32_t n, uint32_t ntb, uint32_t nops)
 {
     const uint32_t chunks = 64;
-    sb_printf(b, "%s{\"id\":%u,\"input_chunks\":%u,\"output_chunks\":%u,\"scratch_chunks\":%u,\"threadblocks\":[",
-              r ? "," : "", r, chunks, chunks, chunks);
+    sb_printf(
+        b, "%s{\"id\":%u,\"input_chunks\":%u,\"output_chunks\":%u,\"scratch_chunks\":%u,\"threadblocks\":[",
+        r ? "," : "", r, chunks, chunks, chunks);
     for (uint32_t t = 0; t < ntb; t++) {
         sb_printf(b, "%s{\"id\":%u,\"ops\":[", t ? "," : "", t);
         for (uint32_t j = 0; j < nops; j++) {
@@ -58,30 +59,40 @@ static void synth_rank(struct sbuf *b, uint32_t r, uint32_t n, uint32_t ntb, uin
             const char *sep = j ? "," : "";
             switch (j % 4) {
             case 0:
-                sb_printf(b, "%s{\"name\":\"put\",\"src_buff\":[{\"type\":\"i\",\"index\":%u,\"size\":1}],"
-                          "\"dst_buff\":[{\"buffer_id\":%u,\"index\":%u,\"size\":1}],\"channel_type\":\"memory\"}",
-                          sep, k, peer, k);
+                sb_printf(
+                    b,
+                    "%s{\"name\":\"put\",\"src_buff\":[{\"type\":\"i\",\"index\":%u,\"size\":1}],"
+                    "\"dst_buff\":[{\"buffer_id\":%u,\"index\":%u,\"size\":1}],\"channel_type\":\"memory\"}",
+                    sep, k, peer, k);
                 break;
             case 1:
-                sb_printf(b, "%s{\"name\":\"copy\",\"src_buff\":[{\"type\":\"i\",\"index\":%u,\"size\":1}],"
-                          "\"dst_buff\":[{\"type\":\"o\",\"index\":%u,\"size\":1}]}", sep, k, k);
+                sb_printf(b,
+                          "%s{\"name\":\"copy\",\"src_buff\":[{\"type\":\"i\",\"index\":%u,\"size\":1}],"
+                          "\"dst_buff\":[{\"type\":\"o\",\"index\":%u,\"size\":1}]}",
+                          sep, k, k);
                 break;
             case 2:
-                sb_printf(b, "%s{\"name\":\"ppkt\",\"src_buff\":[{\"type\":\"i\",\"index\":%u,\"size\":1}],"
-                          "\"dst_buff\":[{\"buffer_id\":%u,\"index\":%u,\"size\":1}],\"channel_type\":\"memory\"}",
-                          sep, k, peer, k);
+                sb_printf(
+                    b,
+                    "%s{\"name\":\"ppkt\",\"src_buff\":[{\"type\":\"i\",\"index\":%u,\"size\":1}],"
+                    "\"dst_buff\":[{\"buffer_id\":%u,\"index\":%u,\"size\":1}],\"channel_type\":\"memory\"}",
+                    sep, k, peer, k);
                 break;
             default:
-                sb_printf(b, "%s{\"name\":\"repkt\",\"src_buff\":[{\"type\":\"i\",\"index\":%u,\"size\":1},"
-                          "{\"type\":\"s\",\"index\":%u,\"size\":1}],\"dst_buff\":[{\"type\":\"i\",\"index\":%u,"
-                          "\"size\":1}],\"channel_type\":\"memory\",\"reduce_op\":\"sum\"}", sep, k, k, k);
+                sb_printf(
+                    b,
+                    "%s{\"name\":\"repkt\",\"src_buff\":[{\"type\":\"i\",\"index\":%u,\"size\":1},"
+                    "{\"type\":\"s\",\"index\":%u,\"size\":1}],\"dst_buff\":[{\"type\":\"i\",\"index\":%u,"
+                    "\"size\":1}],\"channel_type\":\"memory\",\"reduce_op\":\"sum\"}",
+                    sep, k, k, k);
                 break;
             }
         }
         sb_printf(b, "],\"channels\":[{\"channel_type\":\"memory\",\"channel_ids\":[");
         for (uint32_t p = 0; p + 1 < n; p++)
             sb_printf(b, "%s%u", p ? "," : "", p);
-        sb_printf(b, "]}],\"remote_buffer_refs\":[{\"access_channel_type\":\"memory\",\"remote_buffer_ids\":[");
+        sb_printf(b,
+                  "]}],\"remote_buffer_refs\":[{\"access_channel_type\":\"memory\",\"remote_buffer_ids\":[");
         for (uint32_t p = 0; p + 1 < n; p++)
             sb_printf(b, "%s%u", p ? "," : "", p);
         sb_printf(b, "]}]}");
@@ -93,7 +104,8 @@ static void synth_rank(struct sbuf *b, uint32_t r, uint32_t n, uint32_t ntb, uin
     sb_printf(b, "]}],\"remote_buffers\":[");
     for (uint32_t p = 0, k = 0; p < n; p++)
         if (p != r)
-            sb_printf(b, "%s{\"rank\":%u,\"type\":\"s\",\"access_channel_types\":[\"memory\"]}", k++ ? "," : "", p);
+            sb_printf(b, "%s{\"rank\":%u,\"type\":\"s\",\"access_channel_types\":[\"memory\"]}",
+                      k++ ? "," : "", p);
     sb_printf(b, "],\"semaphores\":[]}");
 }
 
@@ -224,9 +236,11 @@ int main(int argc, char **argv)
         argc -= 2;
     }
     if (argc > 2 || (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))) {
-        fprintf(stderr, "usage: mscx-bench-plan [--sim-plan PLAN] [FILE]\n"
-                        "Times loading and validating FILE (default: a synthetic ~2 MB plan) against the 50 ms\n"
-                        "per 2 MB target, then the host executor on PLAN (default: %s).\n", sim_plan);
+        fprintf(stderr,
+                "usage: mscx-bench-plan [--sim-plan PLAN] [FILE]\n"
+                "Times loading and validating FILE (default: a synthetic ~2 MB plan) against the 50 ms\n"
+                "per 2 MB target, then the host executor on PLAN (default: %s).\n",
+                sim_plan);
         return argc > 2 ? 2 : 0;
     }
     if (argc == 2) {
@@ -254,7 +268,8 @@ int main(int argc, char **argv)
     double mb = len / 1e6;
     double scaled = ms * (SYNTH_BYTES / (double)len);
     printf("plan:        %s, %.2f MB\n", origin, mb);
-    printf("load+validate median of %d: %.2f ms wall (%.2f ms cpu), %.1f MB/s\n", RUNS, ms, cpu, mb / (ms / 1e3));
+    printf("load+validate median of %d: %.2f ms wall (%.2f ms cpu), %.1f MB/s\n", RUNS, ms, cpu,
+           mb / (ms / 1e3));
     printf("target:      %.0f ms per 2 MB; this rate gives %.2f ms per 2 MB: %s\n", TARGET_MS, scaled,
            scaled <= TARGET_MS ? "ok" : "TOO SLOW");
     bench_hostexec(sim_plan);

@@ -24,7 +24,7 @@
 
 struct pg_opts {
     bool fuse;
-    bool raw;      /* write the builder's JSON, unvalidated (debugging) */
+    bool raw; /* write the builder's JSON, unvalidated (debugging) */
     bool quiet;
 };
 
@@ -127,29 +127,30 @@ static const struct pg_entry pg_shipped[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: mscx-plangen --coll allreduce|allgather|reducescatter|broadcast|alltoall --algo ALGO\n"
-            "                    --ranks N\n"
-            "                    [--ranks-per-node P] [--min-size S] [--max-size S] [--tbs-per-peer T]\n"
-            "                    [--root R]\n"
-            "                    [--threads-per-block B] [--blocks G] [--layout rows|peer|cols]\n"
-            "                    [--packet ll16|ll8] [--name NAME] [--no-fuse]\n"
-            "                    [-o FILE]\n"
-            "       mscx-plangen --all DIR [--no-fuse]\n"
-            "algorithms: copy (one rank); oneshot, twophase (allreduce, one node);\n"
-            "            allpairs (allgather, reducescatter, one node); hier2 (two or more nodes);\n"
-            "            broadcast: oneshot, direct (one node), hier2; --root R its root (default 0)\n"
-            "            alltoall: oneshot (LL packets, one node), direct (puts into the peers' outputs,\n"
-            "            one node), hier2\n"
-            "sizes take K, M or G suffixes (powers of 1024); the range of allgather is the output size\n"
-            "--blocks G: oneshot with G thread blocks per rank (default: tbs-per-peer x (ranks - 1));\n"
-            "            twophase with G blocks per rank, each rank's share in G sub-chunks (block b reduces\n"
-            "            sub-chunk b), no per-peer slicing; --layout rows (default: the scatter and gather of\n"
-            "            a peer's share are one op each, the MSCCL++ DSL's allreduce_pkt when G = ranks), peer\n"
-            "            (as rows, a peer's share scattered and gathered by one block: out-of-place calls\n"
-            "            run split, not staged) or cols (block b scatters, reduces and gathers sub-chunk b of\n"
-            "            every rank)\n"
-            "--raw writes the builder's JSON without validation or fusion (debugging)\n");
+    fprintf(
+        f,
+        "usage: mscx-plangen --coll allreduce|allgather|reducescatter|broadcast|alltoall --algo ALGO\n"
+        "                    --ranks N\n"
+        "                    [--ranks-per-node P] [--min-size S] [--max-size S] [--tbs-per-peer T]\n"
+        "                    [--root R]\n"
+        "                    [--threads-per-block B] [--blocks G] [--layout rows|peer|cols]\n"
+        "                    [--packet ll16|ll8] [--name NAME] [--no-fuse]\n"
+        "                    [-o FILE]\n"
+        "       mscx-plangen --all DIR [--no-fuse]\n"
+        "algorithms: copy (one rank); oneshot, twophase (allreduce, one node);\n"
+        "            allpairs (allgather, reducescatter, one node); hier2 (two or more nodes);\n"
+        "            broadcast: oneshot, direct (one node), hier2; --root R its root (default 0)\n"
+        "            alltoall: oneshot (LL packets, one node), direct (puts into the peers' outputs,\n"
+        "            one node), hier2\n"
+        "sizes take K, M or G suffixes (powers of 1024); the range of allgather is the output size\n"
+        "--blocks G: oneshot with G thread blocks per rank (default: tbs-per-peer x (ranks - 1));\n"
+        "            twophase with G blocks per rank, each rank's share in G sub-chunks (block b reduces\n"
+        "            sub-chunk b), no per-peer slicing; --layout rows (default: the scatter and gather of\n"
+        "            a peer's share are one op each, the MSCCL++ DSL's allreduce_pkt when G = ranks), peer\n"
+        "            (as rows, a peer's share scattered and gathered by one block: out-of-place calls\n"
+        "            run split, not staged) or cols (block b scatters, reduces and gathers sub-chunk b of\n"
+        "            every rank)\n"
+        "--raw writes the builder's JSON without validation or fusion (debugging)\n");
 }
 
 static int parse_size(const char *s, uint64_t *v_p)
@@ -160,10 +161,23 @@ static int parse_size(const char *s, uint64_t *v_p)
     if (errno || end == s)
         return -1;
     switch (*end) {
-    case 'K': case 'k': v *= K1; end++; break;
-    case 'M': case 'm': v *= M1; end++; break;
-    case 'G': case 'g': v *= 1024 * M1; end++; break;
-    default: break;
+    case 'K':
+    case 'k':
+        v *= K1;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        v *= M1;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        v *= 1024 * M1;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == '+') { /* "64K+1" */
         char *e2;
@@ -227,7 +241,8 @@ static char *generate(const struct pg_params *par, const struct pg_opts *o)
     if (!raw || o->raw)
         return raw;
 
-    s = mscx_plan_load_buffer(raw, strlen(raw), par->name ? par->name : "mscx-plangen", &plan, err, sizeof(err));
+    s = mscx_plan_load_buffer(raw, strlen(raw), par->name ? par->name : "mscx-plangen", &plan, err,
+                              sizeof(err));
     if (s != MSCX_OK) {
         fprintf(stderr, "mscx-plangen: generated plan does not load: %s\n", err);
         goto out;
@@ -281,9 +296,16 @@ static int generate_all(const char *dir, const struct pg_opts *o)
     for (size_t i = 0; i < sizeof(pg_shipped) / sizeof(pg_shipped[0]); i++) {
         const struct pg_entry *e = &pg_shipped[i];
         struct pg_params par = {
-            .algo = e->algo, .nranks = e->nranks, .rpn = e->rpn, .min_size = e->min, .max_size = e->max,
-            .tbs_per_peer = e->tpp, .nthreads = e->nthreads, .packet = "ll16",
-            .blocks = e->blocks, .layout = e->layout,
+            .algo = e->algo,
+            .nranks = e->nranks,
+            .rpn = e->rpn,
+            .min_size = e->min,
+            .max_size = e->max,
+            .tbs_per_peer = e->tpp,
+            .nthreads = e->nthreads,
+            .packet = "ll16",
+            .blocks = e->blocks,
+            .layout = e->layout,
         };
         if (mscx_coll_parse(e->coll, &par.coll) < 0)
             return 1;
@@ -331,31 +353,64 @@ static int set_option(int c, struct pg_cli *cli)
     struct pg_params *par = &cli->par;
     int bad = 0;
     switch (c) {
-    case 'c': bad = mscx_coll_parse(optarg, &par->coll); break;
-    case 'a': par->algo = optarg; break;
-    case 'n': bad = parse_u32(optarg, &par->nranks); break;
-    case 'p': bad = parse_u32(optarg, &par->rpn); break;
-    case 'm': bad = parse_size(optarg, &par->min_size); break;
-    case 'M': bad = parse_size(optarg, &par->max_size); break;
-    case 't': bad = parse_u32(optarg, &par->tbs_per_peer); break;
-    case 'G': bad = parse_u32(optarg, &par->blocks) || par->blocks == 0; break;
+    case 'c':
+        bad = mscx_coll_parse(optarg, &par->coll);
+        break;
+    case 'a':
+        par->algo = optarg;
+        break;
+    case 'n':
+        bad = parse_u32(optarg, &par->nranks);
+        break;
+    case 'p':
+        bad = parse_u32(optarg, &par->rpn);
+        break;
+    case 'm':
+        bad = parse_size(optarg, &par->min_size);
+        break;
+    case 'M':
+        bad = parse_size(optarg, &par->max_size);
+        break;
+    case 't':
+        bad = parse_u32(optarg, &par->tbs_per_peer);
+        break;
+    case 'G':
+        bad = parse_u32(optarg, &par->blocks) || par->blocks == 0;
+        break;
     case 'L':
         bad = strcmp(optarg, "rows") && strcmp(optarg, "cols");
         par->layout = optarg;
         break;
-    case 'b': bad = parse_u32(optarg, &par->nthreads) || par->nthreads == 0 || par->nthreads > 1024; break;
+    case 'b':
+        bad = parse_u32(optarg, &par->nthreads) || par->nthreads == 0 || par->nthreads > 1024;
+        break;
     case 'k': /* plans are packet-format independent: a hint, checked and not recorded */
         bad = strcmp(optarg, "ll16") && strcmp(optarg, "ll8");
         par->packet = optarg;
         break;
-    case 'N': par->name = optarg; break;
-    case 'r': bad = parse_u32(optarg, &par->root); break;
-    case 'F': cli->o.fuse = false; break;
-    case 'R': cli->o.raw = true; break;
-    case 'q': cli->o.quiet = true; break;
-    case 'A': cli->all = optarg; break;
-    case 'o': cli->out = optarg; break;
-    default: return -1;
+    case 'N':
+        par->name = optarg;
+        break;
+    case 'r':
+        bad = parse_u32(optarg, &par->root);
+        break;
+    case 'F':
+        cli->o.fuse = false;
+        break;
+    case 'R':
+        cli->o.raw = true;
+        break;
+    case 'q':
+        cli->o.quiet = true;
+        break;
+    case 'A':
+        cli->all = optarg;
+        break;
+    case 'o':
+        cli->out = optarg;
+        break;
+    default:
+        return -1;
     }
     return bad != 0;
 }

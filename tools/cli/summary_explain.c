@@ -17,7 +17,8 @@ struct reason_text {
 static const struct reason_text reasons[] = {
     {"no-state", "the communicator has no mscx state (disabled, no plan for its size, or setup fell back)"},
     {"forced", "MSCX_FORCE_FALLBACK names the collective"},
-    {"group", "its ncclGroupStart group ended in ncclGroupSimulateEnd, which runs nothing: NCCL simulated it"},
+    {"group",
+     "its ncclGroupStart group ended in ncclGroupSimulateEnd, which runs nothing: NCCL simulated it"},
     {"dtype", "no plan supports the datatype"},
     {"op", "no plan supports the reduction, or mscx does not run it (ncclAvg of integers; a PreMulSum op of "
            "another datatype or communicator, or destroyed)"},
@@ -27,11 +28,13 @@ static const struct reason_text reasons[] = {
     {"launch", "the executor refused the launch before enqueueing anything"},
     {"window", "a buffer lies in an NCCL window the application registered (ncclCommWindowRegister), and the "
                "plan was not measured faster than NCCL's symmetric kernels there"},
-    {"sendrecv", "a group of one ncclSend and one ncclRecv per rank, counted as an AlltoAll, went to NCCL: it "
-                 "was not captured in a CUDA graph, its buffers were not one contiguous block per side with "
-                 "the rank itself included, or not every rank agreed to run the same group"},
-    {"config", "an nccl<Coll>Config call whose ncclCollConfig_t selects NCCL's algorithm or protocol "
-               "(algSelection), asks for a launch-completion event, or is not a valid config: NCCL serves it"},
+    {"sendrecv",
+     "a group of one ncclSend and one ncclRecv per rank, counted as an AlltoAll, went to NCCL: it "
+     "was not captured in a CUDA graph, its buffers were not one contiguous block per side with "
+     "the rank itself included, or not every rank agreed to run the same group"},
+    {"config",
+     "an nccl<Coll>Config call whose ncclCollConfig_t selects NCCL's algorithm or protocol "
+     "(algSelection), asks for a launch-completion event, or is not a valid config: NCCL serves it"},
 };
 
 static const char *reason_text(const char *name)
@@ -59,9 +62,11 @@ static void print_fallback(const json_t *fb, FILE *out)
 {
     const char *name;
     json_t *v;
-    json_object_foreach((json_t *)fb, name, v) {
+    json_object_foreach((json_t *)fb, name, v)
+    {
         if (json_is_integer(v) && json_integer_value(v) > 0)
-            fprintf(out, "      to NCCL %lld: %s (%s)\n", (long long)json_integer_value(v), name, reason_text(name));
+            fprintf(out, "      to NCCL %lld: %s (%s)\n", (long long)json_integer_value(v), name,
+                    reason_text(name));
     }
 }
 
@@ -69,7 +74,8 @@ static int check_comm(const json_t *c, size_t i, const char *path, FILE *err)
 {
     if (!json_is_object(c) || !json_is_integer(json_object_get(c, "nranks")) ||
         !json_is_array(json_object_get(c, "buckets"))) {
-        fprintf(err, "mscx-info: %s: entry %zu: expected an object with \"nranks\" and \"buckets\"\n", path, i);
+        fprintf(err, "mscx-info: %s: entry %zu: expected an object with \"nranks\" and \"buckets\"\n", path,
+                i);
         return 1;
     }
     return 0;
@@ -82,16 +88,18 @@ static void print_comm(const json_t *c, FILE *out)
             (long long)int_of(c, "routed"));
     size_t j;
     json_t *b;
-    json_array_foreach(json_object_get(c, "buckets"), j, b) {
-        fprintf(out, "  %s %s: routed %lld\n", str_of(b, "coll"), str_of(b, "bucket"), (long long)int_of(b, "routed"));
+    json_array_foreach(json_object_get(c, "buckets"), j, b)
+    {
+        fprintf(out, "  %s %s: routed %lld\n", str_of(b, "coll"), str_of(b, "bucket"),
+                (long long)int_of(b, "routed"));
         const json_t *fb = json_object_get(b, "fallback");
         if (json_is_object(fb))
             print_fallback(fb, out);
     }
     /* the plans that ran those calls (summaries of older shims have none) */
-    json_array_foreach(json_object_get(c, "plans"), j, b)
-        fprintf(out, "  plan %s (%s, %lld-%lld bytes): %lld calls\n", str_of(b, "plan"), str_of(b, "coll"),
-                (long long)int_of(b, "min_bytes"), (long long)int_of(b, "max_bytes"), (long long)int_of(b, "calls"));
+    json_array_foreach(json_object_get(c, "plans"), j, b) fprintf(
+        out, "  plan %s (%s, %lld-%lld bytes): %lld calls\n", str_of(b, "plan"), str_of(b, "coll"),
+        (long long)int_of(b, "min_bytes"), (long long)int_of(b, "max_bytes"), (long long)int_of(b, "calls"));
     if (int_of(c, "plans_omitted") > 0)
         fprintf(out, "  and %lld more plans\n", (long long)int_of(c, "plans_omitted"));
 }
@@ -111,14 +119,14 @@ int mscx_summary_explain(const char *path, FILE *out, FILE *err)
     }
     size_t i;
     json_t *c;
-    json_array_foreach(rc ? NULL : root, i, c) {
+    json_array_foreach(rc ? NULL : root, i, c)
+    {
         if (check_comm(c, i, path, err)) {
             rc = 1;
             break;
         }
     }
-    json_array_foreach(rc ? NULL : root, i, c)
-        print_comm(c, out);
+    json_array_foreach(rc ? NULL : root, i, c) print_comm(c, out);
     if (!rc && json_array_size(root) == 0)
         fprintf(out, "no communicator in %s\n", path);
     json_decref(root);

@@ -35,20 +35,20 @@ enum perf_op { PERF_SUM = 0, PERF_PROD, PERF_MAX, PERF_MIN, PERF_AVG, PERF_OP_CO
 struct perf_opts {
     enum perf_coll coll;
     uint64_t min_bytes, max_bytes, step_bytes;
-    uint64_t step_factor;          /* > 1: multiply; else add step_bytes */
-    int ngpus;                     /* -g: GPUs per process; only 1 */
-    unsigned type_mask;            /* 1 << enum perf_type */
-    unsigned op_mask;              /* 1 << enum perf_op */
+    uint64_t step_factor; /* > 1: multiply; else add step_bytes */
+    int ngpus;            /* -g: GPUs per process; only 1 */
+    unsigned type_mask;   /* 1 << enum perf_type */
+    unsigned op_mask;     /* 1 << enum perf_op */
     int iters, warmup, check, graph_iters, average;
-    int nproc;                     /* --nproc: fork this many ranks; 0 = from the environment */
-    int progress;                  /* --progress, or stderr is a TTY */
-    const char *json_path;         /* --json */
-    int executor_nranks;           /* --executor N; 0 = NCCL */
-    int baseline;                  /* --baseline: the hand-written kernels instead of the executor */
-    int nccl_window;               /* --nccl-window: buffers from ncclMemAlloc, registered as a window */
-    const char *plan_path;         /* --plan */
-    const char *boot_dir;          /* --bootstrap-dir */
-    int device;                    /* --device: first CUDA device (default local rank) */
+    int nproc;             /* --nproc: fork this many ranks; 0 = from the environment */
+    int progress;          /* --progress, or stderr is a TTY */
+    const char *json_path; /* --json */
+    int executor_nranks;   /* --executor N; 0 = NCCL */
+    int baseline;          /* --baseline: the hand-written kernels instead of the executor */
+    int nccl_window;       /* --nccl-window: buffers from ncclMemAlloc, registered as a window */
+    const char *plan_path; /* --plan */
+    const char *boot_dir;  /* --bootstrap-dir */
+    int device;            /* --device: first CUDA device (default local rank) */
     int help;
 };
 
@@ -56,11 +56,11 @@ struct perf_opts {
 struct perf_result {
     uint64_t bytes, count;
     enum perf_type type;
-    enum perf_op op;               /* PERF_OP_COUNT: no reduction ("none") */
+    enum perf_op op; /* PERF_OP_COUNT: no reduction ("none") */
     int root;
     double time_us[2], algbw[2], busbw[2];
-    int64_t wrong[2];              /* -1: not checked (printed N/A) */
-    int na[2];                     /* the backend cannot run this call: printed n/a, no numbers */
+    int64_t wrong[2]; /* -1: not checked (printed N/A) */
+    int na[2];        /* the backend cannot run this call: printed n/a, no numbers */
 };
 
 /* perf_args.c */
@@ -92,8 +92,8 @@ double mscx_perf_value(enum perf_op op, int rank, int nranks, uint64_t i, int se
 void mscx_perf_store(enum perf_type t, void *buf, uint64_t i, double v);
 double mscx_perf_load(enum perf_type t, const void *buf, uint64_t i);
 /** Fill a rank's send buffer (@p count elements) with its inputs. */
-void mscx_perf_fill(enum perf_coll c, enum perf_type t, enum perf_op op, int rank, int nranks, int seed, void *buf,
-                    uint64_t count);
+void mscx_perf_fill(enum perf_coll c, enum perf_type t, enum perf_op op, int rank, int nranks, int seed,
+                    void *buf, uint64_t count);
 /** Expected value of output element @p i of @p rank (recv count @p recv). */
 double mscx_perf_expected(enum perf_coll c, enum perf_type t, enum perf_op op, int rank, int nranks, int seed,
                           uint64_t recv, uint64_t i);
@@ -136,7 +136,7 @@ struct perf_call {
     enum perf_coll coll;
     enum perf_type type;
     enum perf_op op;
-    uint64_t bytes;                /* the size of the sweep step */
+    uint64_t bytes; /* the size of the sweep step */
     uint64_t send_count, recv_count;
     int in_place;
 };
@@ -147,15 +147,16 @@ struct perf_call {
 
 /* What runs the calls: NCCL (one rank per process), the executor or the baseline kernels (all ranks here). */
 struct perf_backend {
-    const char *name;              /* "nccl", "executor", "baseline", "fake" */
-    int nranks;                    /* ranks of the collective */
+    const char *name; /* "nccl", "executor", "baseline", "fake" */
+    int nranks;       /* ranks of the collective */
     void *ctx;
     /**
      * Run @p iters calls (captured in a graph launched @p graph_iters times when > 0); time per call in us.
      * @return 0, PERF_NA, or -1 after printing why
      */
     int (*run)(void *ctx, const struct perf_call *call, int iters, int graph_iters, double *us_p);
-    /** Fill exact inputs, run once, count wrong output elements of the ranks in this process; returns as run. */
+    /** Fill exact inputs, run once, count wrong output elements of the ranks in this process; returns as run.
+     */
     int (*check)(void *ctx, const struct perf_call *call, int seed, int64_t *wrong_p);
 };
 
@@ -167,8 +168,9 @@ struct perf_backend {
  * @param rows_p receives a malloc'd array of results; free() it
  * @return 0, or -1 after printing why
  */
-int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const struct perf_backend *be, FILE *out,
-                        struct perf_result **rows_p, size_t *nrows_p, int64_t *wrong_p, double *avg_busbw_p);
+int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const struct perf_backend *be,
+                        FILE *out, struct perf_result **rows_p, size_t *nrows_p, int64_t *wrong_p,
+                        double *avg_busbw_p);
 
 /* perf_nccl.c / perf_exec.c: set up a backend, and tear it down. */
 int mscx_perf_nccl_open(const struct perf_opts *o, struct perf_boot *b, FILE *out, struct perf_backend *be);

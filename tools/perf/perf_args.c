@@ -8,11 +8,12 @@
 
 #include "perf.h"
 
-static const char *const coll_names[PERF_COLL_COUNT] = {"allreduce", "allgather", "reducescatter", "alltoall"};
+static const char *const coll_names[PERF_COLL_COUNT] = {"allreduce", "allgather", "reducescatter",
+                                                        "alltoall"};
 static const char *const coll_progs[PERF_COLL_COUNT] = {"all_reduce_perf", "all_gather_perf",
                                                         "reduce_scatter_perf", "alltoall_perf"};
-static const char *const type_names[PERF_TYPE_COUNT] = {"int8",  "uint8", "int32",  "uint32", "int64",
-                                                        "uint64", "half", "float", "double", "bfloat16"};
+static const char *const type_names[PERF_TYPE_COUNT] = {"int8",   "uint8", "int32", "uint32", "int64",
+                                                        "uint64", "half",  "float", "double", "bfloat16"};
 static const size_t type_sizes[PERF_TYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 static const char *const op_names[PERF_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
 
@@ -70,10 +71,23 @@ int mscx_perf_parse_size(const char *s, uint64_t *v_p)
     if (errno || end == s)
         return -1;
     switch (*end) {
-    case 'G': case 'g': mul = 1ull << 30; end++; break;
-    case 'M': case 'm': mul = 1ull << 20; end++; break;
-    case 'K': case 'k': mul = 1ull << 10; end++; break;
-    default: break;
+    case 'G':
+    case 'g':
+        mul = 1ull << 30;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        mul = 1ull << 20;
+        end++;
+        break;
+    case 'K':
+    case 'k':
+        mul = 1ull << 10;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'B' || *end == 'b')
         end++;
@@ -105,8 +119,11 @@ static int lookup(const char *const *names, int n, const char *s)
 
 static int parse_one_type(const char *s, unsigned *mask_p)
 {
-    static const struct { const char *alias; enum perf_type t; } aliases[] = {
-        {"int", PERF_INT32}, {"float16", PERF_HALF}, {"fp16", PERF_HALF}, {"float32", PERF_FLOAT},
+    static const struct {
+        const char *alias;
+        enum perf_type t;
+    } aliases[] = {
+        {"int", PERF_INT32},  {"float16", PERF_HALF},   {"fp16", PERF_HALF},   {"float32", PERF_FLOAT},
         {"fp32", PERF_FLOAT}, {"float64", PERF_DOUBLE}, {"fp64", PERF_DOUBLE}, {"bf16", PERF_BF16},
     };
     int t;
@@ -143,7 +160,8 @@ static int parse_type(const char *s, unsigned *mask_p)
 
 static int parse_coll(const char *s, enum perf_coll *c_p)
 {
-    static const char *const alt[PERF_COLL_COUNT] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+    static const char *const alt[PERF_COLL_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                     "all_to_all"};
     int c = lookup(coll_names, PERF_COLL_COUNT, s);
     if (c < 0)
         c = lookup(alt, PERF_COLL_COUNT, s);
@@ -155,56 +173,77 @@ static int parse_coll(const char *s, enum perf_coll *c_p)
 
 void mscx_perf_usage(FILE *out, const char *prog)
 {
-    fprintf(out,
-            "usage: %s [options]\n"
-            "  -b, --minbytes SIZE     smallest message (K/M/G suffixes; default 32M)\n"
-            "  -e, --maxbytes SIZE     largest message (default 32M)\n"
-            "  -f, --stepfactor N      multiply the size by N each step\n"
-            "  -i, --stepbytes SIZE    add SIZE each step when -f is 1 (default 1M)\n"
-            "  -g, --ngpus N           GPUs per process (only 1: one process per GPU)\n"
-            "  -d, --datatype T        int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, all,\n"
-            "                          or a comma list\n"
-            "  -o, --op OP             sum prod max min avg all; or a collective name (as --coll)\n"
-            "  -n, --iters N           timed iterations (default 20)\n"
-            "  -w, --warmup_iters N    warm-up iterations (default 5)\n"
-            "  -c, --check 0|1         check results with exact-arithmetic inputs (default 1)\n"
-            "  -G, --cudagraph N       capture the iterations in a CUDA graph, launch it N times\n"
-            "  -a, --average 0-3       report time of rank 0, the average, minimum or maximum (default 1)\n"
-            "      --coll C            allreduce allgather reducescatter alltoall (or run as all_reduce_perf ...)\n"
-            "      --nproc N           fork N ranks on this host (else mpirun/PMI environment, else 1)\n"
-            "      --device D          CUDA device of local rank 0 (default: local rank)\n"
-            "      --bootstrap-dir DIR shared directory for the unique id exchange\n"
-            "      --json FILE         write the results as JSON\n"
-            "      --progress          progress line on stderr (default when stderr is a terminal)\n"
-            "      --executor N        N ranks on one GPU through the mscx executor (no NCCL)\n"
-            "      --plan FILE         plan for --executor at every size (default: per size, the plan of\n"
-            "                          MSCX_PLAN_DIR for the collective, rank count and size; n/a if none)\n"
-            "      --baseline          with --executor: run the hand-written kernel of each size's plan's\n"
-            "                          algorithm (allreduce; oneshot, twophase) instead of the executor;\n"
-            "                          sizes, types and reductions it cannot run print n/a\n"
-            "      --nccl-window       NCCL backend: buffers from ncclMemAlloc registered with\n"
-            "                          ncclCommWindowRegister (NCCL_WIN_COLL_SYMMETRIC) where NCCL has it\n"
-            "  -h, --help              this text\n",
-            prog);
+    fprintf(
+        out,
+        "usage: %s [options]\n"
+        "  -b, --minbytes SIZE     smallest message (K/M/G suffixes; default 32M)\n"
+        "  -e, --maxbytes SIZE     largest message (default 32M)\n"
+        "  -f, --stepfactor N      multiply the size by N each step\n"
+        "  -i, --stepbytes SIZE    add SIZE each step when -f is 1 (default 1M)\n"
+        "  -g, --ngpus N           GPUs per process (only 1: one process per GPU)\n"
+        "  -d, --datatype T        int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, all,\n"
+        "                          or a comma list\n"
+        "  -o, --op OP             sum prod max min avg all; or a collective name (as --coll)\n"
+        "  -n, --iters N           timed iterations (default 20)\n"
+        "  -w, --warmup_iters N    warm-up iterations (default 5)\n"
+        "  -c, --check 0|1         check results with exact-arithmetic inputs (default 1)\n"
+        "  -G, --cudagraph N       capture the iterations in a CUDA graph, launch it N times\n"
+        "  -a, --average 0-3       report time of rank 0, the average, minimum or maximum (default 1)\n"
+        "      --coll C            allreduce allgather reducescatter alltoall (or run as all_reduce_perf "
+        "...)\n"
+        "      --nproc N           fork N ranks on this host (else mpirun/PMI environment, else 1)\n"
+        "      --device D          CUDA device of local rank 0 (default: local rank)\n"
+        "      --bootstrap-dir DIR shared directory for the unique id exchange\n"
+        "      --json FILE         write the results as JSON\n"
+        "      --progress          progress line on stderr (default when stderr is a terminal)\n"
+        "      --executor N        N ranks on one GPU through the mscx executor (no NCCL)\n"
+        "      --plan FILE         plan for --executor at every size (default: per size, the plan of\n"
+        "                          MSCX_PLAN_DIR for the collective, rank count and size; n/a if none)\n"
+        "      --baseline          with --executor: run the hand-written kernel of each size's plan's\n"
+        "                          algorithm (allreduce; oneshot, twophase) instead of the executor;\n"
+        "                          sizes, types and reductions it cannot run print n/a\n"
+        "      --nccl-window       NCCL backend: buffers from ncclMemAlloc registered with\n"
+        "                          ncclCommWindowRegister (NCCL_WIN_COLL_SYMMETRIC) where NCCL has it\n"
+        "  -h, --help              this text\n",
+        prog);
 }
 
 enum {
-    OPT_COLL = 256, OPT_NPROC, OPT_JSON, OPT_PROGRESS, OPT_EXECUTOR, OPT_PLAN, OPT_BOOT, OPT_DEVICE,
-    OPT_BASELINE, OPT_NCCL_WINDOW
+    OPT_COLL = 256,
+    OPT_NPROC,
+    OPT_JSON,
+    OPT_PROGRESS,
+    OPT_EXECUTOR,
+    OPT_PLAN,
+    OPT_BOOT,
+    OPT_DEVICE,
+    OPT_BASELINE,
+    OPT_NCCL_WINDOW
 };
 
 static const struct option long_opts[] = {
-    {"minbytes", required_argument, NULL, 'b'},   {"maxbytes", required_argument, NULL, 'e'},
-    {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
-    {"ngpus", required_argument, NULL, 'g'},      {"datatype", required_argument, NULL, 'd'},
-    {"op", required_argument, NULL, 'o'},         {"iters", required_argument, NULL, 'n'},
-    {"warmup_iters", required_argument, NULL, 'w'}, {"check", required_argument, NULL, 'c'},
-    {"cudagraph", required_argument, NULL, 'G'},  {"average", required_argument, NULL, 'a'},
-    {"help", no_argument, NULL, 'h'},             {"coll", required_argument, NULL, OPT_COLL},
-    {"nproc", required_argument, NULL, OPT_NPROC}, {"json", required_argument, NULL, OPT_JSON},
-    {"progress", no_argument, NULL, OPT_PROGRESS}, {"executor", required_argument, NULL, OPT_EXECUTOR},
-    {"plan", required_argument, NULL, OPT_PLAN},  {"bootstrap-dir", required_argument, NULL, OPT_BOOT},
-    {"device", required_argument, NULL, OPT_DEVICE}, {"baseline", no_argument, NULL, OPT_BASELINE},
+    {"minbytes", required_argument, NULL, 'b'},
+    {"maxbytes", required_argument, NULL, 'e'},
+    {"stepfactor", required_argument, NULL, 'f'},
+    {"stepbytes", required_argument, NULL, 'i'},
+    {"ngpus", required_argument, NULL, 'g'},
+    {"datatype", required_argument, NULL, 'd'},
+    {"op", required_argument, NULL, 'o'},
+    {"iters", required_argument, NULL, 'n'},
+    {"warmup_iters", required_argument, NULL, 'w'},
+    {"check", required_argument, NULL, 'c'},
+    {"cudagraph", required_argument, NULL, 'G'},
+    {"average", required_argument, NULL, 'a'},
+    {"help", no_argument, NULL, 'h'},
+    {"coll", required_argument, NULL, OPT_COLL},
+    {"nproc", required_argument, NULL, OPT_NPROC},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"executor", required_argument, NULL, OPT_EXECUTOR},
+    {"plan", required_argument, NULL, OPT_PLAN},
+    {"bootstrap-dir", required_argument, NULL, OPT_BOOT},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"baseline", no_argument, NULL, OPT_BASELINE},
     {"nccl-window", no_argument, NULL, OPT_NCCL_WINDOW},
     {NULL, 0, NULL, 0},
 };
@@ -245,15 +284,31 @@ static int set_own_option(int c, char **argv, struct perf_opts *o, char *err, si
         if (parse_int(optarg, 0, 1023, &o->device))
             BAD("bad device for --device: '%s'", optarg);
         break;
-    case OPT_JSON: o->json_path = optarg; break;
-    case OPT_PLAN: o->plan_path = optarg; break;
-    case OPT_BOOT: o->boot_dir = optarg; break;
-    case OPT_PROGRESS: o->progress = 1; break;
-    case OPT_BASELINE: o->baseline = 1; break;
-    case OPT_NCCL_WINDOW: o->nccl_window = 1; break;
-    case 'h': o->help = 1; break;
-    case ':': BAD("option '%s' needs a value", argv[optind - 1]);
-    default: BAD("unknown option '%s'", argv[optind - 1]);
+    case OPT_JSON:
+        o->json_path = optarg;
+        break;
+    case OPT_PLAN:
+        o->plan_path = optarg;
+        break;
+    case OPT_BOOT:
+        o->boot_dir = optarg;
+        break;
+    case OPT_PROGRESS:
+        o->progress = 1;
+        break;
+    case OPT_BASELINE:
+        o->baseline = 1;
+        break;
+    case OPT_NCCL_WINDOW:
+        o->nccl_window = 1;
+        break;
+    case 'h':
+        o->help = 1;
+        break;
+    case ':':
+        BAD("option '%s' needs a value", argv[optind - 1]);
+    default:
+        BAD("unknown option '%s'", argv[optind - 1]);
     }
     return 0;
 }
@@ -343,7 +398,8 @@ static int check_options(struct perf_opts *o, char *err, size_t errlen)
     if (o->coll != PERF_ALLREDUCE && o->coll != PERF_REDUCESCATTER)
         o->op_mask = 1u << PERF_SUM; /* printed as "none" */
     if (o->op_mask & (1u << PERF_AVG)) {
-        const unsigned fmask = (1u << PERF_HALF) | (1u << PERF_FLOAT) | (1u << PERF_DOUBLE) | (1u << PERF_BF16);
+        const unsigned fmask =
+            (1u << PERF_HALF) | (1u << PERF_FLOAT) | (1u << PERF_DOUBLE) | (1u << PERF_BF16);
         if ((o->type_mask & fmask) == 0)
             BAD("-o avg needs a floating-point data type");
     }

@@ -57,12 +57,14 @@ static int make_dir(const char *dir, char *err, size_t errlen)
 
 int mscx_perf_boot_init(struct perf_boot *b, const struct perf_opts *o, char *err, size_t errlen)
 {
-    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
+    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID",
+                                            NULL};
     static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
-    static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
-                                             "SLURM_LOCALID", NULL};
-    static const char *const job_vars[] = {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE",
-                                           "PMI_KVSNAME", "SLURM_STEP_ID", NULL};
+    static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                             "PMI_LOCAL_RANK", "SLURM_LOCALID", NULL};
+    static const char *const job_vars[] = {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid",
+                                           "PMIX_NAMESPACE",          "PMI_KVSNAME",
+                                           "SLURM_STEP_ID",           NULL};
     const char *job, *dir;
 
     memset(b, 0, sizeof(*b));
@@ -85,7 +87,8 @@ int mscx_perf_boot_init(struct perf_boot *b, const struct perf_opts *o, char *er
             if (*p == '/' || *p == ':' || *p == ' ')
                 *p = '_';
     } else {
-        snprintf(err, errlen, "%d ranks but no job id in the environment: pass --bootstrap-dir DIR (shared, empty)",
+        snprintf(err, errlen,
+                 "%d ranks but no job id in the environment: pass --bootstrap-dir DIR (shared, empty)",
                  b->nranks);
         return -1;
     }
@@ -141,8 +144,8 @@ int mscx_perf_allgather(struct perf_boot *b, const void *mine, void *all, size_t
         boot_path(b, seq, q, path, sizeof(path));
         while (read_exact(path, (char *)all + (size_t)q * bytes, bytes) != 0) {
             if (time(NULL) > deadline) {
-                fprintf(stderr, "mscx-perf: rank %d: rank %d did not reach exchange %u within %d s (%s)\n", b->rank,
-                        q, seq, BOOT_TIMEOUT_S, b->dir);
+                fprintf(stderr, "mscx-perf: rank %d: rank %d did not reach exchange %u within %d s (%s)\n",
+                        b->rank, q, seq, BOOT_TIMEOUT_S, b->dir);
                 return -1;
             }
             nanosleep(&nap, NULL);

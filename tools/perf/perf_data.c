@@ -96,39 +96,71 @@ static float bf16_to_float(uint16_t b)
 void mscx_perf_store(enum perf_type t, void *buf, uint64_t i, double v)
 {
     switch (t) {
-    case PERF_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case PERF_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case PERF_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case PERF_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case PERF_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case PERF_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-    case PERF_HALF: ((uint16_t *)buf)[i] = float_to_half((float)v); break;
-    case PERF_FLOAT: ((float *)buf)[i] = (float)v; break;
-    case PERF_DOUBLE: ((double *)buf)[i] = v; break;
-    case PERF_BF16: ((uint16_t *)buf)[i] = float_to_bf16((float)v); break;
-    default: break;
+    case PERF_INT8:
+        ((int8_t *)buf)[i] = (int8_t)v;
+        break;
+    case PERF_UINT8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
+    case PERF_INT32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case PERF_UINT32:
+        ((uint32_t *)buf)[i] = (uint32_t)v;
+        break;
+    case PERF_INT64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case PERF_UINT64:
+        ((uint64_t *)buf)[i] = (uint64_t)v;
+        break;
+    case PERF_HALF:
+        ((uint16_t *)buf)[i] = float_to_half((float)v);
+        break;
+    case PERF_FLOAT:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case PERF_DOUBLE:
+        ((double *)buf)[i] = v;
+        break;
+    case PERF_BF16:
+        ((uint16_t *)buf)[i] = float_to_bf16((float)v);
+        break;
+    default:
+        break;
     }
 }
 
 double mscx_perf_load(enum perf_type t, const void *buf, uint64_t i)
 {
     switch (t) {
-    case PERF_INT8: return ((const int8_t *)buf)[i];
-    case PERF_UINT8: return ((const uint8_t *)buf)[i];
-    case PERF_INT32: return ((const int32_t *)buf)[i];
-    case PERF_UINT32: return ((const uint32_t *)buf)[i];
-    case PERF_INT64: return (double)((const int64_t *)buf)[i];
-    case PERF_UINT64: return (double)((const uint64_t *)buf)[i];
-    case PERF_HALF: return half_to_float(((const uint16_t *)buf)[i]);
-    case PERF_FLOAT: return ((const float *)buf)[i];
-    case PERF_DOUBLE: return ((const double *)buf)[i];
-    case PERF_BF16: return bf16_to_float(((const uint16_t *)buf)[i]);
-    default: return NAN;
+    case PERF_INT8:
+        return ((const int8_t *)buf)[i];
+    case PERF_UINT8:
+        return ((const uint8_t *)buf)[i];
+    case PERF_INT32:
+        return ((const int32_t *)buf)[i];
+    case PERF_UINT32:
+        return ((const uint32_t *)buf)[i];
+    case PERF_INT64:
+        return (double)((const int64_t *)buf)[i];
+    case PERF_UINT64:
+        return (double)((const uint64_t *)buf)[i];
+    case PERF_HALF:
+        return half_to_float(((const uint16_t *)buf)[i]);
+    case PERF_FLOAT:
+        return ((const float *)buf)[i];
+    case PERF_DOUBLE:
+        return ((const double *)buf)[i];
+    case PERF_BF16:
+        return bf16_to_float(((const uint16_t *)buf)[i]);
+    default:
+        return NAN;
     }
 }
 
-void mscx_perf_fill(enum perf_coll c, enum perf_type t, enum perf_op op, int rank, int nranks, int seed, void *buf,
-                    uint64_t count)
+void mscx_perf_fill(enum perf_coll c, enum perf_type t, enum perf_op op, int rank, int nranks, int seed,
+                    void *buf, uint64_t count)
 {
     (void)c;
     for (uint64_t i = 0; i < count; i++)
@@ -141,10 +173,18 @@ static double fold(enum perf_op op, int nranks, uint64_t i, int seed)
     for (int q = 1; q < nranks; q++) {
         double v = mscx_perf_value(op, q, nranks, i, seed);
         switch (op) {
-        case PERF_PROD: acc *= v; break;
-        case PERF_MIN: acc = v < acc ? v : acc; break;
-        case PERF_MAX: acc = v > acc ? v : acc; break;
-        default: acc += v; break;
+        case PERF_PROD:
+            acc *= v;
+            break;
+        case PERF_MIN:
+            acc = v < acc ? v : acc;
+            break;
+        case PERF_MAX:
+            acc = v > acc ? v : acc;
+            break;
+        default:
+            acc += v;
+            break;
         }
     }
     return op == PERF_AVG ? acc / nranks : acc;

@@ -30,19 +30,19 @@
 
 struct exec_plan {
     struct mscx_plan *plan;
-    uint32_t *ids;                 /* [n]: the plan's id in each rank's executor */
-    uint64_t lo, hi;               /* message sizes it takes */
-    enum mscx_ref_algo algo;       /* the baseline's kernel for it */
+    uint32_t *ids;           /* [n]: the plan's id in each rank's executor */
+    uint64_t lo, hi;         /* message sizes it takes */
+    enum mscx_ref_algo algo; /* the baseline's kernel for it */
     uint32_t blocks, threads;
 };
 
 struct exec_ctx {
     uint32_t n;
-    int baseline, fixed;           /* fixed: --plan, one plan at every size */
+    int baseline, fixed; /* fixed: --plan, one plan at every size */
     size_t nplans;
     struct exec_plan plans[EXEC_MAX_PLANS];
-    struct mscx_exec **ex;         /* executor mode */
-    char **scratch;                /* baseline mode: [n] scratch, [n] state */
+    struct mscx_exec **ex; /* executor mode */
+    char **scratch;        /* baseline mode: [n] scratch, [n] state */
     uint32_t **state;
     uint64_t scratch_bytes, timeout_ns;
     int pdl; /* MSCX_PDL: the baseline kernel launches as the executor does */
@@ -64,18 +64,20 @@ struct exec_ctx {
     } while (0)
 
 static const enum mscx_dtype dtype_map[PERF_TYPE_COUNT] = {
-    MSCX_DT_INT8, MSCX_DT_UINT8, MSCX_DT_INT32, MSCX_DT_UINT32, MSCX_DT_INT64,
-    MSCX_DT_UINT64, MSCX_DT_FP16, MSCX_DT_FP32, MSCX_DT_FP64, MSCX_DT_BF16,
+    MSCX_DT_INT8,   MSCX_DT_UINT8, MSCX_DT_INT32, MSCX_DT_UINT32, MSCX_DT_INT64,
+    MSCX_DT_UINT64, MSCX_DT_FP16,  MSCX_DT_FP32,  MSCX_DT_FP64,   MSCX_DT_BF16,
 };
 /* perf_op is numbered as ncclRedOp_t (sum prod max min avg); the executor has no avg. */
-static const int redop_map[PERF_OP_COUNT] = {MSCX_REDOP_SUM, MSCX_REDOP_PROD, MSCX_REDOP_MAX, MSCX_REDOP_MIN, -1};
+static const int redop_map[PERF_OP_COUNT] = {MSCX_REDOP_SUM, MSCX_REDOP_PROD, MSCX_REDOP_MAX, MSCX_REDOP_MIN,
+                                             -1};
 static const enum mscx_coll coll_map[PERF_COLL_COUNT] = {MSCX_COLL_ALLREDUCE, MSCX_COLL_ALLGATHER,
-                                                        MSCX_COLL_REDUCESCATTER, MSCX_COLL_ALLTOALL};
+                                                         MSCX_COLL_REDUCESCATTER, MSCX_COLL_ALLTOALL};
 
 /* The message size as MSCCL++ plans define it: the output size for allgather, the input size otherwise. */
 static uint64_t msg_bytes(const struct perf_call *call)
 {
-    return (call->coll == PERF_ALLGATHER ? call->recv_count : call->send_count) * mscx_perf_type_size(call->type);
+    return (call->coll == PERF_ALLGATHER ? call->recv_count : call->send_count) *
+           mscx_perf_type_size(call->type);
 }
 
 /* Print why a call is n/a, once per reason. */
@@ -86,8 +88,9 @@ static int not_available(struct exec_ctx *c, const struct perf_call *call, const
             return PERF_NA;
     if (c->nnotes < EXEC_MAX_NOTES)
         c->notes[c->nnotes++] = why;
-    fprintf(stderr, "mscx-perf: %s: n/a from %llu bytes of %s %s: %s\n", c->baseline ? "baseline" : "executor",
-            (unsigned long long)msg_bytes(call), mscx_perf_type_name(call->type), mscx_perf_op_name(call->op), why);
+    fprintf(stderr, "mscx-perf: %s: n/a from %llu bytes of %s %s: %s\n",
+            c->baseline ? "baseline" : "executor", (unsigned long long)msg_bytes(call),
+            mscx_perf_type_name(call->type), mscx_perf_op_name(call->op), why);
     return PERF_NA;
 }
 
@@ -118,7 +121,8 @@ static int pick(struct exec_ctx *c, const struct perf_call *call, const struct e
     return 0;
 }
 
-static void rank_ptrs(const struct exec_ctx *c, const struct perf_call *call, uint32_t r, char **s_p, char **d_p)
+static void rank_ptrs(const struct exec_ctx *c, const struct perf_call *call, uint32_t r, char **s_p,
+                      char **d_p)
 {
     size_t es = mscx_perf_type_size(call->type);
     *s_p = c->send[r];
@@ -132,7 +136,8 @@ static void rank_ptrs(const struct exec_ctx *c, const struct perf_call *call, ui
     }
 }
 
-static int launch_rank(struct exec_ctx *c, const struct exec_plan *ep, const struct perf_call *call, uint32_t r)
+static int launch_rank(struct exec_ctx *c, const struct exec_plan *ep, const struct perf_call *call,
+                       uint32_t r)
 {
     uint64_t msg = msg_bytes(call);
     char *s, *d, err[256];
@@ -195,8 +200,10 @@ static int async_errors(struct exec_ctx *c)
             uint32_t e = 0;
             CUDA_TRY(cudaMemcpy(&e, c->state[r] + MSCX_REF_MAX_BLOCKS, sizeof(e), cudaMemcpyDeviceToHost));
             if (e) {
-                fprintf(stderr, "mscx-perf: rank %u: a baseline kernel waited longer than MSCX_TIMEOUT_MS for a "
-                        "peer's packets\n", r);
+                fprintf(stderr,
+                        "mscx-perf: rank %u: a baseline kernel waited longer than MSCX_TIMEOUT_MS for a "
+                        "peer's packets\n",
+                        r);
                 return -1;
             }
         } else {
@@ -225,13 +232,15 @@ static int run_graph(struct exec_ctx *c, const struct exec_plan *ep, const struc
     if (failed)
         goto out;
     if (e != cudaSuccess) {
-        fprintf(stderr, "mscx-perf: capturing %d iterations of %u ranks: %s\n", iters, c->n, cudaGetErrorString(e));
+        fprintf(stderr, "mscx-perf: capturing %d iterations of %u ranks: %s\n", iters, c->n,
+                cudaGetErrorString(e));
         goto out;
     }
     if ((e = cudaGraphInstantiate(&exec, graph, 0)) != cudaSuccess ||
         (e = cudaGraphUpload(exec, c->streams[0])) != cudaSuccess ||
         (e = cudaEventRecord(c->ev_start, c->streams[0])) != cudaSuccess) {
-        fprintf(stderr, "mscx-perf: graph of %d iterations of %u ranks: %s\n", iters, c->n, cudaGetErrorString(e));
+        fprintf(stderr, "mscx-perf: graph of %d iterations of %u ranks: %s\n", iters, c->n,
+                cudaGetErrorString(e));
         goto out;
     }
     for (int g = 0; g < graph_iters; g++) {
@@ -309,7 +318,8 @@ static int exec_check(void *ctx, const struct perf_call *call, int seed, int64_t
         char *s, *d;
         rank_ptrs(c, call, r, &s, &d);
         CUDA_TRY(cudaMemcpy(c->hout, d, call->recv_count * es, cudaMemcpyDeviceToHost));
-        wrong += mscx_perf_check(call->coll, call->type, call->op, (int)r, (int)c->n, seed, c->hout, call->recv_count);
+        wrong += mscx_perf_check(call->coll, call->type, call->op, (int)r, (int)c->n, seed, c->hout,
+                                 call->recv_count);
     }
     *wrong_p = wrong;
     return 0;
@@ -370,12 +380,15 @@ static int load_plans(struct exec_ctx *c, const struct perf_opts *o)
             return -1;
         if (mscx_plan_collective(p) != coll_map[o->coll] || mscx_plan_nranks(p) != c->n) {
             fprintf(stderr, "mscx-perf: plan %s is a %u-rank %s, not a %u-rank %s\n", mscx_plan_name(p),
-                    mscx_plan_nranks(p), mscx_coll_name(mscx_plan_collective(p)), c->n, mscx_perf_coll_name(o->coll));
+                    mscx_plan_nranks(p), mscx_coll_name(mscx_plan_collective(p)), c->n,
+                    mscx_perf_coll_name(o->coll));
             return -1;
         }
         if (c->baseline && c->plans[0].algo == MSCX_REF_NONE) {
-            fprintf(stderr, "mscx-perf: --baseline: no hand-written kernel for plan %s (there are kernels for "
-                    "oneshot and twophase/allreduce_pkt allreduce plans)\n", mscx_plan_name(p));
+            fprintf(stderr,
+                    "mscx-perf: --baseline: no hand-written kernel for plan %s (there are kernels for "
+                    "oneshot and twophase/allreduce_pkt allreduce plans)\n",
+                    mscx_plan_name(p));
             return -1;
         }
         return 0;
@@ -414,8 +427,8 @@ static int load_plans(struct exec_ctx *c, const struct perf_opts *o)
     }
     if (c->nplans == 0) {
         fprintf(stderr, "mscx-perf: no %u-rank one-node %s plan for %llu..%llu bytes in %s\n", c->n,
-                mscx_perf_coll_name(o->coll), (unsigned long long)o->min_bytes, (unsigned long long)o->max_bytes,
-                cfg->plan_dir);
+                mscx_perf_coll_name(o->coll), (unsigned long long)o->min_bytes,
+                (unsigned long long)o->max_bytes, cfg->plan_dir);
         goto out;
     }
     rc = 0;
@@ -472,7 +485,8 @@ static int setup_executor(struct exec_ctx *c, int dev)
         return -1;
     }
     if ((st = mscx_exec_create_local_group(c->n, dev, c->ex)) != MSCX_OK) {
-        fprintf(stderr, "mscx-perf: cannot create %u executors on device %d: %s\n", c->n, dev, mscx_status_str(st));
+        fprintf(stderr, "mscx-perf: cannot create %u executors on device %d: %s\n", c->n, dev,
+                mscx_status_str(st));
         memset(c->ex, 0, c->n * sizeof(*c->ex));
         return -1;
     }
@@ -500,8 +514,8 @@ static void describe(const struct exec_ctx *c, FILE *out, int dev)
         else
             fprintf(out, "#   %llu..%llu bytes: ", (unsigned long long)ep->lo, (unsigned long long)ep->hi);
         if (c->baseline)
-            fprintf(out, "%s kernel, %u blocks of %u threads per rank, as plan %s\n", mscx_ref_algo_name(ep->algo),
-                    ep->blocks, ep->threads, mscx_plan_name(ep->plan));
+            fprintf(out, "%s kernel, %u blocks of %u threads per rank, as plan %s\n",
+                    mscx_ref_algo_name(ep->algo), ep->blocks, ep->threads, mscx_plan_name(ep->plan));
         else
             fprintf(out, "plan %s (%s)\n", mscx_plan_name(ep->plan), mscx_plan_origin(ep->plan));
     }

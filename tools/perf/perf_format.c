@@ -18,12 +18,13 @@ void mscx_perf_print_config(FILE *out, const struct perf_opts *o, int nranks)
 void mscx_perf_print_header(FILE *out)
 {
     fprintf(out, "#\n");
-    fprintf(out, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "",
-            "", "", "", "");
-    fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count", "type",
-            "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-    fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "",
-            "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    fprintf(out,
+            "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
+            "", "", "", "", "");
+    fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
+            "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)",
+            "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
 }
 
 /* nccl-tests keeps the time column 7 wide by dropping decimals as it grows. */
@@ -48,8 +49,8 @@ static void put_body(FILE *out, double us, double algbw, double busbw, int64_t w
 
 void mscx_perf_print_row(FILE *out, const struct perf_result *r)
 {
-    fprintf(out, "%12" PRIu64 "  %12" PRIu64 "  %8s  %6s  %6d", r->bytes, r->count, mscx_perf_type_name(r->type),
-            mscx_perf_op_name(r->op), r->root);
+    fprintf(out, "%12" PRIu64 "  %12" PRIu64 "  %8s  %6s  %6d", r->bytes, r->count,
+            mscx_perf_type_name(r->type), mscx_perf_op_name(r->op), r->root);
     for (int k = 0; k < 2; k++)
         put_body(out, r->time_us[k], r->algbw[k], r->busbw[k], r->wrong[k], r->na[k]);
     fprintf(out, "\n");
@@ -68,7 +69,8 @@ void mscx_perf_print_na(FILE *out, const struct perf_result *rows, size_t nrows)
     for (size_t i = 0; i < nrows; i++)
         n += (rows[i].na[0] || rows[i].na[1]) ? 1 : 0;
     if (n)
-        fprintf(out, "# %-20s : %zu of %zu (the backend cannot run them; why is on stderr)\n", "Rows n/a", n, nrows);
+        fprintf(out, "# %-20s : %zu of %zu (the backend cannot run them; why is on stderr)\n", "Rows n/a", n,
+                nrows);
 }
 
 void mscx_perf_progress(FILE *out, size_t k, size_t n, uint64_t bytes)

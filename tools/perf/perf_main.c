@@ -27,7 +27,8 @@ int main(int argc, char **argv)
     }
     if (o.executor_nranks)
         memset(&b, 0, sizeof(b)), b.nranks = 1;
-    else if ((o.nproc ? mscx_perf_boot_launch(&b, &o, err, sizeof(err)) : mscx_perf_boot_init(&b, &o, err, sizeof(err)))) {
+    else if ((o.nproc ? mscx_perf_boot_launch(&b, &o, err, sizeof(err))
+                      : mscx_perf_boot_init(&b, &o, err, sizeof(err)))) {
         fprintf(stderr, "mscx-perf: %s\n", err);
         return 2;
     }

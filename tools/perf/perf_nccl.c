@@ -54,8 +54,8 @@ struct nccl_ctx {
     do {                                                                                                     \
         ncclResult_t r_ = (call);                                                                            \
         if (r_ != ncclSuccess) {                                                                             \
-            fprintf(stderr, "mscx-perf: rank %d: %s: %s (%s)\n", c->boot->rank, #call, ncclGetErrorString(r_), \
-                    ncclGetLastError(c->comm));                                                              \
+            fprintf(stderr, "mscx-perf: rank %d: %s: %s (%s)\n", c->boot->rank, #call,                       \
+                    ncclGetErrorString(r_), ncclGetLastError(c->comm));                                      \
             return -1;                                                                                       \
         }                                                                                                    \
     } while (0)
@@ -78,7 +78,8 @@ static void call_ptrs(const struct nccl_ctx *c, const struct perf_call *call, ch
     }
 }
 
-/* count per peer; ncclAlltoAll where NCCL has it (2.28), else the grouped send/recv nccl-tests falls back to. */
+/* count per peer; ncclAlltoAll where NCCL has it (2.28), else the grouped send/recv nccl-tests falls back to.
+ */
 static int launch_alltoall(struct nccl_ctx *c, char *s, char *r, uint64_t count, ncclDataType_t t)
 {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
@@ -101,12 +102,17 @@ static int launch(struct nccl_ctx *c, const struct perf_call *call)
     ncclDataType_t t = (ncclDataType_t)call->type;
     call_ptrs(c, call, &s, &r);
     switch (call->coll) {
-    case PERF_ALLGATHER: NCCL_TRY(ncclAllGather(s, r, call->send_count, t, c->comm, c->stream)); break;
+    case PERF_ALLGATHER:
+        NCCL_TRY(ncclAllGather(s, r, call->send_count, t, c->comm, c->stream));
+        break;
     case PERF_REDUCESCATTER:
         NCCL_TRY(ncclReduceScatter(s, r, call->recv_count, t, (ncclRedOp_t)call->op, c->comm, c->stream));
         break;
-    case PERF_ALLTOALL: return launch_alltoall(c, s, r, call->send_count / (uint64_t)c->boot->nranks, t);
-    default: NCCL_TRY(ncclAllReduce(s, r, call->send_count, t, (ncclRedOp_t)call->op, c->comm, c->stream)); break;
+    case PERF_ALLTOALL:
+        return launch_alltoall(c, s, r, call->send_count / (uint64_t)c->boot->nranks, t);
+    default:
+        NCCL_TRY(ncclAllReduce(s, r, call->send_count, t, (ncclRedOp_t)call->op, c->comm, c->stream));
+        break;
     }
     return 0;
 }
@@ -117,7 +123,8 @@ static int nccl_run(void *ctx, const struct perf_call *call, int iters, int grap
     float ms = 0;
     int dummy = 0, all[1024];
     /* Line the ranks up so rank 0's time is not its wait for the slowest. */
-    if (c->boot->nranks > 1 && c->boot->nranks <= 1024 && mscx_perf_allgather(c->boot, &dummy, all, sizeof(int)))
+    if (c->boot->nranks > 1 && c->boot->nranks <= 1024 &&
+        mscx_perf_allgather(c->boot, &dummy, all, sizeof(int)))
         return -1;
     if (graph_iters > 0) {
         cudaGraph_t graph;
@@ -182,8 +189,10 @@ static int window_api_find(struct nccl_window_api *w, FILE *out)
         if (fn[i] == NULL) {
             ncclGetVersion(&ver);
             if (out)
-                fprintf(out, "# --nccl-window: NCCL %d has no %s (NCCL 2.27 or newer has it); "
-                        "running with cudaMalloc'd buffers, no window\n", ver, names[i]);
+                fprintf(out,
+                        "# --nccl-window: NCCL %d has no %s (NCCL 2.27 or newer has it); "
+                        "running with cudaMalloc'd buffers, no window\n",
+                        ver, names[i]);
             return -1;
         }
     }
@@ -227,14 +236,15 @@ static int nccl_setup(struct nccl_ctx *c, const struct perf_opts *o, FILE *out)
 
     CUDA_TRY(cudaGetDeviceCount(&ndev));
     if (dev >= ndev) {
-        fprintf(stderr, "mscx-perf: rank %d wants device %d but %d device(s) are visible\n", b->rank, dev, ndev);
+        fprintf(stderr, "mscx-perf: rank %d wants device %d but %d device(s) are visible\n", b->rank, dev,
+                ndev);
         return -1;
     }
     CUDA_TRY(cudaSetDevice(dev));
     CUDA_TRY(cudaGetDeviceProperties(&prop, dev));
     gethostname(host, sizeof(host) - 1);
-    snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device %2d [%04x:%02x:%02x] %s\n", b->rank,
-             (int)getpid(), host, dev, prop.pciDomainID, prop.pciBusID, prop.pciDeviceID, prop.name);
+    snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device %2d [%04x:%02x:%02x] %s\n",
+             b->rank, (int)getpid(), host, dev, prop.pciDomainID, prop.pciBusID, prop.pciDeviceID, prop.name);
     lines = calloc((size_t)b->nranks, sizeof(line));
     if (lines == NULL || mscx_perf_allgather(b, line, lines, sizeof(line))) {
         free(lines);
@@ -242,7 +252,8 @@ static int nccl_setup(struct nccl_ctx *c, const struct perf_opts *o, FILE *out)
     }
     if (out && b->rank == 0) {
         ncclGetVersion(&ver);
-        fprintf(out, "# NCCL version code %d (library), %d (headers)\n# Using devices\n", ver, NCCL_VERSION_CODE);
+        fprintf(out, "# NCCL version code %d (library), %d (headers)\n# Using devices\n", ver,
+                NCCL_VERSION_CODE);
         for (int r = 0; r < b->nranks; r++)
             fputs(lines + (size_t)r * sizeof(line), out);
         fflush(out);

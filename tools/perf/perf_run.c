@@ -82,7 +82,8 @@ static int run_one(const struct perf_opts *o, struct perf_boot *b, const struct 
             int64_t mine = 0;
             if ((rc = be->check(be->ctx, call, seed * 2 + ip, &mine)) != 0 || sum_wrong(b, mine, &wrong)) {
                 if (rc == PERF_NA)
-                    fprintf(stderr, "mscx-perf: internal bug: the backend ran %llu bytes but cannot check them\n",
+                    fprintf(stderr,
+                            "mscx-perf: internal bug: the backend ran %llu bytes but cannot check them\n",
                             (unsigned long long)call->bytes);
                 return -1;
             }
@@ -93,8 +94,8 @@ static int run_one(const struct perf_opts *o, struct perf_boot *b, const struct 
 }
 
 /* o->warmup untimed iterations of @p call at @p bytes: the backend's run result (PERF_NA: it cannot). */
-static int warm_up(const struct perf_opts *o, const struct perf_backend *be, struct perf_call *call, size_t es,
-                   uint64_t bytes)
+static int warm_up(const struct perf_opts *o, const struct perf_backend *be, struct perf_call *call,
+                   size_t es, uint64_t bytes)
 {
     double dummy;
     call->bytes = bytes;
@@ -200,8 +201,9 @@ static int run_combo(struct sweep *sw, int t, int op)
     return 0;
 }
 
-int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const struct perf_backend *be, FILE *out,
-                        struct perf_result **rows_p, size_t *nrows_p, int64_t *wrong_p, double *avg_busbw_p)
+int mscx_perf_sweep_run(const struct perf_opts *o, struct perf_boot *b, const struct perf_backend *be,
+                        FILE *out, struct perf_result **rows_p, size_t *nrows_p, int64_t *wrong_p,
+                        double *avg_busbw_p)
 {
     uint64_t *sizes = calloc(PERF_MAX_SIZES, sizeof(uint64_t));
     struct sweep sw = {.o = o, .b = b, .be = be, .out = out, .sizes = sizes};

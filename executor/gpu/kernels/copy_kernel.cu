@@ -14,8 +14,8 @@
 
 /* Bytes [0, head) and [head + 16 * nwords, bytes) one by one; the 16-byte words between. */
 __global__ void __launch_bounds__(COPY_THREADS)
-    mscx_copy_kernel(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, uint64_t bytes, uint64_t head,
-                     uint64_t nwords)
+    mscx_copy_kernel(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, uint64_t bytes,
+                     uint64_t head, uint64_t nwords)
 {
     uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;

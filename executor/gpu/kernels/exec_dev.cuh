@@ -177,7 +177,8 @@ static __device__ MSCX_DCOLD char *mscx_dpeer_user(const struct mscx_dstate *s,
     return (char *)*(void *const volatile *)&rb->pub->ptr[s->parity][t];
 }
 
-__device__ __forceinline__ struct mscx_resolved_opnd mscx_dresolve(const struct mscx_dstate *s, const struct mscx_dev_operand *o)
+__device__ __forceinline__ struct mscx_resolved_opnd mscx_dresolve(const struct mscx_dstate *s,
+                                                                   const struct mscx_dev_operand *o)
 {
     struct mscx_resolved_opnd r;
     const struct mscx_gpu_args *a = s->a;
@@ -261,7 +262,8 @@ static __device__ MSCX_DCOLD void mscx_dstore_slow(char *p, uint64_t avail, uint
 }
 
 /* mscx_raw_map with a 32-bit division when the values allow it. */
-__device__ __forceinline__ uint64_t mscx_draw_map(const struct mscx_resolved_opnd *r, uint64_t x, uint64_t *avail_p)
+__device__ __forceinline__ uint64_t mscx_draw_map(const struct mscx_resolved_opnd *r, uint64_t x,
+                                                  uint64_t *avail_p)
 {
     uint64_t c, w;
     if (((x | r->slot) >> 32) == 0) {
@@ -308,8 +310,10 @@ template <uint32_t N> __device__ __forceinline__ void mscx_dvstore(char *p, uint
         *(uint32_t *)p = v.x;
 }
 
-/* Load N (4, 8 or 16) payload bytes at logical offset @p x; bytes past a raw chunk's real end read as zero. */
-template <uint32_t N> __device__ __forceinline__ uint4 mscx_dload(const struct mscx_resolved_opnd *r, uint64_t x)
+/* Load N (4, 8 or 16) payload bytes at logical offset @p x; bytes past a raw chunk's real end read as zero.
+ */
+template <uint32_t N>
+__device__ __forceinline__ uint4 mscx_dload(const struct mscx_resolved_opnd *r, uint64_t x)
 {
     if (!r->raw)
         return mscx_dvload<N>(r->base + x);
@@ -324,7 +328,8 @@ template <uint32_t N> __device__ __forceinline__ uint4 mscx_dload(const struct m
 }
 
 /* Store N payload bytes at logical @p x; bytes past a raw chunk's real end are dropped. */
-template <uint32_t N> __device__ __forceinline__ void mscx_dstore(const struct mscx_resolved_opnd *r, uint64_t x, uint4 v)
+template <uint32_t N>
+__device__ __forceinline__ void mscx_dstore(const struct mscx_resolved_opnd *r, uint64_t x, uint4 v)
 {
     if (!r->raw) {
         mscx_dvstore<N>(r->base + x, v);
@@ -351,7 +356,8 @@ template <uint32_t N> __device__ __forceinline__ void mscx_dstore(const struct m
  * non-NULL, plain vector accesses give exactly what mscx_dload/mscx_dstore
  * give, because every byte touched is real data.
  */
-__device__ __forceinline__ char *mscx_dflat(const struct mscx_resolved_opnd *r, uint64_t off, uint64_t len, uint32_t align)
+__device__ __forceinline__ char *mscx_dflat(const struct mscx_resolved_opnd *r, uint64_t off, uint64_t len,
+                                            uint32_t align)
 {
     if (!r->raw)
         return r->base + off;
@@ -375,7 +381,8 @@ __device__ __forceinline__ char *mscx_dflat(const struct mscx_resolved_opnd *r, 
 }
 
 /* Reduce the first NW words of two payload vectors (DT, OP fixed at compile time). */
-template <uint32_t DT, uint32_t OP, uint32_t NW> __device__ __forceinline__ uint4 mscx_dreduce_t(uint4 a, uint4 b)
+template <uint32_t DT, uint32_t OP, uint32_t NW>
+__device__ __forceinline__ uint4 mscx_dreduce_t(uint4 a, uint4 b)
 {
     a.x = mscx_reduce_word(DT, OP, a.x, b.x);
     if (NW > 1)
@@ -387,8 +394,10 @@ template <uint32_t DT, uint32_t OP, uint32_t NW> __device__ __forceinline__ uint
     return a;
 }
 
-/* The operator is uniform across the launch, so this switch is a uniform branch (one instantiation per dtype). */
-template <uint32_t DT, uint32_t NW> __device__ __forceinline__ uint4 mscx_dreduce(uint32_t op, uint4 a, uint4 b)
+/* The operator is uniform across the launch, so this switch is a uniform branch (one instantiation per
+ * dtype). */
+template <uint32_t DT, uint32_t NW>
+__device__ __forceinline__ uint4 mscx_dreduce(uint32_t op, uint4 a, uint4 b)
 {
     switch (op) {
     case MSCX_REDOP_PROD:
@@ -426,7 +435,10 @@ __device__ __forceinline__ int mscx_dline_read(const struct mscx_dstate *s, cons
     if (PKT == MSCX_PKT_LL8) {
         uint32_t d, f;
         for (;;) {
-            asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(d), "=r"(f) : "l"(line) : "memory");
+            asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
+                         : "=r"(d), "=r"(f)
+                         : "l"(line)
+                         : "memory");
             if (f == flag)
                 break;
             if (mscx_spin_step(s, &sp))
@@ -464,7 +476,10 @@ template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_dline_peek(const c
 {
     uint4 r = make_uint4(0, 0, 0, 0);
     if (PKT == MSCX_PKT_LL8)
-        asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(line) : "memory");
+        asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
+                     : "=r"(r.x), "=r"(r.y)
+                     : "l"(line)
+                     : "memory");
     else
         asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)

@@ -58,8 +58,8 @@ enum mscx_kernel_body {
  * registers a thread and no stack frame to hold more.
  */
 template <enum mscx_kernel_body BODY, uint32_t MAX_THREADS>
-constexpr uint32_t mscx_line_batch =
-    (BODY != MSCX_BODY_INTERPRETER && MAX_THREADS > MSCX_KERNEL_SMALL_THREADS) ? 2u : 8u;
+constexpr uint32_t
+    mscx_line_batch = (BODY != MSCX_BODY_INTERPRETER && MAX_THREADS > MSCX_KERNEL_SMALL_THREADS) ? 2u : 8u;
 
 /* Slice of operands of @p size chunks with slot @p slot, computed once per op. */
 struct mscx_dref {
@@ -82,9 +82,9 @@ __device__ __forceinline__ void mscx_dref_make(const struct mscx_dev_op *op, uin
 }
 
 /* Resolve operand @p o and its logical range, reusing @p ref when the shape matches. */
-__device__ __forceinline__ struct mscx_resolved_opnd mscx_dat(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                                      const struct mscx_dev_operand *o, const struct mscx_dpipe *pp,
-                                                      const struct mscx_dref *ref, uint64_t *off_p, uint64_t *len_p)
+__device__ __forceinline__ struct mscx_resolved_opnd
+mscx_dat(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dev_operand *o,
+         const struct mscx_dpipe *pp, const struct mscx_dref *ref, uint64_t *off_p, uint64_t *len_p)
 {
     struct mscx_resolved_opnd r = mscx_dresolve(s, o);
     if (o->size == ref->size && r.slot == ref->slot) {
@@ -97,7 +97,8 @@ __device__ __forceinline__ struct mscx_resolved_opnd mscx_dat(const struct mscx_
 }
 
 /* put, get, copy, pws, pwsf: pair i copies src[i] to dst[i]. */
-static __device__ void mscx_dop_copy(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp)
+static __device__ void mscx_dop_copy(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                     const struct mscx_dpipe *pp)
 {
     uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
     for (uint32_t i = 0; i < npair; i++) {
@@ -127,7 +128,7 @@ static __device__ void mscx_dop_copy(const struct mscx_dstate *s, const struct m
 /* re, res, rre, rres: every dst gets src[0] folded with src[1..] in order. */
 template <uint32_t DT>
 static __device__ void mscx_dop_reduce(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                const struct mscx_dpipe *pp)
+                                       const struct mscx_dpipe *pp)
 {
     struct mscx_dref ref;
     struct mscx_resolved_opnd s0 = mscx_dresolve(s, &op->src[0]);
@@ -183,7 +184,8 @@ static __device__ void mscx_dop_reduce(const struct mscx_dstate *s, const struct
 
 /* cpkt and memory ppkt: pack src[i] into lines at dst[i]. */
 template <uint32_t PKT>
-static __device__ void mscx_dop_pack(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dpipe *pp)
+static __device__ void mscx_dop_pack(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                                     const struct mscx_dpipe *pp)
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
@@ -207,7 +209,8 @@ static __device__ void mscx_dop_pack(const struct mscx_dstate *s, const struct m
         if (ps && units < 0x80000000ull) {
             uint32_t n = (uint32_t)units;
             for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
-                mscx_dline_store<PKT>(lines + 2u * pl * (uint64_t)u, mscx_dvload<pl>(ps + (uint64_t)u * pl), flag);
+                mscx_dline_store<PKT>(lines + 2u * pl * (uint64_t)u, mscx_dvload<pl>(ps + (uint64_t)u * pl),
+                                      flag);
         } else {
             for (uint64_t u = threadIdx.x; u < units; u += blockDim.x)
                 mscx_dline_store<PKT>(lines + 2u * pl * u, mscx_dload<pl>(&src, soff + u * pl), flag);
@@ -221,7 +224,7 @@ static __device__ void mscx_dop_pack(const struct mscx_dstate *s, const struct m
  */
 template <uint32_t PKT>
 static __device__ int mscx_dop_forward(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                const struct mscx_dpipe *pp, int single_src, int unpack)
+                                       const struct mscx_dpipe *pp, int single_src, int unpack)
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     uint32_t npass = single_src ? 1u : (op->nsrc < op->ndst ? op->nsrc : op->ndst);
@@ -282,7 +285,7 @@ static __device__ int mscx_dop_forward(const struct mscx_dstate *s, const struct
 /* repkt, respkt, recpkt, recspkt: dst[0] raw = src[0] raw folded with src[1..] lines; dst[1..] lines. */
 template <uint32_t PKT, uint32_t DT>
 static __device__ int mscx_dop_reduce_pkt(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                   const struct mscx_dpipe *pp)
+                                          const struct mscx_dpipe *pp)
 {
     const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
     const uint32_t nw = pl / 4u;

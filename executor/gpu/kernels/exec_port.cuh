@@ -186,9 +186,9 @@ mscx_dport_put_user(const struct mscx_dstate *s, const struct mscx_dev_op *op, c
 
 /*
  * put, pws, pwsf through the proxy: raw bytes of src[i] to the peer's
- * scratch at dst[i] (or its input or output buffer: mscx_dport_put_user). A raw source is sent chunk by chunk, real bytes only
- * (the destination's bytes past a chunk's real end are left as they are:
- * every reader drops them).
+ * scratch at dst[i] (or its input or output buffer: mscx_dport_put_user). A raw source is sent chunk by
+ * chunk, real bytes only (the destination's bytes past a chunk's real end are left as they are: every reader
+ * drops them).
  */
 static __device__ MSCX_DCOLD int mscx_dport_put(const struct mscx_dstate *s, const struct mscx_dev_op *op,
                                                 const struct mscx_dpipe *pp)

@@ -337,8 +337,10 @@ void mscx_exec_destroy_deferred(struct mscx_exec *ex)
     ex->next_deferred = g_deferred;
     g_deferred = ex;
     pthread_mutex_unlock(&g_deferred_lock);
-    MSCX_INFO(MSCX_SUB_EXEC, "rank %u: executor stopped; its memory is freed at a later setup once its launches "
-              "have ended, or at the next destroy", ex->bs.rank);
+    MSCX_INFO(MSCX_SUB_EXEC,
+              "rank %u: executor stopped; its memory is freed at a later setup once its launches "
+              "have ended, or at the next destroy",
+              ex->bs.rank);
 }
 
 static mscx_status_t local_allgather(void *ctx, const void *mine, void *all, size_t bytes)
@@ -365,7 +367,8 @@ mscx_status_t mscx_exec_create_local_group(uint32_t nranks, int cuda_device, str
     }
     g->nranks = nranks;
     for (uint32_t r = 0; r < nranks; r++) {
-        struct mscx_bootstrap bs = {r, nranks, g, local_allgather, NULL}; /* in process: no connection to secure */
+        struct mscx_bootstrap bs = {r, nranks, g, local_allgather,
+                                    NULL}; /* in process: no connection to secure */
         if ((st = mscx_exec_create(&bs, cuda_device, &g->execs[r])) != MSCX_OK)
             break;
         g->execs[r]->group = g;

@@ -69,13 +69,13 @@ static mscx_status_t share_user_bufs(struct mscx_exec *ex, struct gpu_plan *gp, 
     const struct mscx_config *cfg;
     MSCX_CHECK(mscx_config_get(&cfg));
     struct peer_bufs_setup us = {.plan = gp->plan,
-                                .rank = ex->bs.rank,
-                                .device = ex->device,
-                                .bs = &ex->bs,
-                                .peers = f->peers,
-                                .node = f->node,
-                                .timeout_ms = cfg->timeout_ms,
-                                .abort = &ex->host->abort};
+                                 .rank = ex->bs.rank,
+                                 .device = ex->device,
+                                 .bs = &ex->bs,
+                                 .peers = f->peers,
+                                 .node = f->node,
+                                 .timeout_ms = cfg->timeout_ms,
+                                 .abort = &ex->host->abort};
     return mscx_peer_bufs_setup(&us, f->uslot, &gp->peer_bufs);
 }
 
@@ -309,7 +309,8 @@ static mscx_status_t enable_peer(const struct gpu_plan *gp, uint32_t rank, int d
     cudaError_t ce = cudaDeviceCanAccessPeer(&can, dev, peer_dev);
     if (ce == cudaSuccess && !can) {
         MSCX_WARN("plan %s: rank %u: GPU %d cannot access GPU %d of a rank in this process (no peer access); "
-                  "refusing", gp->plan->name, rank, dev, peer_dev);
+                  "refusing",
+                  gp->plan->name, rank, dev, peer_dev);
         return MSCX_ERR_UNSUPPORTED;
     }
     if (ce == cudaSuccess)
@@ -351,7 +352,8 @@ static mscx_status_t peer_access_agree(struct mscx_exec *ex, const struct gpu_pl
         if (all[q] != MSCX_OK) {
             if (q != rank)
                 MSCX_WARN("plan %s: rank %u: rank %u cannot reach the GPU of a rank in its process; every "
-                          "rank refuses the plan", gp->plan->name, rank, q);
+                          "rank refuses the plan",
+                          gp->plan->name, rank, q);
             st = MSCX_ERR_UNSUPPORTED;
         }
     free(all);

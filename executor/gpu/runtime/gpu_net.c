@@ -259,8 +259,8 @@ mscx_status_t mscx_gpu_net_connect(struct gpu_net *n, const struct gpu_port_setu
     uint64_t dl = mscx_tp_deadline(s->timeout_ms ? s->timeout_ms + CONNECT_GRACE_MS : 0);
     st = mscx_tp_connect_all(n->tp, n->ep, rank, nr, want, s->bs->allgather, s->bs->ctx, dl, got);
     if (st != MSCX_OK) {
-        MSCX_WARN("plan %s: rank %u: %s connections to the ranks of other nodes failed: %s", plan->name,
-                  rank, n->tp->name, mscx_status_str(st));
+        MSCX_WARN("plan %s: rank %u: %s connections to the ranks of other nodes failed: %s", plan->name, rank,
+                  n->tp->name, mscx_status_str(st));
         goto out;
     }
     for (uint32_t p = 0; p < nr; p++) {

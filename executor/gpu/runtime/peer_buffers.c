@@ -96,9 +96,9 @@ struct peer_bufs {
     uint32_t nowner;
     uint32_t owner[MSCX_GPU_MAX_UPTR]; /* distinct owners of the slots */
     uint32_t ngroup;
-    uint32_t *group;                   /* ranks of the exchange on this node, this one included */
-    int64_t *pid;                      /* [nranks] */
-    uint64_t *host;                    /* [nranks] */
+    uint32_t *group; /* ranks of the exchange on this node, this one included */
+    int64_t *pid;    /* [nranks] */
+    uint64_t *host;  /* [nranks] */
     struct export_ent exp[EXPORT_CAP];
     uint32_t nexp;
     struct ctx_imp imp[IMPORT_CAP];
@@ -262,7 +262,8 @@ static mscx_status_t bufs_create(const struct peer_bufs_setup *s, const uint8_t 
     bufs_fill(u, s, role);
     if ((u->export_need[0] || u->export_need[1]) && !(u->attrs = attrs_entry())) {
         MSCX_WARN("plan %s: rank %u: cuPointerGetAttributes is not available from the CUDA driver: user "
-                  "buffers cannot be shared with other processes", s->plan->name, s->rank);
+                  "buffers cannot be shared with other processes",
+                  s->plan->name, s->rank);
         return MSCX_ERR_UNSUPPORTED;
     }
     return mscx_slots_create(s->plan->name, s->rank, n, name, &u->x);
@@ -566,7 +567,8 @@ static mscx_status_t import_open_locked(struct peer_bufs *u, uint32_t owner, con
     if (capturing) {
         MSCX_WARN("plan %s: rank %u: rank %u's %s buffer is new to this process and the launch is being "
                   "captured into a CUDA graph, where no CUDA IPC handle can be opened: run one launch with "
-                  "this buffer outside capture first; this call is refused", pn, u->rank, owner, which);
+                  "this buffer outside capture first; this call is refused",
+                  pn, u->rank, owner, which);
         return MSCX_ERR_UNSUPPORTED;
     }
     e = calloc(1, sizeof(*e));
@@ -661,7 +663,7 @@ static mscx_status_t import_buf(struct peer_bufs *u, uint32_t owner, const struc
 static const char *const k_which[2] = {"input", "output"};
 
 mscx_status_t mscx_peer_bufs_launch(struct peer_bufs *u, const void *in, uint64_t in_bytes, const void *out,
-                                   uint64_t out_bytes, void *stream, void **uptr)
+                                    uint64_t out_bytes, void *stream, void **uptr)
 {
     if (u->broken != MSCX_OK) {
         MSCX_INFO(MSCX_SUB_IPC, "plan %s: rank %u: the user-buffer exchange failed earlier (%s); refusing",

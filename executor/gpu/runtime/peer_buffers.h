@@ -25,9 +25,9 @@ struct peer_bufs_setup {
     uint32_t rank;
     int device;
     const struct mscx_bootstrap *bs;
-    const struct gpu_peer *peers; /* [nranks] */
-    const uint32_t *node;         /* [nranks] */
-    uint64_t timeout_ms;          /* MSCX_TIMEOUT_MS: every host wait (0: none) */
+    const struct gpu_peer *peers;  /* [nranks] */
+    const uint32_t *node;          /* [nranks] */
+    uint64_t timeout_ms;           /* MSCX_TIMEOUT_MS: every host wait (0: none) */
     const volatile int32_t *abort; /* the rank's abort word (mscx_exec_abort) */
 };
 
@@ -65,7 +65,7 @@ mscx_status_t mscx_peer_bufs_setup(const struct peer_bufs_setup *s, uint32_t *us
  *         MSCX_ERR_CUDA
  */
 mscx_status_t mscx_peer_bufs_launch(struct peer_bufs *u, const void *in, uint64_t in_bytes, const void *out,
-                                   uint64_t out_bytes, void *stream, void **uptr);
+                                    uint64_t out_bytes, void *stream, void **uptr);
 
 /** Close this context's mappings (the caller synchronised its streams). NULL accepted. */
 void mscx_peer_bufs_destroy(struct peer_bufs *u);

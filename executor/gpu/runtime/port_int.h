@@ -61,8 +61,8 @@ struct gpu_net {
     uint64_t ring_n;
     cudaEvent_t ring_ev[SIG_RING / SIG_GROUP];
     cudaEvent_t flush_ev;
-    const struct mscx_transport_ops *tp;  /* chosen on the first connection: tcp or ib */
-    const struct mscx_plink_ops *plink;   /* mscx_plink_tcp or mscx_plink_ib */
+    const struct mscx_transport_ops *tp; /* chosen on the first connection: tcp or ib */
+    const struct mscx_plink_ops *plink;  /* mscx_plink_tcp or mscx_plink_ib */
     struct mscx_tp_ep *ep;
     struct mscx_tp_conn **conn; /* [nranks] */
     void *bounce;

@@ -21,7 +21,7 @@ struct gpu_port {
     const struct mscx_plink_ops **lops;
     struct mscx_gpu_host *host;
     int reported;
-    void **lbounce; /* [nchan] RDMA: each link's host bounce ring */
+    void **lbounce;        /* [nchan] RDMA: each link's host bounce ring */
     struct late_res *late; /* this rank's late-bound region (TCP puts into its user buffers), or NULL */
 };
 
@@ -157,7 +157,7 @@ struct port_build {
     struct mscx_tp_rdesc *rd; /* [3 * nranks] every rank's region descriptors (between nodes), or NULL */
     struct late_res *lr;      /* this rank's late-bound region until the port holds it, or NULL */
     struct gpu_port *p;
-    struct mscx_pchan *pc;    /* [nchan] the channels as the proxy serves them */
+    struct mscx_pchan *pc; /* [nchan] the channels as the proxy serves them */
 };
 
 static void build_free(struct port_build *b)

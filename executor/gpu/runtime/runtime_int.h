@@ -40,10 +40,10 @@
 /* What a rank tells its peers about one plan context. */
 struct gpu_rec {
     int64_t pid;
-    uint64_t host;        /* host identity: a pid names a process only together with it */
+    uint64_t host; /* host identity: a pid names a process only together with it */
     int32_t device;
-    int32_t vnodes;       /* MSCX_VIRTUAL_NODES as this rank read it */
-    uint64_t ctx_dev;     /* struct mscx_gpu_ctx * in the owner's address space */
+    int32_t vnodes;   /* MSCX_VIRTUAL_NODES as this rank read it */
+    uint64_t ctx_dev; /* struct mscx_gpu_ctx * in the owner's address space */
     uint64_t scratch_dev;
     uint64_t scratch_bytes; /* allocated; its half is the fixed offset of the even-flag launches */
     cudaIpcMemHandle_t ctx_ipc;
@@ -56,46 +56,46 @@ struct kp_ent {
     int dtype, pkt;
     size_t off;
     uint32_t stride, kmax_ops, kmax_opnd, interp_mask;
-    int split;    /* for out-of-place calls on an in-place AllReduce plan (mscx_gpu_kp_split) */
-    int usable;   /* 0: a split program that cannot be had at this shape (remembered, not retried) */
-    int alias; /* out-of-place plan: the program may run an in-place call as it is (mscx_gpu_kp_alias_ok) */
-    int whole;    /* every block compiled, no GENERIC entry */
-    int packet;   /* whole, and every entry a packet kind (mscx_gpu_kp_packet_only) */
+    int split;  /* for out-of-place calls on an in-place AllReduce plan (mscx_gpu_kp_split) */
+    int usable; /* 0: a split program that cannot be had at this shape (remembered, not retried) */
+    int alias;  /* out-of-place plan: the program may run an in-place call as it is (mscx_gpu_kp_alias_ok) */
+    int whole;  /* every block compiled, no GENERIC entry */
+    int packet; /* whole, and every entry a packet kind (mscx_gpu_kp_packet_only) */
     int uploaded; /* copied outside capture (a copy captured in a graph runs only with it) */
 };
 
 struct gpu_plan {
     const struct mscx_plan *plan;
     uint32_t ntb, nthreads;
-    char *d_ctx;           /* the context allocation: struct mscx_gpu_ctx + tables */
+    char *d_ctx; /* the context allocation: struct mscx_gpu_ctx + tables */
     size_t ctx_bytes;
     size_t off_ops, off_tb, off_rbuf, off_sem, off_bflag, off_tok[MSCX_CHAN_COUNT], off_exp[MSCX_CHAN_COUNT],
         off_pin[MSCX_CHAN_COUNT];
     char *scratch;
     uint64_t scratch_bytes;
-    uint64_t scratch_half;  /* fixed per context: scratch_bytes / 2 when double buffered, else 0 */
+    uint64_t scratch_half; /* fixed per context: scratch_bytes / 2 when double buffered, else 0 */
     char *tmp;             /* staging for calls whose in-place-ness differs from the plan's */
     uint64_t tmp_bytes;
-    struct gpu_rec *recs;  /* [nranks] */
-    void **opened;         /* [2 * nranks] IPC mappings to close */
+    struct gpu_rec *recs; /* [nranks] */
+    void **opened;        /* [2 * nranks] IPC mappings to close */
     int ready;
-    uint32_t smem_ops;     /* ops staged in shared memory per block (0: none) */
-    uint32_t ngeom;        /* geometry classes; geom_rank[c] represents class c (class 0: this rank) */
+    uint32_t smem_ops; /* ops staged in shared memory per block (0: none) */
+    uint32_t ngeom;    /* geometry classes; geom_rank[c] represents class c (class 0: this rank) */
     uint32_t geom_rank[MSCX_GPU_MAX_GEOM];
-    int reduce;            /* the plan has reduction ops */
-    int idle;              /* this rank's program is only nops: no kernel is needed */
-    int ident;             /* one rank, the identity program (mscx_gpu_onerank_identity): no kernel either */
-    int pdl;               /* launch with programmatic dependent launch (pdl_usable) */
+    int reduce;             /* the plan has reduction ops */
+    int idle;               /* this rank's program is only nops: no kernel is needed */
+    int ident;              /* one rank, the identity program (mscx_gpu_onerank_identity): no kernel either */
+    int pdl;                /* launch with programmatic dependent launch (pdl_usable) */
     int publish, sys_scope; /* copies of the context's flags (kernel arguments) */
-    struct mscx_dev_op *h_ops;      /* the uploaded op image (sync marks set), for the launch compiler */
-    struct mscx_compile_rbuf *kp_rbuf;   /* [nrbuf] remote buffers as the compiler sees them */
+    struct mscx_dev_op *h_ops;         /* the uploaded op image (sync marks set), for the launch compiler */
+    struct mscx_compile_rbuf *kp_rbuf; /* [nrbuf] remote buffers as the compiler sees them */
     /*
      * Compiled programs, one per (size, dtype, packet format) seen, appended
      * to an arena in device memory (and its pinned mirror, the copy source)
      * and never freed before the context: a captured graph keeps pointing at
      * its program. When the arena is full, new sizes run the interpreter.
      */
-    struct mscx_program *kp_tmp;      /* the compiler's output before encoding */
+    struct mscx_program *kp_tmp; /* the compiler's output before encoding */
     char *kp_dev, *kp_pin;
     size_t kp_cap, kp_used;
     uint32_t kp_nent;
@@ -106,8 +106,8 @@ struct gpu_plan {
     int c_kent_split;               /* its out-of-place split form: index, -1: none, -2: not looked up */
     struct mscx_trace_rec *d_trace; /* MSCX_TRACE: [ntb][MSCX_TRACE_CAP] device records */
     uint32_t *d_trace_n;            /* [ntb] ring positions */
-    struct gpu_port *port;  /* port channels through the CPU proxy (NULL: none) */
-    struct peer_bufs *peer_bufs; /* user buffers shared with other processes (NULL: none) */
+    struct gpu_port *port;          /* port channels through the CPU proxy (NULL: none) */
+    struct peer_bufs *peer_bufs;    /* user buffers shared with other processes (NULL: none) */
     /* launch cache */
     uint64_t c_msg;
     int c_dtype;
@@ -127,13 +127,13 @@ struct local_group {
 struct mscx_exec {
     struct mscx_bootstrap bs;
     int device;
-    int pdl_ok;                     /* the device and the code chosen for it allow early starts (device_caps.h) */
-    struct mscx_gpu_host *host;     /* mapped */
+    int pdl_ok;                 /* the device and the code chosen for it allow early starts (device_caps.h) */
+    struct mscx_gpu_host *host; /* mapped */
     struct mscx_gpu_host *host_dev; /* its device view */
     struct local_group *group;
-    int traced; /* MSCX_TRACE was set at create: plans record per-op times */
-    struct gpu_net *net;            /* proxy streams and TCP endpoint (NULL until a plan needs them) */
-    cudaStream_t ustream;           /* setup copies and program uploads: non-blocking, the executor's own */
+    int traced;                      /* MSCX_TRACE was set at create: plans record per-op times */
+    struct gpu_net *net;             /* proxy streams and TCP endpoint (NULL until a plan needs them) */
+    cudaStream_t ustream;            /* setup copies and program uploads: non-blocking, the executor's own */
     struct mscx_exec *next_deferred; /* on the list of mscx_exec_destroy_deferred (context.c) */
     /* the streams its launches went to, so that the end of an aborted one's work can be proven (context.c) */
     cudaStream_t launch_streams[MSCX_EXEC_STREAMS];
@@ -141,10 +141,10 @@ struct mscx_exec {
     int streams_unknown;                    /* more streams, or the per-thread one: kept until a destroy */
     cudaEvent_t done_ev[MSCX_EXEC_STREAMS]; /* recorded at the abort after every launch on each stream */
     unsigned ndone_ev;
-    struct mscx_order ord;          /* launches in the order they were made (order.c) */
+    struct mscx_order ord; /* launches in the order they were made (order.c) */
     cudaEvent_t ord_done, ord_join;
-    cudaGraphNode_t ord_sink;       /* the record node of ord_done of capture ord.cap_id */
-    cudaGraphNode_t ord_sink_dep;   /* the node it was last made to follow, when that was one node */
+    cudaGraphNode_t ord_sink;     /* the record node of ord_done of capture ord.cap_id */
+    cudaGraphNode_t ord_sink_dep; /* the node it was last made to follow, when that was one node */
     uint32_t nplans;
     struct gpu_plan plans[MSCX_GPU_MAX_PLANS];
 };
@@ -174,9 +174,9 @@ mscx_status_t mscx_gpu_check(cudaError_t rc, const char *what);
  * this thread or another one is making in global mode.
  */
 struct mscx_gpu_dev_scope {
-    int prev_dev;                  /* the caller's device, -1 if unknown */
+    int prev_dev;                    /* the caller's device, -1 if unknown */
     enum cudaStreamCaptureMode mode; /* the caller's capture mode */
-    int mode_set;                  /* mode was exchanged and is restored at leave */
+    int mode_set;                    /* mode was exchanged and is restored at leave */
 };
 
 /** Enter the setup scope on @p dev; leave it with mscx_gpu_dev_leave() whatever this returns. */

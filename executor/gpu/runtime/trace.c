@@ -15,7 +15,7 @@
 
 static struct {
     pthread_mutex_t lock;
-    uint32_t live;                  /* executors created while tracing is on and not yet destroyed */
+    uint32_t live; /* executors created while tracing is on and not yet destroyed */
     uint32_t lowest_rank;
     struct mscx_trace_block *blocks;
     size_t nblocks, cap;

@@ -131,11 +131,10 @@ static uint32_t pick_threads(const struct mscx_plan *plan, uint32_t total_blocks
 /*
  * Whether launches of a plan may use programmatic dependent launch: asked
  * for (MSCX_PDL) on a Hopper or later GPU running code built for it
- * (ex->pdl_ok, see device_caps.h), a driver that has it (CUDA 12.3), and room on the device (@p cap blocks, from pick_threads) for
- * every block of the plan twice over: a launch that starts early waits on
- * its SMs while the launch ahead of it runs (one ahead per stream, see
- * mscx_pdl_allow), and a block of a rank that could not become resident
- * would leave its peers spinning.
+ * (ex->pdl_ok, see device_caps.h), a driver that has it (CUDA 12.3), and room on the device (@p cap blocks,
+ * from pick_threads) for every block of the plan twice over: a launch that starts early waits on its SMs
+ * while the launch ahead of it runs (one ahead per stream, see mscx_pdl_allow), and a block of a rank that
+ * could not become resident would leave its peers spinning.
  */
 static int pdl_usable(const struct mscx_exec *ex, uint64_t cap, uint64_t total_blocks)
 {

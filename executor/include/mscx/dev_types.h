@@ -19,12 +19,12 @@
 #endif
 
 /* Binary limits. Every one of them is checked when a plan is loaded. */
-#define MSCX_MAX_OPERANDS 10        /* per src_buff or dst_buff list */
-#define MSCX_MAX_CHAN_PER_OP 8      /* channel_ids of one op */
-#define MSCX_MAX_CHAN_PER_TB 16     /* per channel type in a thread block's table */
+#define MSCX_MAX_OPERANDS 10    /* per src_buff or dst_buff list */
+#define MSCX_MAX_CHAN_PER_OP 8  /* channel_ids of one op */
+#define MSCX_MAX_CHAN_PER_TB 16 /* per channel type in a thread block's table */
 #define MSCX_MAX_SEM_PER_OP 16
 #define MSCX_MAX_BARRIERS 16
-#define MSCX_MAX_OPS_PER_TB 1024    /* counting pipeline bodies */
+#define MSCX_MAX_OPS_PER_TB 1024 /* counting pipeline bodies */
 #define MSCX_MAX_TB 1024
 #define MSCX_MAX_RANKS 1024
 #define MSCX_MAX_THREADS_PER_BLOCK 1024
@@ -65,12 +65,7 @@ enum mscx_opcode {
 };
 
 /* Buffer types; the values index per-type tables. */
-enum mscx_buf_type {
-    MSCX_BUF_INPUT = 0,
-    MSCX_BUF_OUTPUT = 1,
-    MSCX_BUF_SCRATCH = 2,
-    MSCX_BUF_COUNT
-};
+enum mscx_buf_type { MSCX_BUF_INPUT = 0, MSCX_BUF_OUTPUT = 1, MSCX_BUF_SCRATCH = 2, MSCX_BUF_COUNT };
 
 enum mscx_chan_type {
     MSCX_CHAN_NONE = 0,
@@ -96,13 +91,7 @@ enum mscx_dtype {
 };
 #define MSCX_DT_REDUCIBLE_MASK 0x1fu
 
-enum mscx_redop {
-    MSCX_REDOP_SUM = 0,
-    MSCX_REDOP_PROD,
-    MSCX_REDOP_MIN,
-    MSCX_REDOP_MAX,
-    MSCX_REDOP_COUNT
-};
+enum mscx_redop { MSCX_REDOP_SUM = 0, MSCX_REDOP_PROD, MSCX_REDOP_MIN, MSCX_REDOP_MAX, MSCX_REDOP_COUNT };
 
 /* LL packet formats. The plan does not choose; each launch does. */
 enum mscx_pkt_format {
@@ -130,8 +119,8 @@ struct mscx_ll8 {
 };
 
 /* Operand flags */
-#define MSCX_OPND_REMOTE 0x1u  /* a peer's buffer, reached through rbuf */
-#define MSCX_OPND_SWITCH 0x2u  /* a multicast (switch channel) operand; never executed */
+#define MSCX_OPND_REMOTE 0x1u /* a peer's buffer, reached through rbuf */
+#define MSCX_OPND_SWITCH 0x2u /* a multicast (switch channel) operand; never executed */
 
 /**
  * One operand. Position and length are in unit chunks, as in the JSON; the
@@ -139,15 +128,15 @@ struct mscx_ll8 {
  * serves every message size.
  */
 struct mscx_dev_operand {
-    uint32_t index;  /* first chunk */
-    uint32_t size;   /* number of chunks */
-    uint8_t type;    /* enum mscx_buf_type of the memory addressed */
-    uint8_t flags;   /* MSCX_OPND_* */
-    uint16_t rbuf;   /* remote: index into the rank's remote buffer table; switch: channel id */
+    uint32_t index; /* first chunk */
+    uint32_t size;  /* number of chunks */
+    uint8_t type;   /* enum mscx_buf_type of the memory addressed */
+    uint8_t flags;  /* MSCX_OPND_* */
+    uint16_t rbuf;  /* remote: index into the rank's remote buffer table; switch: channel id */
 };
 
 /* Op flags */
-#define MSCX_OPF_TBG 0x1u        /* tbg_id/tbg_size were given in the plan */
+#define MSCX_OPF_TBG 0x1u         /* tbg_id/tbg_size were given in the plan */
 #define MSCX_OPF_IN_PIPELINE 0x2u /* the op is part of a pipeline body */
 
 /**
@@ -156,22 +145,22 @@ struct mscx_dev_operand {
  * name rank-level remote buffers: thread-block tables are resolved at load.
  */
 struct mscx_dev_op {
-    uint8_t opcode;     /* enum mscx_opcode */
-    uint8_t chan_type;  /* enum mscx_chan_type */
+    uint8_t opcode;    /* enum mscx_opcode */
+    uint8_t chan_type; /* enum mscx_chan_type */
     uint8_t nsrc;
     uint8_t ndst;
     uint8_t nchan;
     uint8_t nsem;
-    uint8_t flags;      /* MSCX_OPF_* */
-    uint8_t reduce_op;  /* enum mscx_redop named by the plan; the launch's op is what runs */
-    uint16_t tbg_id;    /* slice of a thread-block group, 0 when none */
-    uint16_t tbg_size;  /* 1 when none */
+    uint8_t flags;     /* MSCX_OPF_* */
+    uint8_t reduce_op; /* enum mscx_redop named by the plan; the launch's op is what runs */
+    uint16_t tbg_id;   /* slice of a thread-block group, 0 when none */
+    uint16_t tbg_size; /* 1 when none */
     uint16_t barrier_id;
     uint16_t barrier_ntb;
-    uint16_t pipe_nops;     /* PIPELINE: number of following ops in the body */
+    uint16_t pipe_nops; /* PIPELINE: number of following ops in the body */
     uint16_t reserved0;
-    uint32_t pipe_unit;     /* PIPELINE: unit_size in bytes */
-    uint32_t pipe_nchunks;  /* PIPELINE: num_chunks */
+    uint32_t pipe_unit;    /* PIPELINE: unit_size in bytes */
+    uint32_t pipe_nchunks; /* PIPELINE: num_chunks */
     uint16_t chan[MSCX_MAX_CHAN_PER_OP];
     uint16_t sem[MSCX_MAX_SEM_PER_OP];
     struct mscx_dev_operand src[MSCX_MAX_OPERANDS];

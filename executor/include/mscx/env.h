@@ -18,30 +18,30 @@ extern "C" {
 
 struct mscx_config {
     /* logging */
-    int debug_level;          /* enum mscx_log_level; MSCX_DEBUG */
-    unsigned debug_subsys;    /* mask of enum mscx_log_subsys; MSCX_DEBUG_SUBSYS */
-    const char *debug_file;   /* MSCX_DEBUG_FILE, "" for stderr */
+    int debug_level;        /* enum mscx_log_level; MSCX_DEBUG */
+    unsigned debug_subsys;  /* mask of enum mscx_log_subsys; MSCX_DEBUG_SUBSYS */
+    const char *debug_file; /* MSCX_DEBUG_FILE, "" for stderr */
     /* shim */
-    const char *plan_dir;     /* MSCX_PLAN_DIR, "" for the installed plans */
-    int disable;              /* MSCX_DISABLE */
+    const char *plan_dir;       /* MSCX_PLAN_DIR, "" for the installed plans */
+    int disable;                /* MSCX_DISABLE */
     const char *force_fallback; /* MSCX_FORCE_FALLBACK, comma list of collectives */
-    int strict;               /* MSCX_STRICT */
-    const char *nccl_lib;     /* MSCX_NCCL_LIB */
-    const char *summary_file; /* MSCX_SUMMARY_FILE: shim routing summary (JSON), "" for none */
+    int strict;                 /* MSCX_STRICT */
+    const char *nccl_lib;       /* MSCX_NCCL_LIB */
+    const char *summary_file;   /* MSCX_SUMMARY_FILE: shim routing summary (JSON), "" for none */
     /* executor */
-    uint64_t timeout_ms;      /* MSCX_TIMEOUT_MS: kernel, proxy, exchange wait limit; 0 (default): none */
-    uint64_t sim_timeout_ms;  /* MSCX_SIM_TIMEOUT_MS: host executor wait limit */
-    int packet;               /* MSCX_PACKET: enum mscx_pkt_format, or -1 for auto */
-    int exec_compile;         /* MSCX_EXEC_COMPILE: compile launches for the kernel (default 1) */
-    int pdl;                  /* MSCX_PDL: programmatic dependent launch where supported (default 1) */
-    const char *trace;        /* MSCX_TRACE: trace output path, "" for off */
-    uint64_t scratch_max;     /* MSCX_SCRATCH_MAX: bytes of scratch per plan context */
+    uint64_t timeout_ms;     /* MSCX_TIMEOUT_MS: kernel, proxy, exchange wait limit; 0 (default): none */
+    uint64_t sim_timeout_ms; /* MSCX_SIM_TIMEOUT_MS: host executor wait limit */
+    int packet;              /* MSCX_PACKET: enum mscx_pkt_format, or -1 for auto */
+    int exec_compile;        /* MSCX_EXEC_COMPILE: compile launches for the kernel (default 1) */
+    int pdl;                 /* MSCX_PDL: programmatic dependent launch where supported (default 1) */
+    const char *trace;       /* MSCX_TRACE: trace output path, "" for off */
+    uint64_t scratch_max;    /* MSCX_SCRATCH_MAX: bytes of scratch per plan context */
     /* transports */
-    const char *ibv_so;       /* MSCX_IBV_SO */
-    const char *ib_hca;       /* MSCX_IB_HCA */
-    const char *transport;    /* MSCX_TRANSPORT: auto, ib, tcp */
+    const char *ibv_so;        /* MSCX_IBV_SO */
+    const char *ib_hca;        /* MSCX_IB_HCA */
+    const char *transport;     /* MSCX_TRANSPORT: auto, ib, tcp */
     const char *socket_ifname; /* MSCX_SOCKET_IFNAME: TCP interface, "" for the default choice */
-    uint64_t virtual_nodes;   /* MSCX_VIRTUAL_NODES (test only): split one host into N nodes */
+    uint64_t virtual_nodes;    /* MSCX_VIRTUAL_NODES (test only): split one host into N nodes */
 };
 
 /**

@@ -36,14 +36,14 @@ typedef void (*mscx_hostexec_collect_fn)(void *ctx, uint32_t rank, uint32_t iter
                                          uint64_t in_bytes, const void *out, uint64_t out_bytes);
 
 struct mscx_hostexec_cfg {
-    uint64_t in_bytes;     /* per rank, as the collective defines them (mscx_coll_sizes) */
+    uint64_t in_bytes; /* per rank, as the collective defines them (mscx_coll_sizes) */
     uint64_t out_bytes;
     enum mscx_dtype dtype;
     enum mscx_redop op;
     enum mscx_pkt_format pkt;
-    uint32_t iters;        /* launches per rank, >= 1 */
-    uint32_t sched_seed;   /* 0: plain schedule; else random yields and delays to vary interleavings */
-    uint64_t timeout_ms;   /* 0: MSCX_SIM_TIMEOUT_MS */
+    uint32_t iters;      /* launches per rank, >= 1 */
+    uint32_t sched_seed; /* 0: plain schedule; else random yields and delays to vary interleavings */
+    uint64_t timeout_ms; /* 0: MSCX_SIM_TIMEOUT_MS */
     mscx_hostexec_fill_fn fill;
     mscx_hostexec_collect_fn collect;
     void *ctx;

@@ -56,8 +56,8 @@ void mscx_log_set_handler(mscx_log_handler_fn fn, void *ctx);
 int mscx_log_enabled(enum mscx_log_level level, unsigned subsys);
 
 /** Format and emit one message. Use the macros below, which test the level first. */
-void mscx_log_emit(enum mscx_log_level level, unsigned subsys, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+void mscx_log_emit(enum mscx_log_level level, unsigned subsys, const char *file, int line, const char *fmt,
+                   ...) __attribute__((format(printf, 5, 6)));
 
 /** Set the level for this thread only to at most INFO while > 0; see MSCX_NOWARN. */
 void mscx_log_nowarn_push(void);
@@ -66,7 +66,7 @@ void mscx_log_nowarn_pop(void);
 #define MSCX_LOG_(lvl, sub, ...)                                                                             \
     do {                                                                                                     \
         if (mscx_log_enabled((lvl), (sub)))                                                                  \
-            mscx_log_emit((lvl), (sub), __FILE__, __LINE__, __VA_ARGS__);                                     \
+            mscx_log_emit((lvl), (sub), __FILE__, __LINE__, __VA_ARGS__);                                    \
     } while (0)
 
 #define MSCX_WARN(...) MSCX_LOG_(MSCX_LOG_WARN, MSCX_SUB_ALL, __VA_ARGS__)

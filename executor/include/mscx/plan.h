@@ -53,8 +53,8 @@ mscx_status_t mscx_plan_load(const char *path, struct mscx_plan **plan_p, char *
 /**
  * As mscx_plan_load(), from memory. @p origin names the source in messages.
  */
-mscx_status_t mscx_plan_load_buffer(const char *json, size_t len, const char *origin, struct mscx_plan **plan_p,
-                                    char *err, size_t errlen);
+mscx_status_t mscx_plan_load_buffer(const char *json, size_t len, const char *origin,
+                                    struct mscx_plan **plan_p, char *err, size_t errlen);
 
 /** Free a plan; NULL is accepted. */
 void mscx_plan_destroy(struct mscx_plan *plan);
@@ -114,12 +114,12 @@ struct mscx_fuse_stats {
 };
 
 enum mscx_fuse_rule {
-    MSCX_FUSE_REPKT_CPKT = 0,    /* repkt + cpkt -> recpkt */
-    MSCX_FUSE_RECPKT_PPKT,       /* recpkt + memory ppkt -> recspkt */
-    MSCX_FUSE_RECPKT_RPPKT,      /* recpkt + memory rppkt -> recspkt */
-    MSCX_FUSE_RPPKT_RPPKT,       /* rppkt + rppkt, same source -> one rppkt */
-    MSCX_FUSE_REPKT_PPKT,        /* repkt/respkt + memory ppkt -> respkt */
-    MSCX_FUSE_OTHER,             /* the remaining DSL rules */
+    MSCX_FUSE_REPKT_CPKT = 0, /* repkt + cpkt -> recpkt */
+    MSCX_FUSE_RECPKT_PPKT,    /* recpkt + memory ppkt -> recspkt */
+    MSCX_FUSE_RECPKT_RPPKT,   /* recpkt + memory rppkt -> recspkt */
+    MSCX_FUSE_RPPKT_RPPKT,    /* rppkt + rppkt, same source -> one rppkt */
+    MSCX_FUSE_REPKT_PPKT,     /* repkt/respkt + memory ppkt -> respkt */
+    MSCX_FUSE_OTHER,          /* the remaining DSL rules */
     MSCX_FUSE_RULE_COUNT
 };
 
@@ -191,8 +191,9 @@ struct mscx_geom {
  *         plan (not whole elements, input and output chunks disagree, beyond
  *         the 4 GiB limit)
  */
-mscx_status_t mscx_plan_geom(const struct mscx_plan *plan, uint32_t rank, uint64_t in_bytes, uint64_t out_bytes,
-                             enum mscx_dtype dtype, struct mscx_geom *geom_p, char *err, size_t errlen);
+mscx_status_t mscx_plan_geom(const struct mscx_plan *plan, uint32_t rank, uint64_t in_bytes,
+                             uint64_t out_bytes, enum mscx_dtype dtype, struct mscx_geom *geom_p, char *err,
+                             size_t errlen);
 
 /**
  * Buffer sizes per rank for a collective of @p bytes: the message size the

@@ -24,20 +24,20 @@ extern "C" {
 #endif
 
 struct mscx_sim_case {
-    uint64_t msg_bytes;   /* the size the plan's range refers to (see mscx_coll_sizes) */
+    uint64_t msg_bytes; /* the size the plan's range refers to (see mscx_coll_sizes) */
     enum mscx_dtype dtype;
     enum mscx_redop op;
     enum mscx_pkt_format pkt;
-    uint32_t iters;       /* back-to-back launches with advancing flags, each checked */
+    uint32_t iters; /* back-to-back launches with advancing flags, each checked */
     uint32_t seed;
-    int no_cross_rank;    /* 1: skip the allreduce cross-rank run (sampling in long sweeps) */
+    int no_cross_rank; /* 1: skip the allreduce cross-rank run (sampling in long sweeps) */
 };
 
 struct mscx_sim_result {
     int pass;
     uint64_t mismatches;
     double seconds;
-    char msg[512];        /* first mismatch or the failure reason */
+    char msg[512]; /* first mismatch or the failure reason */
 };
 
 /**

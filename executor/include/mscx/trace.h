@@ -45,8 +45,8 @@ struct mscx_trace_block {
  * @param nevents_p receives the number of "X" events written; may be NULL
  * @return MSCX_OK, MSCX_ERR_INVALID_ARG, MSCX_ERR_NO_MEMORY, MSCX_ERR_SYSTEM (write failed)
  */
-mscx_status_t mscx_trace_write(FILE *out, const char *label, const struct mscx_trace_block *blocks, size_t nblocks,
-                               size_t *nevents_p);
+mscx_status_t mscx_trace_write(FILE *out, const char *label, const struct mscx_trace_block *blocks,
+                               size_t nblocks, size_t *nevents_p);
 
 /**
  * As mscx_trace_write(), to a new file at @p path (replaced if it exists).

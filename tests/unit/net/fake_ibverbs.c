@@ -242,8 +242,14 @@ static struct ibv_mr *reg(struct ibv_pd *pd, uint64_t addr, size_t len, int acce
         return NULL;
     }
     uint32_t k = W->next_key++;
-    W->mr[i] = (struct wmr){.used = 1, .owner = getpid(), .lkey = k, .rkey = k << 8 | 0x5a, .addr = addr,
-                            .len = len, .access = access, .dmabuf = dmabuf};
+    W->mr[i] = (struct wmr){.used = 1,
+                            .owner = getpid(),
+                            .lkey = k,
+                            .rkey = k << 8 | 0x5a,
+                            .addr = addr,
+                            .len = len,
+                            .access = access,
+                            .dmabuf = dmabuf};
     if (dmabuf)
         W->dmabuf_regs++;
     else
@@ -264,7 +270,8 @@ struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
     return reg(pd, (uintptr_t)addr, len, access, 0);
 }
 
-struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access)
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
+                                 int access)
 {
     if (fcntl(fd, F_GETFD) < 0) {
         errno = EBADF;
@@ -284,7 +291,8 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 
 /* ---------------------------------------------------------------- CQ / QP */
 
-struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch, int vec)
+struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch,
+                             int vec)
 {
     (void)ch;
     (void)vec;
@@ -469,8 +477,8 @@ static enum ibv_wc_status execute(struct fake_qp *q, struct ibv_send_wr *wr)
             return IBV_WC_REM_INV_REQ_ERR;
         if (!find_mr(wr->wr.atomic.rkey, 1, d->owner, wr->wr.atomic.remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC))
             return IBV_WC_REM_ACCESS_ERR;
-        uint64_t old = __atomic_fetch_add((uint64_t *)(uintptr_t)wr->wr.atomic.remote_addr, wr->wr.atomic.compare_add,
-                                          __ATOMIC_SEQ_CST);
+        uint64_t old = __atomic_fetch_add((uint64_t *)(uintptr_t)wr->wr.atomic.remote_addr,
+                                          wr->wr.atomic.compare_add, __ATOMIC_SEQ_CST);
         memcpy((void *)(uintptr_t)wr->sg_list[0].addr, &old, 8);
         return IBV_WC_SUCCESS;
     }
@@ -489,7 +497,8 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
             *bad = wr; /* the caller did not poll for completions */
             return ENOMEM;
         }
-        if (__atomic_exchange_n(&W->inject, W->inject & ~(unsigned)FAKE_QP_ERR, __ATOMIC_SEQ_CST) & FAKE_QP_ERR)
+        if (__atomic_exchange_n(&W->inject, W->inject & ~(unsigned)FAKE_QP_ERR, __ATOMIC_SEQ_CST) &
+            FAKE_QP_ERR)
             q->w->state = qp->state = IBV_QPS_ERR;
         q->posted++;
         enum ibv_wc_opcode op = wr->opcode == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE : IBV_WC_FETCH_ADD;

@@ -63,11 +63,12 @@ static void rank_init(struct rank_state *r, uint32_t rank)
     r->data = buf_alloc(DATA);
     r->sig = buf_alloc(4096);
     ck_assert(r->data && r->sig);
-    ck_assert_int_eq(mscx_tp_ib.mr_register(r->ep, r->data, DATA, MSCX_TP_MR_REMOTE_WRITE, -1, &r->mr, &r->desc[0]),
-                     MSCX_OK);
-    ck_assert_int_eq(mscx_tp_ib.mr_register(r->ep, r->sig, 4096, MSCX_TP_MR_REMOTE_WRITE, -1, &r->sig_mr,
-                                            &r->desc[1]),
-                     MSCX_OK);
+    ck_assert_int_eq(
+        mscx_tp_ib.mr_register(r->ep, r->data, DATA, MSCX_TP_MR_REMOTE_WRITE, -1, &r->mr, &r->desc[0]),
+        MSCX_OK);
+    ck_assert_int_eq(
+        mscx_tp_ib.mr_register(r->ep, r->sig, 4096, MSCX_TP_MR_REMOTE_WRITE, -1, &r->sig_mr, &r->desc[1]),
+        MSCX_OK);
 }
 
 /* Both ranks in this process: prepare both, swap blobs, establish both. */
@@ -100,9 +101,9 @@ START_TEST(ib_local_put_signal_flush)
         r[0].data[i] = (uint8_t)(i * 7 + 1);
     /* Many small puts with no flush in between: selective signaling must keep the SQ from overflowing. */
     for (uint32_t k = 0; k < 3000; k++)
-        ck_assert_int_eq(mscx_tp_ib.put(r[0].conn, r[0].mr, k * 64, &r[1].desc[0], k * 64, 64, 0,
-                                        mscx_tp_deadline(5000)),
-                         MSCX_OK);
+        ck_assert_int_eq(
+            mscx_tp_ib.put(r[0].conn, r[0].mr, k * 64, &r[1].desc[0], k * 64, 64, 0, mscx_tp_deadline(5000)),
+            MSCX_OK);
     ck_assert_int_eq(mscx_tp_ib.put(r[0].conn, r[0].mr, 0, &r[1].desc[0], 0, DATA, MSCX_TP_PUT_PACKET,
                                     mscx_tp_deadline(5000)),
                      MSCX_OK);
@@ -113,7 +114,8 @@ START_TEST(ib_local_put_signal_flush)
     ck_assert_int_eq(r[1].sig[1], 2);
     ck_assert_int_eq(memcmp(r[0].data, r[1].data, DATA), 0);
     /* Zero-length put and a flush with nothing outstanding. */
-    ck_assert_int_eq(mscx_tp_ib.put(r[1].conn, r[1].mr, 0, &r[0].desc[0], 0, 0, 0, mscx_tp_deadline(5000)), MSCX_OK);
+    ck_assert_int_eq(mscx_tp_ib.put(r[1].conn, r[1].mr, 0, &r[0].desc[0], 0, 0, 0, mscx_tp_deadline(5000)),
+                     MSCX_OK);
     ck_assert_int_eq(mscx_tp_ib.flush(r[1].conn, mscx_tp_deadline(5000)), MSCX_OK);
     ck_assert_int_eq(mscx_tp_ib.flush(r[1].conn, mscx_tp_deadline(5000)), MSCX_OK);
     pair_destroy(r);

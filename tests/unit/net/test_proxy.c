@@ -406,8 +406,8 @@ static mscx_status_t tside_setup(struct tside *s, uint32_t rank, int fd)
     if (!s->data || !s->tok || !s->bounce)
         return MSCX_ERR_NO_MEMORY;
     MSCX_CHECK(g_tp->ep_create(&p, &s->ep));
-    MSCX_CHECK(g_tp->mr_register(s->ep, s->data, DATA_BYTES, MSCX_TP_MR_REMOTE_WRITE, -1, &s->mr_data,
-                                       &mine[0]));
+    MSCX_CHECK(
+        g_tp->mr_register(s->ep, s->data, DATA_BYTES, MSCX_TP_MR_REMOTE_WRITE, -1, &s->mr_data, &mine[0]));
     MSCX_CHECK(g_tp->mr_register(s->ep, s->tok, 32, MSCX_TP_MR_REMOTE_WRITE, -1, &s->mr_tok, &mine[1]));
     MSCX_CHECK(g_tp->mr_register(s->ep, s->bounce, 64u << 10, 0, -1, &s->mr_bounce, &unused));
     MSCX_CHECK(net_pair_allgather(&s->np, mine, all, sizeof(mine)));
@@ -480,7 +480,8 @@ static void tcp_queue_setup(struct tcp_queue *t, int fd)
         t->chan[k] = (struct mscx_pchan){g_plink, t->links[k], 1, DATA_BYTES};
     }
     t->fifo = fifo_new();
-    struct mscx_pqueue_desc d = {t->fifo, 2, t->chan, 0, g_tp == &mscx_tp_tcp ? "tcp-plan" : "ib-plan", DL_MS, on_fail, &t->fb};
+    struct mscx_pqueue_desc d = {t->fifo, 2,       t->chan, 0, g_tp == &mscx_tp_tcp ? "tcp-plan" : "ib-plan",
+                                 DL_MS,   on_fail, &t->fb};
     ck_assert_int_eq(mscx_proxy_attach(&d, &t->q), MSCX_OK);
 }
 
@@ -577,10 +578,11 @@ START_TEST(proxy_tcp_dead_peer)
         ck_assert_msg(wait_int(&t.fb.calls, DL_MS) == 0, "the proxy did not notice the dead peer");
         double ms = (mscx_tp_now_ns() - t0) / 1e6;
         mscx_status_t st = (mscx_status_t)atomic_load(&t.fb.st);
-        ck_assert_msg(st == MSCX_ERR_REMOTE || st == MSCX_ERR_TIMEOUT || (g_tp != &mscx_tp_tcp && st == MSCX_ERR_IBV),
+        ck_assert_msg(st == MSCX_ERR_REMOTE || st == MSCX_ERR_TIMEOUT ||
+                          (g_tp != &mscx_tp_tcp && st == MSCX_ERR_IBV),
                       "status %s", mscx_status_str(st));
-        fprintf(stderr, "%s dead peer (%s): queue failed with %s after %.1f ms\n", g_tp->name, with_flush ? "flush" : "idle",
-                mscx_status_str(st), ms);
+        fprintf(stderr, "%s dead peer (%s): queue failed with %s after %.1f ms\n", g_tp->name,
+                with_flush ? "flush" : "idle", mscx_status_str(st), ms);
         ck_assert_uint_lt(__atomic_load_n(&t.fifo->done, __ATOMIC_ACQUIRE), 1);
         tcp_queue_teardown(&t);
         close(fd);
@@ -708,13 +710,15 @@ START_TEST(proxy_late_pick)
     ck_assert_msg(strstr(mscx_test_last_warn(), "output buffer of launch 7 arrived after launch 9"), "%s",
                   mscx_test_last_warn());
     pub.flag = 3;
-    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_OUTPUT, 0xffffffffu, 0, 8, &dst), MSCX_ERR_INTERNAL);
+    ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_OUTPUT, 0xffffffffu, 0, 8, &dst),
+                     MSCX_ERR_INTERNAL);
     /* out of range, bad buffer, launch 0 */
     pub.flag = 7;
     mscx_test_allow_warn("peer bug");
     ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_OUTPUT, 7, 100, 29, &dst), MSCX_ERR_REMOTE);
-    ck_assert_msg(strstr(mscx_test_last_warn(), "rank 1 plan p: a put into this rank's output buffer of launch 7 "
-                                                "(29 bytes at offset 100) reaches past its 128 bytes"),
+    ck_assert_msg(strstr(mscx_test_last_warn(),
+                         "rank 1 plan p: a put into this rank's output buffer of launch 7 "
+                         "(29 bytes at offset 100) reaches past its 128 bytes"),
                   "%s", mscx_test_last_warn());
     ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", MSCX_BUF_INPUT, 7, 65, 0, &dst), MSCX_ERR_REMOTE);
     ck_assert_int_eq(mscx_late_pick(&pub, 1, "p", 2, 7, 0, 8, &dst), MSCX_ERR_REMOTE);

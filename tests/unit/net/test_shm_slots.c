@@ -167,7 +167,8 @@ START_TEST(test_peer_never_publishes)
 }
 END_TEST
 
-/* The "cannot" marker is delivered at once (no wait until the timeout) and every rank agrees on the failure. */
+/* The "cannot" marker is delivered at once (no wait until the timeout) and every rank agrees on the failure.
+ */
 START_TEST(test_cannot_marker)
 {
     struct mscx_slots *u[2];
@@ -259,7 +260,8 @@ START_TEST(test_bad_arguments)
     pair_make(u);
     struct mscx_slots_limits lim = {100, NULL};
     ck_assert_int_eq(mscx_slots_publish(u[0], 0, MSCX_OK, NULL, 0), MSCX_ERR_INVALID_ARG);
-    ck_assert_int_eq(mscx_slots_publish(u[0], 1, MSCX_OK, name, MSCX_SLOTS_PAYLOAD_MAX + 1), MSCX_ERR_INVALID_ARG);
+    ck_assert_int_eq(mscx_slots_publish(u[0], 1, MSCX_OK, name, MSCX_SLOTS_PAYLOAD_MAX + 1),
+                     MSCX_ERR_INVALID_ARG);
     ck_assert_int_eq(mscx_slots_wait(u[0], 5, 1, &lim, &st, NULL, 0), MSCX_ERR_INVALID_ARG);
     mscx_test_allow_warn("bad attach");
     ck_assert_int_eq(mscx_slots_attach(u[0], 1, "/whatever"), MSCX_ERR_INVALID_ARG); /* already attached */

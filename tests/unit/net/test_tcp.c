@@ -151,7 +151,8 @@ START_TEST(tcp_puts_signals_flush)
         for (uint64_t i = 0; i < len; i++)
             s.buf[i + loff] = pattern(i, k);
         uint64_t t0 = mscx_tp_now_ns();
-        ck_assert_int_eq(s.ops->put(s.conn, s.mr, loff, &s.peer_buf, off, len, 0, mscx_tp_deadline(10000)), MSCX_OK);
+        ck_assert_int_eq(s.ops->put(s.conn, s.mr, loff, &s.peer_buf, off, len, 0, mscx_tp_deadline(10000)),
+                         MSCX_OK);
         ck_assert_int_eq(s.ops->signal(s.conn, &s.peer_sig, SIG_OFF, mscx_tp_deadline(10000)), MSCX_OK);
         ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(10000)), MSCX_OK);
         uint64_t t1 = mscx_tp_now_ns();
@@ -171,9 +172,9 @@ START_TEST(tcp_puts_signals_flush)
         lines[2 * i] = (uint32_t)(i * 3 + 1);
         lines[2 * i + 1] = 77;
     }
-    ck_assert_int_eq(s.ops->put(s.conn, s.mr, 0, &s.peer_buf, 0, 4u << 20, MSCX_TP_PUT_PACKET,
-                                mscx_tp_deadline(10000)),
-                     MSCX_OK);
+    ck_assert_int_eq(
+        s.ops->put(s.conn, s.mr, 0, &s.peer_buf, 0, 4u << 20, MSCX_TP_PUT_PACKET, mscx_tp_deadline(10000)),
+        MSCX_OK);
     ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(10000)), MSCX_OK);
     uint8_t done = 0;
     ck_assert_int_eq(net_pair_read(fd, &done, 1), 0);
@@ -184,12 +185,14 @@ START_TEST(tcp_puts_signals_flush)
         ck_assert_int_eq(s.ops->put(s.conn, s.mr, 0, &s.peer_buf, 8, 8, 0, mscx_tp_deadline(10000)), MSCX_OK);
         ck_assert_int_eq(s.ops->flush(s.conn, mscx_tp_deadline(10000)), MSCX_OK);
     }
-    fprintf(stderr, "tcp loopback: 8-byte put+flush round trip %.1f us\n", (mscx_tp_now_ns() - t0) / 2000 / 1e3);
+    fprintf(stderr, "tcp loopback: 8-byte put+flush round trip %.1f us\n",
+            (mscx_tp_now_ns() - t0) / 2000 / 1e3);
 
     /* Caller bugs are refused, not sent. */
     mscx_test_allow_warn("caller bug");
-    ck_assert_int_eq(s.ops->put(s.conn, s.mr, 0, &s.peer_buf, 4, 16, MSCX_TP_PUT_PACKET, mscx_tp_deadline(1000)),
-                     MSCX_ERR_INVALID_ARG);
+    ck_assert_int_eq(
+        s.ops->put(s.conn, s.mr, 0, &s.peer_buf, 4, 16, MSCX_TP_PUT_PACKET, mscx_tp_deadline(1000)),
+        MSCX_ERR_INVALID_ARG);
     ck_assert_int_eq(s.ops->put(s.conn, s.mr, 0, &s.peer_buf, BIG - 8, 16, 0, mscx_tp_deadline(1000)),
                      MSCX_ERR_INVALID_ARG);
     ck_assert_int_eq(s.ops->signal(s.conn, &s.peer_sig, 4, mscx_tp_deadline(1000)), MSCX_ERR_INVALID_ARG);
@@ -235,7 +238,8 @@ START_TEST(tcp_peer_killed_mid_transfer)
             st = s.ops->flush(s.conn, deadline);
     }
     double ms = (mscx_tp_now_ns() - t0) / 1e6;
-    fprintf(stderr, "tcp: peer killed mid-transfer, survivor got \"%s\" after %.1f ms\n", mscx_status_str(st), ms);
+    fprintf(stderr, "tcp: peer killed mid-transfer, survivor got \"%s\" after %.1f ms\n", mscx_status_str(st),
+            ms);
     ck_assert_int_eq(st, MSCX_ERR_REMOTE);
     ck_assert(ms < 5000);
     ck_assert_int_eq(s.ops->progress(s.ep), MSCX_ERR_REMOTE);
@@ -281,9 +285,9 @@ struct raw_hello_msg {
 };
 #define HELLO_LABEL_BYTES 32 /* the hello without its secret */
 
-static const uint8_t secret_a[MSCX_TP_SECRET_BYTES] = {
-    0x5c, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29,
-    30, 31};
+static const uint8_t secret_a[MSCX_TP_SECRET_BYTES] = {0x5c, 1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                                       11,   12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                                       22,   23, 24, 25, 26, 27, 28, 29, 30, 31};
 
 /* A connection to the listener of the tcp blob @p blob (magic, comm_id, version, rank, addr, port). */
 static int dial_blob(const uint8_t *blob)
@@ -306,7 +310,8 @@ static void write_hello(int fd, uint64_t magic, uint64_t comm, uint32_t src, uin
 }
 
 /* Send a raw hello to an endpoint's listener; returns the ack status (-1: closed without one). */
-static int raw_hello(const uint8_t *blob, uint64_t magic, uint64_t comm, uint32_t src, uint32_t dst, size_t bytes)
+static int raw_hello(const uint8_t *blob, uint64_t magic, uint64_t comm, uint32_t src, uint32_t dst,
+                     size_t bytes)
 {
     int fd = dial_blob(blob);
     write_hello(fd, magic, comm, src, dst, secret_a, bytes);
@@ -448,8 +453,7 @@ START_TEST(tcp_strangers_during_setup)
     ck_assert_int_eq(st, 1);
     ck_assert_int_ge(ended_within(nul, 2000, &st), 0);
     ck_assert_int_eq(st, 1);
-    ck_assert_msg(strstr(mscx_test_last_log(), "wrong communicator secret"), "got: %s",
-                  mscx_test_last_log());
+    ck_assert_msg(strstr(mscx_test_last_log(), "wrong communicator secret"), "got: %s", mscx_test_last_log());
 
     /* The real ranks connect while the silent strangers still hold their sockets. */
     pthread_t thr;
@@ -744,7 +748,8 @@ static mscx_status_t late_test_resolve(void *ctx, uint32_t buf, uint32_t launch,
     return mscx_late_pick(&p, 1, "late-test", buf, launch, off, len, dst_p);
 }
 
-static void late_publish(struct late_rx *x, uint32_t flag, void *in, uint64_t in_bytes, void *out, uint64_t out_bytes)
+static void late_publish(struct late_rx *x, uint32_t flag, void *in, uint64_t in_bytes, void *out,
+                         uint64_t out_bytes)
 {
     struct mscx_late_pub *p = &x->pub[flag & 1u];
     p->ptr[0] = in;
@@ -761,8 +766,8 @@ struct late_pair {
     struct mscx_tp_rdesc sig_d, late_d;
 };
 
-static void late_pair_setup(struct late_pair *lp, struct late_rx *x, uint8_t *src, size_t src_bytes, uint64_t *sig,
-                            uint64_t timeout_ms)
+static void late_pair_setup(struct late_pair *lp, struct late_rx *x, uint8_t *src, size_t src_bytes,
+                            uint64_t *sig, uint64_t timeout_ms)
 {
     struct mscx_tp_params p0 = {.rank = 0, .nranks = 2, .comm_id = COMM_ID};
     struct mscx_tp_params p1 = {.rank = 1, .nranks = 2, .comm_id = COMM_ID, .late_timeout_ms = timeout_ms};
@@ -771,8 +776,9 @@ static void late_pair_setup(struct late_pair *lp, struct late_rx *x, uint8_t *sr
     ck_assert_int_eq(mscx_tp_tcp.ep_create(&p0, &lp->ep0), MSCX_OK);
     ck_assert_int_eq(mscx_tp_tcp.ep_create(&p1, &lp->ep1), MSCX_OK);
     ck_assert_int_eq(mscx_tp_tcp.mr_register(lp->ep0, src, src_bytes, 0, -1, &lp->src_mr, &unused), MSCX_OK);
-    ck_assert_int_eq(mscx_tp_tcp.mr_register(lp->ep1, sig, 8, MSCX_TP_MR_REMOTE_WRITE, -1, &lp->sig_mr, &lp->sig_d),
-                     MSCX_OK);
+    ck_assert_int_eq(
+        mscx_tp_tcp.mr_register(lp->ep1, sig, 8, MSCX_TP_MR_REMOTE_WRITE, -1, &lp->sig_mr, &lp->sig_d),
+        MSCX_OK);
     ck_assert_int_eq(mscx_tp_tcp.mr_register_late(lp->ep1, late_test_resolve, x, &lp->late_mr, &lp->late_d),
                      MSCX_OK);
     ck_assert_uint_ne(lp->late_d.flags & MSCX_TP_MR_LATE, 0);
@@ -799,7 +805,8 @@ START_TEST(tcp_late_puts)
     memset(&x, 0, sizeof(x));
     for (size_t i = 0; i < sizeof(src); i++)
         src[i] = pattern(i, 5);
-    late_publish(&x, 3, in5, sizeof(in5), out3, sizeof(out3)); /* the receiver's previous launch of the parity */
+    late_publish(&x, 3, in5, sizeof(in5), out3,
+                 sizeof(out3)); /* the receiver's previous launch of the parity */
     late_pair_setup(&lp, &x, src, sizeof(src), &sig, 10000);
 
     /* launch 5 has not started at the receiver: the put and the signal behind it wait; nothing lands in
@@ -869,8 +876,8 @@ START_TEST(tcp_late_put_times_out)
     late_pair_setup(&lp, &x, src, sizeof(src), &sig, 300);
     mscx_test_allow_warn("waited");
     uint64_t t0 = mscx_tp_now_ns();
-    ck_assert_int_eq(mscx_tp_tcp.put_late(lp.c0, lp.src_mr, 0, &lp.late_d, MSCX_BUF_OUTPUT, 8, 0, sizeof(src), 0,
-                                          mscx_tp_deadline(5000)),
+    ck_assert_int_eq(mscx_tp_tcp.put_late(lp.c0, lp.src_mr, 0, &lp.late_d, MSCX_BUF_OUTPUT, 8, 0, sizeof(src),
+                                          0, mscx_tp_deadline(5000)),
                      MSCX_OK);
     uint64_t dl = mscx_tp_deadline(5000);
     while (mscx_tp_tcp.progress(lp.ep1) == MSCX_OK && mscx_tp_now_ns() < dl)
@@ -878,9 +885,10 @@ START_TEST(tcp_late_put_times_out)
     double ms = (double)(mscx_tp_now_ns() - t0) / 1e6;
     ck_assert_int_eq(mscx_tp_tcp.progress(lp.ep1), MSCX_ERR_TIMEOUT);
     ck_assert_msg(ms >= 290 && ms < 3000, "failed after %.0f ms (bound 300)", ms);
-    ck_assert_msg(strstr(mscx_test_last_warn(), "a put into buffer 1 of launch 8 (4096 bytes at offset 0) waited") &&
-                      strstr(mscx_test_last_warn(), "MSCX_TIMEOUT_MS 300"),
-                  "%s", mscx_test_last_warn());
+    ck_assert_msg(
+        strstr(mscx_test_last_warn(), "a put into buffer 1 of launch 8 (4096 bytes at offset 0) waited") &&
+            strstr(mscx_test_last_warn(), "MSCX_TIMEOUT_MS 300"),
+        "%s", mscx_test_last_warn());
     for (size_t i = 0; i < sizeof(out); i++)
         ck_assert_uint_eq(out[i], 0);
     mscx_test_allow_warn("peer closed");
@@ -936,8 +944,9 @@ START_TEST(tcp_socket_ifname)
     } else {
         freeifaddrs(list);
         ck_assert_str_eq(addr, "127.0.0.1");
-        fprintf(stderr, "SKIP (check only): no non-loopback interface with an IPv4 address is up here, so the "
-                        "default non-loopback choice was not tested; the loopback fallback was\n");
+        fprintf(stderr,
+                "SKIP (check only): no non-loopback interface with an IPv4 address is up here, so the "
+                "default non-loopback choice was not tested; the loopback fallback was\n");
     }
 }
 END_TEST

@@ -263,14 +263,16 @@ static void run_fallback_info(void)
     if (f)
         fclose(f);
     if (warns != 0 || found != 1)
-        FAIL("expected no WARN and one INFO summary saying 2 calls went to NCCL by size, got %d warnings, %d such",
+        FAIL("expected no WARN and one INFO summary saying 2 calls went to NCCL by size, got %d warnings, %d "
+             "such",
              warns, found);
 }
 
 int main(int argc, char **argv)
 {
     if (argc != 2 || !getenv("FAKE_NCCL_LOG")) {
-        fprintf(stderr, "usage: FAKE_NCCL_LOG=FILE %s abort-spin|abort-timed|revoke|shrink|fallback-info\n", argv[0]);
+        fprintf(stderr, "usage: FAKE_NCCL_LOG=FILE %s abort-spin|abort-timed|revoke|shrink|fallback-info\n",
+                argv[0]);
         return 2;
     }
     const char *world = getenv("FAKE_NCCL_WORLD");
@@ -287,16 +289,14 @@ int main(int argc, char **argv)
         printf("skip: this nccl.h has no ncclCommRevoke\n");
         return 77;
 #endif
-    }
-    else if (!strcmp(argv[1], "shrink")) {
+    } else if (!strcmp(argv[1], "shrink")) {
 #ifdef NCCL_SHRINK_ABORT
         run_shrink();
 #else
         printf("skip: this nccl.h has no ncclCommShrink\n");
         return 77;
 #endif
-    }
-    else if (!strcmp(argv[1], "fallback-info"))
+    } else if (!strcmp(argv[1], "fallback-info"))
         run_fallback_info();
     else {
         fprintf(stderr, "unknown mode %s\n", argv[1]);

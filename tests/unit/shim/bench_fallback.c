@@ -293,7 +293,8 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &direct, &nthreads) != 0) {
         fprintf(stderr,
                 "usage: %s [--direct=LIB] [--coll=allreduce|allgather|reducescatter|broadcast] "
-                "[--bytes=N] [--nranks=N] [--calls=N>=10] [--reps=1..%d] [--threads=1..%d] [--out-of-place] [--evict=N] "
+                "[--bytes=N] [--nranks=N] [--calls=N>=10] [--reps=1..%d] [--threads=1..%d] [--out-of-place] "
+                "[--evict=N] "
                 "[--churn=N [--rss-growth=KB]] [--group=N]\n",
                 argv[0], MAX_REPS, MAX_THREADS);
         return 2;
@@ -323,16 +324,18 @@ int main(int argc, char **argv)
         failed |= res[i].failed;
         if (churn)
             continue;
-        printf("%s %s %zu bytes%s, %d ranks, thread %d/%d%s: %.1f ns/call (median %.1f) over %d x %ld calls\n",
-               direct ? "direct" : "shim", coll_names[coll], bytes, out_of_place ? " out of place" : "", nranks,
-               i, nthreads, evict ? ", cold" : "", res[i].best, res[i].median, reps, calls);
+        printf(
+            "%s %s %zu bytes%s, %d ranks, thread %d/%d%s: %.1f ns/call (median %.1f) over %d x %ld calls\n",
+            direct ? "direct" : "shim", coll_names[coll], bytes, out_of_place ? " out of place" : "", nranks,
+            i, nthreads, evict ? ", cold" : "", res[i].best, res[i].median, reps, calls);
     }
     pthread_barrier_destroy(&barrier);
     free(evict_buf);
     if (churn) {
         long end_kb = rss_kb();
         printf("churn: %d threads made %ld communicators each, %ld calls on each; resident memory %ld KB "
-               "after a tenth of them, %ld KB at the end\n", nthreads, churn, calls, rss_tenth_kb, end_kb);
+               "after a tenth of them, %ld KB at the end\n",
+               nthreads, churn, calls, rss_tenth_kb, end_kb);
         if (rss_growth_kb >= 0 && (rss_tenth_kb < 0 || end_kb < 0 || end_kb - rss_tenth_kb > rss_growth_kb)) {
             fprintf(stderr, "resident memory grew by %ld KB, more than %ld\n", end_kb - rss_tenth_kb,
                     rss_growth_kb);

@@ -32,11 +32,11 @@ static int mode_unavailable = -1;
 static const char *want_msg;
 static ncclResult_t want_result;
 
-#define FAIL(...)                                                                                             \
-    do {                                                                                                      \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                                \
-        fputc('\n', stderr);                                                                                  \
-        failures++;                                                                                           \
+#define FAIL(...)                                                                                            \
+    do {                                                                                                     \
+        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
+        fputc('\n', stderr);                                                                                 \
+        failures++;                                                                                          \
     } while (0)
 
 void *drv_mem(struct drv *d, int k)
@@ -87,7 +87,7 @@ void drv_before(struct drv *d)
  */
 static int only_setup_queries(const char *rest)
 {
-    static const char *const names[] = {"ncclCommCount ", "ncclCommUserRank ", "ncclCommCuDevice ",
+    static const char *const names[] = {"ncclCommCount ",  "ncclCommUserRank ",  "ncclCommCuDevice ",
                                         "pncclCommCount ", "pncclCommUserRank ", "pncclCommCuDevice "};
     while (*rest) {
         int known = 0;
@@ -269,7 +269,8 @@ static void run_lifecycle(int strict, int destroy)
     if (ncclAllGather(buf, buf, 8, ncclFloat32, comm, NULL) != ncclSuccess || !log_has("ncclAllGather "))
         FAIL("ncclAllGather did not reach the fake");
     drv_before(NULL);
-    if (ncclBroadcast(buf, buf, 4000, ncclFloat32, 1, comm, NULL) != ncclSuccess || !log_has("ncclBroadcast "))
+    if (ncclBroadcast(buf, buf, 4000, ncclFloat32, 1, comm, NULL) != ncclSuccess ||
+        !log_has("ncclBroadcast "))
         FAIL("ncclBroadcast did not reach the fake");
     if (!destroy)
         return;
@@ -289,7 +290,8 @@ static void check_debug_file(const char *const *texts, int n)
         fclose(f);
     for (int i = 0; i < n; i++)
         if (!strstr(buf, texts[i]))
-            FAIL("the shim's log %s lacks '%s'; it holds:\n%s", path ? path : "(MSCX_DEBUG_FILE unset)", texts[i], buf);
+            FAIL("the shim's log %s lacks '%s'; it holds:\n%s", path ? path : "(MSCX_DEBUG_FILE unset)",
+                 texts[i], buf);
 }
 
 static void check_no_cuda_mapped(void)

@@ -10,8 +10,8 @@
 #define DRV_REC_MAX 2048
 
 struct drv {
-    int fn;               /* index of the call being made */
-    unsigned char *mem;   /* scratch for pointer arguments */
+    int fn;             /* index of the call being made */
+    unsigned char *mem; /* scratch for pointer arguments */
 };
 
 struct drv_call {
@@ -27,6 +27,7 @@ long drv_int(struct drv *d, int k);
 void drv_fill(struct drv *d, void *p, size_t n, int k);
 void drv_before(struct drv *d);
 void drv_after_result(struct drv *d, const char *name, const char *want, ncclResult_t got);
-void drv_after_text(struct drv *d, const char *name, const char *want, const char *got, const char *fake_text);
+void drv_after_text(struct drv *d, const char *name, const char *want, const char *got,
+                    const char *fake_text);
 void drv_after_void(struct drv *d, const char *name, const char *want);
 #endif

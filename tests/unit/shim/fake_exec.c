@@ -48,11 +48,11 @@ static void *test_sym(_Atomic(void *) *slot, atomic_int *looked_up, const char *
     return atomic_load_explicit(slot, memory_order_relaxed);
 }
 
-#define TEST_SYM(type, name)                                                                                  \
-    ({                                                                                                        \
-        static _Atomic(void *) slot_;                                                                         \
-        static atomic_int looked_up_;                                                                         \
-        (type)test_sym(&slot_, &looked_up_, name);                                                            \
+#define TEST_SYM(type, name)                                                                                 \
+    ({                                                                                                       \
+        static _Atomic(void *) slot_;                                                                        \
+        static atomic_int looked_up_;                                                                        \
+        (type) test_sym(&slot_, &looked_up_, name);                                                          \
     })
 
 /* 1 when launches are recorded (FAKE_NCCL_LOG, the fake NCCL's own setting). */
@@ -135,7 +135,7 @@ mscx_status_t mscx_exec_launch(struct mscx_exec *ex, uint32_t plan_id, const voi
     if (!ex || plan_id >= ex->nplans)
         return MSCX_ERR_INVALID_ARG;
     /* a launch result a test program chooses by size (test_shim_group.c) */
-    mscx_status_t (*chosen)(uint64_t) = TEST_SYM(mscx_status_t (*)(uint64_t), "mscxFakeExecLaunchResult");
+    mscx_status_t (*chosen)(uint64_t) = TEST_SYM(mscx_status_t(*)(uint64_t), "mscxFakeExecLaunchResult");
     mscx_status_t st = chosen ? chosen(msg_bytes) : MSCX_OK;
     if (recording()) {
         char what[96];

@@ -20,16 +20,16 @@ void fake_hook_ncclGetUniqueId(ncclUniqueId *uniqueId);
 void fake_hook_ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
 void fake_hook_ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                       ncclConfig_t *config);
-void fake_hook_ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
-                                        ncclConfig_t *config);
+void fake_hook_ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                        ncclUniqueId *commIds, ncclConfig_t *config);
 void fake_hook_ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
 void fake_hook_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 #ifdef REC_HAVE_ncclCommGrow
 void fake_hook_ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
                             ncclComm_t *newcomm, ncclConfig_t *config);
 #endif
-void fake_hook_ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
-                              ncclConfig_t *config, int shrinkFlags);
+void fake_hook_ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                              ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
 void fake_hook_ncclCommCount(const ncclComm_t comm, int *count);
 void fake_hook_ncclCommUserRank(const ncclComm_t comm, int *rank);
 void fake_hook_ncclCommCuDevice(const ncclComm_t comm, int *device);
@@ -42,7 +42,7 @@ void fake_hook_ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendco
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
 /* A distinct window handle per registration, never reused. */
 void fake_hook_ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
-                                     int winFlags);
+                                      int winFlags);
 #endif
 /* 1 when FAKE_NCCL_WORLD names a directory: ncclAllGather then moves host bytes between processes. */
 int mscxFakeNcclHostMemory(void);

@@ -188,8 +188,8 @@ void fake_hook_ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId
     }
 }
 
-void fake_hook_ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
-                                        ncclConfig_t *config)
+void fake_hook_ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                        ncclUniqueId *commIds, ncclConfig_t *config)
 {
     (void)nranks;
     (void)myrank;
@@ -235,8 +235,8 @@ void fake_hook_ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uni
 #endif
 
 #ifdef REC_HAVE_ncclCommShrink
-void fake_hook_ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
-                              ncclConfig_t *config, int shrinkFlags)
+void fake_hook_ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                              ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
 {
     (void)excludeRanksList;
     (void)excludeRanksCount;
@@ -308,7 +308,7 @@ void fake_hook_ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataT
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
 /* Handles as opaque as NCCL's: the shim only compares them. */
 void fake_hook_ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
-                                     int winFlags)
+                                      int winFlags)
 {
     static unsigned long next;
     (void)comm;

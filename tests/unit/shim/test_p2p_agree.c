@@ -564,7 +564,8 @@ static struct agree_seg *map_segment(const uint8_t secret[SHIM_SECRET_BYTES])
     return p;
 }
 
-/* Fork rank @p rank of @p w: it opens, posts yes at position 0 and waits; @return its pid once it has posted. */
+/* Fork rank @p rank of @p w: it opens, posts yes at position 0 and waits; @return its pid once it has posted.
+ */
 static pid_t fork_poster(struct world *w, uint32_t rank, struct agree_seg **seg_p)
 {
     pid_t pid = fork();
@@ -894,7 +895,8 @@ START_TEST(test_stale_reaped)
     ck_assert_msg(name_exists(dead_name), "the dead process's segment %s is not there to reap", dead_name);
     struct shim_p2p_agree *l, *n;
     ck_assert_int_eq(shim_p2p_agree_open(live, 0, 2, &l), MSCX_OK); /* changed just now: left alone */
-    ck_assert_msg(name_exists(dead_name), "%s was removed while its peers may still be opening it", dead_name);
+    ck_assert_msg(name_exists(dead_name), "%s was removed while its peers may still be opening it",
+                  dead_name);
     shim_p2p_agree_close(l);
     char path[sizeof("/dev/shm") + AGREE_NAME_MAX];
     snprintf(path, sizeof(path), "/dev/shm%s", dead_name);

@@ -87,9 +87,12 @@ static void mode_routed(void)
     check_log_lines("routed", want[0], LINE_LEN, 4);
     if (ncclCommDestroy(comm) != ncclSuccess)
         FAIL("ncclCommDestroy failed");
-    static const char *const has[] = {"routed 2 fallback 2:", "alltoall<=1K routed 1 fallback 1",
-                                      "alltoall<=4M routed 1 fallback 0", "alltoall<=32M routed 0 fallback 1",
-                                      "reasons: dtype 1 size 1", NULL};
+    static const char *const has[] = {"routed 2 fallback 2:",
+                                      "alltoall<=1K routed 1 fallback 1",
+                                      "alltoall<=4M routed 1 fallback 0",
+                                      "alltoall<=32M routed 0 fallback 1",
+                                      "reasons: dtype 1 size 1",
+                                      NULL};
     check_summary(comm, has);
 }
 

@@ -634,7 +634,8 @@ static void mode_nonblocking(void)
     snprintf(last, sizeof(last), "mscx_exec_launch 2048 %p", (void *)S(1));
     long end = log_at("ncclGroupEnd"), at_first = log_at(first), at_last = log_at(last);
     if (end < 0 || at_first < 0 || at_last < 0 || at_first > end || at_last < end)
-        FAIL("the kept calls did not launch around ncclGroupEnd (offsets %ld, %ld, %ld)", at_first, end, at_last);
+        FAIL("the kept calls did not launch around ncclGroupEnd (offsets %ld, %ld, %ld)", at_first, end,
+             at_last);
     check_copied(0, 256);
     check_copied(4, 512);
     if (b)
@@ -692,8 +693,8 @@ static void run_ranks(int n, const ncclComm_t *a, const ncclComm_t *b, void (*bo
 static void rank_allreduce(const struct rank_job *j, int fp64, ncclComm_t comm)
 {
     float *send = rank_bufs[j->rank][fp64 ? 2 : 0], *recv = rank_bufs[j->rank][fp64 ? 3 : 1];
-    call_ok("ncclAllReduce", ncclAllReduce(send, recv, 256, fp64 ? ncclFloat64 : ncclFloat32, ncclSum, comm,
-                                           S(1)));
+    call_ok("ncclAllReduce",
+            ncclAllReduce(send, recv, 256, fp64 ? ncclFloat64 : ncclFloat32, ncclSum, comm, S(1)));
 }
 
 static void split_body(const struct rank_job *j)
@@ -765,13 +766,23 @@ static void mode_ranks_comms(void)
 }
 
 static const struct shim_mode modes[] = {
-    {"routed", mode_routed},       {"mixed", mode_mixed},     {"identity", mode_identity},
-    {"send", mode_send},           {"order", mode_order},
-    {"streams", mode_streams},     {"comms", mode_comms},     {"nested", mode_nested},
-    {"end-fails", mode_end_fails}, {"refused", mode_refused}, {"no-events", mode_no_events},
-    {"simulate", mode_simulate},   {"threads", mode_threads},
+    {"routed", mode_routed},
+    {"mixed", mode_mixed},
+    {"identity", mode_identity},
+    {"send", mode_send},
+    {"order", mode_order},
+    {"streams", mode_streams},
+    {"comms", mode_comms},
+    {"nested", mode_nested},
+    {"end-fails", mode_end_fails},
+    {"refused", mode_refused},
+    {"no-events", mode_no_events},
+    {"simulate", mode_simulate},
+    {"threads", mode_threads},
     {"nonblocking", mode_nonblocking},
-    {"ranks-split", mode_ranks_split}, {"ranks-p2p", mode_ranks_p2p}, {"ranks-comms", mode_ranks_comms},
+    {"ranks-split", mode_ranks_split},
+    {"ranks-p2p", mode_ranks_p2p},
+    {"ranks-comms", mode_ranks_comms},
 };
 
 int main(int argc, char **argv)

@@ -92,7 +92,8 @@ __attribute__((unused)) static void check_summary(ncclComm_t comm, const char *c
 #ifdef REC_HAVE_ncclAllReduceConfig
 static ncclResult_t allreduce_config(ncclComm_t comm, const ncclCollConfig_t *cfg, char *nccl_line)
 {
-    rec_fmt_ncclAllReduceConfig(nccl_line, LINE_LEN, sendb, recvb, 256, ncclFloat32, ncclSum, comm, STREAM, cfg);
+    rec_fmt_ncclAllReduceConfig(nccl_line, LINE_LEN, sendb, recvb, 256, ncclFloat32, ncclSum, comm, STREAM,
+                                cfg);
     return ncclAllReduceConfig(sendb, recvb, 256, ncclFloat32, ncclSum, comm, STREAM, cfg);
 }
 
@@ -123,8 +124,8 @@ static void mode_config_routed(void)
     check_routed("allgather config", line, 1);
     if (ncclCommDestroy(comm) != ncclSuccess)
         FAIL("ncclCommDestroy failed");
-    static const char *const has[] = {"allreduce<=1K routed 3 fallback 0", "allgather<=1K routed 1 fallback 0",
-                                      NULL};
+    static const char *const has[] = {"allreduce<=1K routed 3 fallback 0",
+                                      "allgather<=1K routed 1 fallback 0", NULL};
     check_summary(comm, has);
 }
 
@@ -171,7 +172,8 @@ static void mode_config_forced(void)
     if (count_exact(want[1]) != 0 || count_exact(want[2]) != 1 || count_exact(launch) != 1 ||
         count_exact(group_end) != 1 || !at_launch || !at_end || at_launch > at_end)
         FAIL("a group with a forced config call: expected the forced one at NCCL and one launch before "
-             "ncclGroupEnd, got:\n%s", log);
+             "ncclGroupEnd, got:\n%s",
+             log);
     if (ncclCommDestroy(comm) != ncclSuccess)
         FAIL("ncclCommDestroy failed");
     static const char *const has[] = {"config 5", NULL};
@@ -273,7 +275,8 @@ static void mode_older_lib(void)
     int v = 0;
     const char *lib_version = getenv("FAKE_NCCL_VERSION");
     if (!lib_version || ncclGetVersion(&v) != ncclSuccess || v != atoi(lib_version))
-        FAIL("ncclGetVersion gave %d: not the older library's version %s", v, lib_version ? lib_version : "(unset)");
+        FAIL("ncclGetVersion gave %d: not the older library's version %s", v,
+             lib_version ? lib_version : "(unset)");
     ncclResult_t r = ncclSend(sendb, 4, ncclFloat32, 0, NULL, STREAM);
     const char *e = ncclGetLastError(NULL);
     if (r != ncclInvalidUsage || !e || !strstr(e, "ncclSend is not in the real NCCL"))
@@ -283,7 +286,8 @@ static void mode_older_lib(void)
     r = ncclAllReduceConfig(sendb, recvb, 4, ncclFloat32, ncclSum, NULL, STREAM, NULL);
     e = ncclGetLastError(NULL);
     if (r != ncclInvalidUsage || !e || !strstr(e, "ncclAllReduceConfig is not in the real NCCL"))
-        FAIL("ncclAllReduceConfig: %d '%s', expected ncclInvalidUsage and a reason", (int)r, e ? e : "(null)");
+        FAIL("ncclAllReduceConfig: %d '%s', expected ncclInvalidUsage and a reason", (int)r,
+             e ? e : "(null)");
 #endif
 #ifdef REC_HAVE_ncclCommGrow
     ncclComm_t grown = NULL;
@@ -303,8 +307,11 @@ static void mode_older_lib(void)
 }
 
 static const struct shim_mode modes[] = {
-    {"config-routed", mode_config_routed}, {"config-forced", mode_config_forced}, {"grow", mode_grow},
-    {"suspend", mode_suspend},             {"older-lib", mode_older_lib},
+    {"config-routed", mode_config_routed},
+    {"config-forced", mode_config_forced},
+    {"grow", mode_grow},
+    {"suspend", mode_suspend},
+    {"older-lib", mode_older_lib},
 };
 
 int main(int argc, char **argv)

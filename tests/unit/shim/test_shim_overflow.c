@@ -58,14 +58,15 @@ static void expect_refused(const char *name, ncclComm_t comm, size_t count, int 
     ncclResult_t r = call(name, comm, count);
     const char *why = ncclGetLastError(comm);
     if (r != ncclInvalidArgument)
-        FAIL("%s(count %zu)%s returned %d, not ncclInvalidArgument", name, count, in_group ? " in a group" : "",
-             (int)r);
+        FAIL("%s(count %zu)%s returned %d, not ncclInvalidArgument", name, count,
+             in_group ? " in a group" : "", (int)r);
     if (!why || !strstr(why, name) || !strstr(why, "overflows"))
         FAIL("%s: ncclGetLastError says \"%s\", not the overflow", name, why ? why : "(null)");
     if (in_group && ncclGroupEnd() != ncclSuccess)
         FAIL("%s: the group's end failed", name);
     if (fake_got(name) || fake_got("mscx_exec_launch"))
-        FAIL("%s(count %zu) reached NCCL or the executor:\n%s", name, count, read_file(getenv("FAKE_NCCL_LOG")));
+        FAIL("%s(count %zu) reached NCCL or the executor:\n%s", name, count,
+             read_file(getenv("FAKE_NCCL_LOG")));
     printf("%s count %zu%s: ncclInvalidArgument, \"%s\"\n", name, count, in_group ? " (group)" : "", why);
 }
 
@@ -78,10 +79,11 @@ static ncclComm_t init(int nranks)
     return comm;
 }
 
-static const char *const all_calls[] = {"ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast",
-                                        "ncclBcast",     "ncclSend",      "ncclRecv",
+static const char *const all_calls[] = {
+    "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast",
+    "ncclBcast",     "ncclSend",      "ncclRecv",
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-                                        "ncclAlltoAll",
+    "ncclAlltoAll",
 #endif
 };
 #define NCALLS (sizeof(all_calls) / sizeof(all_calls[0]))
@@ -92,7 +94,8 @@ static void run_routed(void)
     if (!comm)
         return;
     fake_log_clear();
-    if (ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, NULL) != ncclSuccess || !fake_got("mscx_exec_launch"))
+    if (ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, NULL) != ncclSuccess ||
+        !fake_got("mscx_exec_launch"))
         FAIL("a 1 KB allreduce did not run on our executor, the test would prove nothing:\n%s",
              read_file(getenv("FAKE_NCCL_LOG")));
     for (size_t i = 0; i < NCALLS; i++) {

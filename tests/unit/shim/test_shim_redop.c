@@ -10,7 +10,8 @@
 #include "shim_int.h"
 #include "test_common.h"
 
-/* NCCL's fp8 e4m3 type, named from 2.24 on; an older nccl.h has only its value (a newer client's calls carry it). */
+/* NCCL's fp8 e4m3 type, named from 2.24 on; an older nccl.h has only its value (a newer client's calls carry
+ * it). */
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
 #define FP8_E4M3 ncclFloat8e4m3
 #else
@@ -50,8 +51,7 @@ START_TEST(test_builtin_and_avg)
     ck_assert_int_eq(op, MSCX_REDOP_SUM);
     ck_assert_int_eq(s.kind, MSCX_SCALE_NONE);
     /* integers: NCCL sums, then divides; fp64 and fp8: not a type the executors scale */
-    static const ncclDataType_t other[] = {ncclInt32, ncclUint32,  ncclInt8,
-                                           ncclInt64, ncclFloat64, FP8_E4M3};
+    static const ncclDataType_t other[] = {ncclInt32, ncclUint32, ncclInt8, ncclInt64, ncclFloat64, FP8_E4M3};
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
         ck_assert_int_eq(shim_redop_resolve(COMM_A, 4, ncclAvg, other[i], &op, &s), -1);
 }
@@ -126,7 +126,8 @@ START_TEST(test_forget_comm)
     }
     shim_redop_forget_comm(COMM_A);
     for (int i = 0; i < 300; i++) {
-        ck_assert_int_eq(shim_redop_resolve(COMM_A, 2, (ncclRedOp_t)(ncclNumOps + i), ncclFloat32, &op, &s), -1);
+        ck_assert_int_eq(shim_redop_resolve(COMM_A, 2, (ncclRedOp_t)(ncclNumOps + i), ncclFloat32, &op, &s),
+                         -1);
         ck_assert_int_eq(shim_redop_resolve(COMM_B, 2, (ncclRedOp_t)(ncclNumOps + i), ncclFloat32, &op, &s),
                          i % 3 == 0 ? 0 : -1);
     }

@@ -7,7 +7,8 @@
 #include "shim_int.h"
 #include "test_common.h"
 
-/* NCCL's fp8 types, named from 2.24 on; an older nccl.h has their values only (a newer client's calls carry them). */
+/* NCCL's fp8 types, named from 2.24 on; an older nccl.h has their values only (a newer client's calls carry
+ * them). */
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
 #define FP8_E4M3 ncclFloat8e4m3
 #define FP8_E5M2 ncclFloat8e5m2
@@ -16,7 +17,8 @@
 #define FP8_E5M2 ((ncclDataType_t)11)
 #endif
 
-static struct shim_route_plan mk_plan(enum mscx_coll coll, uint32_t nranks, uint32_t rpn, uint64_t lo, uint64_t hi)
+static struct shim_route_plan mk_plan(enum mscx_coll coll, uint32_t nranks, uint32_t rpn, uint64_t lo,
+                                      uint64_t hi)
 {
     struct shim_route_plan p;
     memset(&p, 0, sizeof(p));

@@ -196,8 +196,9 @@ static void mode_one(void)
     one_routed(comm); /* still routes after all that */
     call_ok("ncclCommDestroy", ncclCommDestroy(comm));
     /* the three AlltoAlls; the overlapping pair is an AlltoAll's shape that this rank cannot run */
-    static const char *const has[] = {"alltoall<=1K routed 3 fallback 1", "sendrecv 1", "allreduce<=1K routed 2",
-                                      "plans: allreduce_n1_rpn1_copy_1K_4M 2 alltoall_n1_rpn1_copy_1K_4M 3", NULL};
+    static const char *const has[] = {
+        "alltoall<=1K routed 3 fallback 1", "sendrecv 1", "allreduce<=1K routed 2",
+        "plans: allreduce_n1_rpn1_copy_1K_4M 2 alltoall_n1_rpn1_copy_1K_4M 3", NULL};
     check_summary(comm, has);
     /* the summary file names the plan, its range and its calls */
     char path[4096];

@@ -40,7 +40,7 @@
 #define CALL_BYTES 4096 /* 1024 floats */
 #define WIN_OFF 16384   /* the window: [mem + WIN_OFF, mem + WIN_OFF + WIN_BYTES) */
 #define WIN_BYTES 8192
-#define OUT_OFF 40960          /* a buffer outside every window */
+#define OUT_OFF 40960 /* a buffer outside every window */
 #define MANY 20000
 
 static _Alignas(4096) char mem[1 << 16];
@@ -267,17 +267,21 @@ static void mode_uneven(void)
     check_summary(c, "reasons: window 1", NULL);
 }
 
-static const struct shim_mode modes[] = {
-    {"tracked", mode_tracked}, {"marked", mode_marked}, {"ends", mode_ends}, {"many", mode_many},
-    {"uneven", mode_uneven}};
+static const struct shim_mode modes[] = {{"tracked", mode_tracked},
+                                         {"marked", mode_marked},
+                                         {"ends", mode_ends},
+                                         {"many", mode_many},
+                                         {"uneven", mode_uneven}};
 #else
 static void mode_skip(void)
 {
     printf("nccl.h older than 2.27: no windows\n");
 }
-static const struct shim_mode modes[] = {
-    {"tracked", mode_skip}, {"marked", mode_skip}, {"ends", mode_skip}, {"many", mode_skip},
-    {"uneven", mode_skip}};
+static const struct shim_mode modes[] = {{"tracked", mode_skip},
+                                         {"marked", mode_skip},
+                                         {"ends", mode_skip},
+                                         {"many", mode_skip},
+                                         {"uneven", mode_skip}};
 #endif
 
 int main(int argc, char **argv)

@@ -26,7 +26,8 @@ START_TEST(test_args_good)
 {
     struct perf_opts o;
     char err[256] = "";
-    ck_assert_int_eq(parse("mscx-perf -b 8 -e 128M -f 2 -d all -o all -n 7 -w 0 -c 0 -G 3 -a 3", &o, err, sizeof(err)), 0);
+    ck_assert_int_eq(
+        parse("mscx-perf -b 8 -e 128M -f 2 -d all -o all -n 7 -w 0 -c 0 -G 3 -a 3", &o, err, sizeof(err)), 0);
     ck_assert_uint_eq(o.min_bytes, 8);
     ck_assert_uint_eq(o.max_bytes, 128u << 20);
     ck_assert_uint_eq(o.step_factor, 2);
@@ -41,8 +42,9 @@ START_TEST(test_args_good)
     ck_assert_int_eq(parse("/opt/bin/all_gather_perf -d bfloat16 -o sum", &o, err, sizeof(err)), 0);
     ck_assert_int_eq(o.coll, PERF_ALLGATHER);
     ck_assert_uint_eq(o.type_mask, 1u << PERF_BF16);
-    ck_assert_int_eq(parse("mscx-perf --op reducescatter -o min --json x.json --nproc 4 --progress", &o, err,
-                           sizeof(err)), 0);
+    ck_assert_int_eq(
+        parse("mscx-perf --op reducescatter -o min --json x.json --nproc 4 --progress", &o, err, sizeof(err)),
+        0);
     ck_assert_int_eq(o.coll, PERF_REDUCESCATTER);
     ck_assert_uint_eq(o.op_mask, 1u << PERF_MIN);
     ck_assert_str_eq(o.json_path, "x.json");
@@ -53,11 +55,13 @@ START_TEST(test_args_good)
     ck_assert_str_eq(o.plan_path, "p.json");
     ck_assert_int_eq(o.baseline, 0);
     ck_assert_int_eq(parse("mscx-perf --executor 4 --baseline -b 1K -e 1M -f 2 -d float,half,bf16,int32 -G 2",
-                           &o, err, sizeof(err)), 0);
+                           &o, err, sizeof(err)),
+                     0);
     ck_assert_int_eq(o.baseline, 1);
     ck_assert_int_eq(o.executor_nranks, 4);
     ck_assert_int_eq(o.graph_iters, 2);
-    ck_assert_uint_eq(o.type_mask, (1u << PERF_FLOAT) | (1u << PERF_HALF) | (1u << PERF_BF16) | (1u << PERF_INT32));
+    ck_assert_uint_eq(o.type_mask,
+                      (1u << PERF_FLOAT) | (1u << PERF_HALF) | (1u << PERF_BF16) | (1u << PERF_INT32));
     /* the option order does not matter */
     ck_assert_int_eq(parse("mscx-perf --baseline --executor 2", &o, err, sizeof(err)), 0);
     ck_assert_int_eq(o.baseline, 1);
@@ -88,8 +92,9 @@ static const struct {
     {"mscx-perf extra", "unexpected argument"},
     {"mscx-perf -d int32 -o avg", "floating-point"},
     {"mscx-perf --executor 4 --nproc 2", "cannot be combined"},
-    {"mscx-perf --executor 4 --baseline --nproc 2", "--baseline runs the hand-written kernel for all --executor N "
-                                                    "ranks in one process; it cannot be combined with --nproc"},
+    {"mscx-perf --executor 4 --baseline --nproc 2",
+     "--baseline runs the hand-written kernel for all --executor N "
+     "ranks in one process; it cannot be combined with --nproc"},
     {"mscx-perf --baseline --nproc 2", "--baseline"},
     {"mscx-perf --baseline", "--baseline needs --executor N"},
     {"mscx-perf --executor 2 --baseline --coll allgather", "allreduce only"},
@@ -102,8 +107,8 @@ START_TEST(test_args_bad)
     struct perf_opts o;
     char err[256] = "";
     ck_assert_int_eq(parse(bad_args[_i].line, &o, err, sizeof(err)), -1);
-    ck_assert_msg(strstr(err, bad_args[_i].needle) != NULL, "'%s': message '%s' lacks '%s'", bad_args[_i].line, err,
-                  bad_args[_i].needle);
+    ck_assert_msg(strstr(err, bad_args[_i].needle) != NULL, "'%s': message '%s' lacks '%s'",
+                  bad_args[_i].line, err, bad_args[_i].needle);
 }
 END_TEST
 
@@ -177,9 +182,11 @@ START_TEST(test_alltoall)
         ck_assert_int_eq(mscx_perf_check(PERF_ALLTOALL, PERF_FLOAT, PERF_SUM, rank, N, 5, out, N * PART), 1);
         out[PART + 1] = keep;
         memcpy(out, in[0] + ((rank + 1) % N) * PART, PART * sizeof(float)); /* another rank's block */
-        ck_assert_int_eq(mscx_perf_check(PERF_ALLTOALL, PERF_FLOAT, PERF_SUM, rank, N, 5, out, N * PART), PART);
+        ck_assert_int_eq(mscx_perf_check(PERF_ALLTOALL, PERF_FLOAT, PERF_SUM, rank, N, 5, out, N * PART),
+                         PART);
     }
-    /* the hand-written alltoall of mscx-bench-gpu: the one-shot packet plans only, whole 8-byte units per peer */
+    /* the hand-written alltoall of mscx-bench-gpu: the one-shot packet plans only, whole 8-byte units per
+     * peer */
     const char *why = NULL;
     ck_assert_int_eq(mscx_ref_algo_of_plan("alltoall_n4_rpn4_oneshot_1K_64K"), MSCX_REF_ALLTOALL);
     ck_assert_int_eq(mscx_ref_algo_of_plan("alltoall_n4_rpn4_direct_64K_2M"), MSCX_REF_NONE);
@@ -239,7 +246,7 @@ START_TEST(test_data_check_roundtrip)
                             acc = mscx_perf_load(t, in, j);
                             for (int q = 1; q < n; q++) {
                                 double v = mscx_perf_load(t, in + q * sendc * es, j);
-                                acc = op == PERF_PROD ? acc * v
+                                acc = op == PERF_PROD  ? acc * v
                                       : op == PERF_MIN ? fmin(acc, v)
                                       : op == PERF_MAX ? fmax(acc, v)
                                                        : acc + v;
@@ -250,13 +257,16 @@ START_TEST(test_data_check_roundtrip)
                         mscx_perf_store(t, out, i, acc);
                     }
                     ck_assert_msg(mscx_perf_check(c, t, op, rank, n, 3, out, recvc) == 0, "%s %s %s rank %d",
-                                  mscx_perf_coll_name(c), mscx_perf_type_name(t), mscx_perf_op_name(op), rank);
+                                  mscx_perf_coll_name(c), mscx_perf_type_name(t), mscx_perf_op_name(op),
+                                  rank);
                     mscx_perf_store(t, out, recvc / 2, 99);
                     ck_assert_int_eq(mscx_perf_check(c, t, op, rank, n, 3, out, recvc), 1);
                     /* A different seed's data (a stale buffer) is mostly wrong. */
-                    mscx_perf_store(t, out, recvc / 2, mscx_perf_expected(c, t, op, rank, n, 3, recvc, recvc / 2));
+                    mscx_perf_store(t, out, recvc / 2,
+                                    mscx_perf_expected(c, t, op, rank, n, 3, recvc, recvc / 2));
                     if (op != PERF_PROD)
-                        ck_assert_int_gt(mscx_perf_check(c, t, op, rank, n, 4, out, recvc), (int64_t)recvc / 4);
+                        ck_assert_int_gt(mscx_perf_check(c, t, op, rank, n, 4, out, recvc),
+                                         (int64_t)recvc / 4);
                 }
             next:
                 free(in);
@@ -285,7 +295,8 @@ static int fake_check(void *ctx, const struct perf_call *call, int seed, int64_t
     return 0;
 }
 
-static char *run_fake(const char *args, struct perf_result **rows_p, size_t *nrows_p, int64_t *wrong_p, double *bw_p)
+static char *run_fake(const char *args, struct perf_result **rows_p, size_t *nrows_p, int64_t *wrong_p,
+                      double *bw_p)
 {
     struct perf_opts o;
     struct perf_boot b = {.rank = 0, .nranks = 1};
@@ -329,7 +340,8 @@ START_TEST(test_rows_types_ops)
     ck_assert_uint_eq(nrows, 36);
     free(rows);
     rows = NULL;
-    char *t = run_fake("mscx-perf -b 1K -e 8K -f 2 -d float -o all --coll reducescatter", &rows, &nrows, &wrong, &bw);
+    char *t = run_fake("mscx-perf -b 1K -e 8K -f 2 -d float -o all --coll reducescatter", &rows, &nrows,
+                       &wrong, &bw);
     ck_assert_uint_eq(nrows, 20);
     ck_assert_ptr_nonnull(strstr(t, "     float     avg      -1"));
     free(t);
@@ -371,8 +383,8 @@ START_TEST(test_json_roundtrip)
     json_t *r1 = json_array_get(res, 1), *ip0 = json_object_get(json_array_get(res, 0), "in_place");
     ck_assert_int_eq(json_integer_value(json_object_get(r1, "size")), 1048576);
     ck_assert_str_eq(json_string_value(json_object_get(r1, "type")), "float");
-    ck_assert_double_eq_tol(json_real_value(json_object_get(json_object_get(r1, "out_of_place"), "time_us")), 50.25,
-                            1e-9);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(json_object_get(r1, "out_of_place"), "time_us")),
+                            50.25, 1e-9);
     ck_assert_int_eq(json_integer_value(json_object_get(ip0, "wrong")), 2);
     json_decref(root);
     /* Unchecked: wrong is null, not 0. */
@@ -382,8 +394,8 @@ START_TEST(test_json_roundtrip)
     root = json_load_file(path, 0, &jerr);
     ck_assert_ptr_nonnull(root);
     ck_assert(json_is_null(json_object_get(root, "wrong")));
-    ck_assert(json_is_null(json_object_get(json_object_get(json_array_get(json_object_get(root, "results"), 0),
-                                                           "in_place"), "wrong")));
+    ck_assert(json_is_null(json_object_get(
+        json_object_get(json_array_get(json_object_get(root, "results"), 0), "in_place"), "wrong")));
     json_decref(root);
     /* n/a: "na" true and no numbers at all */
     rows[0].na[0] = 1;
@@ -394,8 +406,8 @@ START_TEST(test_json_roundtrip)
     ck_assert(json_is_true(json_object_get(oop, "na")));
     ck_assert(json_is_null(json_object_get(oop, "time_us")));
     ck_assert(json_is_null(json_object_get(oop, "busbw")));
-    ck_assert(json_is_real(json_object_get(json_object_get(json_array_get(json_object_get(root, "results"), 0),
-                                                           "in_place"), "time_us")));
+    ck_assert(json_is_real(json_object_get(
+        json_object_get(json_array_get(json_object_get(root, "results"), 0), "in_place"), "time_us")));
     json_decref(root);
     unlink(path);
     ck_assert_int_eq(mscx_perf_json_write("/nonexistent-dir/x.json", &o, "nccl", 8, rows, 2, 0, 0), -1);
@@ -458,8 +470,10 @@ START_TEST(test_na_rows)
     ck_assert_int_eq(calls[4], 4096);
     ck_assert_int_eq(calls[1], 3);
     /* the columns keep their widths: n/a where the numbers would be */
-    ck_assert_msg(strstr(text, "         256            64     float     sum      -1      n/a     n/a     n/a    n/a"
-                               "      n/a     n/a     n/a    n/a\n") != NULL, "%s", text);
+    ck_assert_msg(
+        strstr(text, "         256            64     float     sum      -1      n/a     n/a     n/a    n/a"
+                     "      n/a     n/a     n/a    n/a\n") != NULL,
+        "%s", text);
     ck_assert_msg(strstr(text, "# Rows n/a             : 2 of 3") != NULL, "%s", text);
     /* avg busbw over the 3 measured bodies only */
     double want = (rows[1].busbw[0] + rows[1].busbw[1] + rows[2].busbw[0]) / 3;
@@ -482,7 +496,8 @@ START_TEST(test_ref_rules)
     ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n4_rpn4_twophase_rows4_64K_1M"), MSCX_REF_TWOPHASE);
     ck_assert_int_eq(mscx_ref_algo_of_plan("allreduce_n8_rpn4_hier2_1K_64K"), MSCX_REF_NONE);
     ck_assert_int_eq(mscx_ref_algo_of_plan(NULL), MSCX_REF_NONE);
-    const enum mscx_dtype ok_types[] = {MSCX_DT_FP32, MSCX_DT_FP16, MSCX_DT_BF16, MSCX_DT_INT32, MSCX_DT_UINT32};
+    const enum mscx_dtype ok_types[] = {MSCX_DT_FP32, MSCX_DT_FP16, MSCX_DT_BF16, MSCX_DT_INT32,
+                                        MSCX_DT_UINT32};
     for (size_t i = 0; i < sizeof(ok_types) / sizeof(ok_types[0]); i++) {
         ck_assert(mscx_ref_supports(MSCX_REF_ONESHOT, ok_types[i], MSCX_REDOP_SUM, 8, 1024, &why));
         ck_assert_ptr_null(why);
@@ -495,14 +510,16 @@ START_TEST(test_ref_rules)
     ck_assert(!mscx_ref_supports(MSCX_REF_TWOPHASE, MSCX_DT_FP32, MSCX_REDOP_SUM, 8, 1028, &why));
     ck_assert_ptr_nonnull(strstr(why, "multiple of 8"));
     ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 8, 0, NULL));
-    ck_assert(mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 1, 1024, NULL)); /* launch probe */
+    ck_assert(
+        mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 1, 1024, NULL)); /* launch probe */
     ck_assert(!mscx_ref_supports(MSCX_REF_TWOPHASE, MSCX_DT_FP32, MSCX_REDOP_SUM, 1, 1024, &why));
     ck_assert_ptr_nonnull(strstr(why, "two-phase"));
     ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 0, 1024, NULL));
     ck_assert(!mscx_ref_supports(MSCX_REF_ONESHOT, MSCX_DT_FP32, MSCX_REDOP_SUM, 17, 1024, NULL));
     ck_assert(!mscx_ref_supports(MSCX_REF_NONE, MSCX_DT_FP32, MSCX_REDOP_SUM, 8, 1024, &why));
     ck_assert_ptr_nonnull(strstr(why, "no hand-written kernel"));
-    /* oneshot: 2 halves x n slots x 2 bytes per byte; twophase: 2 halves x 2 regions x n chunks, rounded up */
+    /* oneshot: 2 halves x n slots x 2 bytes per byte; twophase: 2 halves x 2 regions x n chunks, rounded up
+     */
     ck_assert_uint_eq(mscx_ref_scratch_bytes(MSCX_REF_ONESHOT, 8, 1024), 2 * 8 * 2 * 1024);
     ck_assert_uint_eq(mscx_ref_scratch_bytes(MSCX_REF_TWOPHASE, 8, 1024), 8 * 1024);
     ck_assert_uint_eq(mscx_ref_scratch_bytes(MSCX_REF_TWOPHASE, 8, 24), 2 * 2 * 8 * 16 * 1);
@@ -511,9 +528,18 @@ START_TEST(test_ref_rules)
     static uint32_t state[MSCX_REF_STATE_WORDS];
     static char scr[2][4096] __attribute__((aligned(16)));
     static uint64_t buf[64];
-    struct mscx_ref_launch l = {.algo = MSCX_REF_TWOPHASE, .dtype = MSCX_DT_FP32, .send = buf, .recv = buf,
-                                .scratch = {scr[0], scr[1]}, .scratch_bytes = 4096, .state = state, .rank = 1,
-                                .nranks = 2, .bytes = 512, .blocks = 2, .threads = 512};
+    struct mscx_ref_launch l = {.algo = MSCX_REF_TWOPHASE,
+                                .dtype = MSCX_DT_FP32,
+                                .send = buf,
+                                .recv = buf,
+                                .scratch = {scr[0], scr[1]},
+                                .scratch_bytes = 4096,
+                                .state = state,
+                                .rank = 1,
+                                .nranks = 2,
+                                .bytes = 512,
+                                .blocks = 2,
+                                .threads = 512};
     ck_assert_int_eq(mscx_ref_check_launch(&l, err, sizeof(err)), 0);
     l.bytes = 1024; /* needs 8K of scratch */
     ck_assert_int_eq(mscx_ref_check_launch(&l, err, sizeof(err)), -1);

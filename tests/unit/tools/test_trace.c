@@ -25,8 +25,9 @@ static size_t make_blocks(void)
         for (int b = 0; b < NB; b++) {
             uint64_t base = 1000000 + 250 * (uint64_t)(r * NB + b);
             for (int k = 0; k < NOPS; k++)
-                recs[r][b][k] = (struct mscx_trace_rec){(uint32_t)k, MSCX_OP_PUT + (uint32_t)k,
-                                                        base + 1000 * (uint64_t)k, base + 1000 * (uint64_t)k + 700};
+                recs[r][b][k] =
+                    (struct mscx_trace_rec){(uint32_t)k, MSCX_OP_PUT + (uint32_t)k, base + 1000 * (uint64_t)k,
+                                            base + 1000 * (uint64_t)k + 700};
             blocks[n++] = (struct mscx_trace_block){(uint32_t)r, (uint32_t)b, recs[r][b], NOPS};
         }
     }
@@ -63,7 +64,8 @@ START_TEST(test_trace_valid_tracks_monotonic)
     for (int r = 0; r < NR; r++)
         for (int b = 0; b < NB; b++)
             last_end[r][b] = -1;
-    json_array_foreach(events, i, ev) {
+    json_array_foreach(events, i, ev)
+    {
         const char *ph = json_string_value(json_object_get(ev, "ph"));
         const char *name = json_string_value(json_object_get(ev, "name"));
         int pid = (int)json_integer_value(json_object_get(ev, "pid"));
@@ -88,10 +90,12 @@ START_TEST(test_trace_valid_tracks_monotonic)
         ck_assert_str_eq(ph, "X");
         ck_assert(json_is_integer(tidj));
         ck_assert_int_lt(tid, NB);
-        double ts = json_number_value(json_object_get(ev, "ts")), dur = json_number_value(json_object_get(ev, "dur"));
+        double ts = json_number_value(json_object_get(ev, "ts")),
+               dur = json_number_value(json_object_get(ev, "dur"));
         ck_assert(ts >= 0 && dur >= 0);
-        ck_assert_msg(ts >= last_end[pid][tid] - 1e-9, "rank %d tb %d: event at %.3f before previous end %.3f", pid,
-                      tid, ts, last_end[pid][tid]);
+        ck_assert_msg(ts >= last_end[pid][tid] - 1e-9,
+                      "rank %d tb %d: event at %.3f before previous end %.3f", pid, tid, ts,
+                      last_end[pid][tid]);
         last_end[pid][tid] = ts + dur;
         xcount[pid][tid]++;
         ck_assert_str_eq(name, mscx_opcode_name((enum mscx_opcode)json_integer_value(
@@ -105,9 +109,11 @@ START_TEST(test_trace_valid_tracks_monotonic)
         }
     }
     /* Times are microseconds from the earliest start: rank 0 tb 0 op 1 starts at 1.000 us, lasts 0.700. */
-    json_array_foreach(events, i, ev) {
+    json_array_foreach(events, i, ev)
+    {
         if (strcmp(json_string_value(json_object_get(ev, "ph")), "X") == 0 &&
-            json_integer_value(json_object_get(ev, "pid")) == 0 && json_integer_value(json_object_get(ev, "tid")) == 0 &&
+            json_integer_value(json_object_get(ev, "pid")) == 0 &&
+            json_integer_value(json_object_get(ev, "tid")) == 0 &&
             json_integer_value(json_object_get(json_object_get(ev, "args"), "op")) == 1) {
             ck_assert_double_eq_tol(json_number_value(json_object_get(ev, "ts")), 1.0, 1e-9);
             ck_assert_double_eq_tol(json_number_value(json_object_get(ev, "dur")), 0.7, 1e-9);

@@ -21,10 +21,14 @@ enum mscx_ref_algo mscx_ref_algo_of_plan(const char *plan_name)
 const char *mscx_ref_algo_name(enum mscx_ref_algo algo)
 {
     switch (algo) {
-    case MSCX_REF_ONESHOT: return "oneshot";
-    case MSCX_REF_TWOPHASE: return "twophase";
-    case MSCX_REF_ALLTOALL: return "alltoall";
-    default: return "none";
+    case MSCX_REF_ONESHOT:
+        return "oneshot";
+    case MSCX_REF_TWOPHASE:
+        return "twophase";
+    case MSCX_REF_ALLTOALL:
+        return "alltoall";
+    default:
+        return "none";
     }
 }
 
@@ -48,8 +52,8 @@ int mscx_ref_supports(enum mscx_ref_algo algo, enum mscx_dtype dtype, enum mscx_
         why = alltoall_why(dtype, nranks, bytes);
     else if (algo != MSCX_REF_ONESHOT && algo != MSCX_REF_TWOPHASE)
         why = "no hand-written kernel for this algorithm";
-    else if (dtype != MSCX_DT_FP32 && dtype != MSCX_DT_FP16 && dtype != MSCX_DT_BF16 && dtype != MSCX_DT_INT32 &&
-             dtype != MSCX_DT_UINT32)
+    else if (dtype != MSCX_DT_FP32 && dtype != MSCX_DT_FP16 && dtype != MSCX_DT_BF16 &&
+             dtype != MSCX_DT_INT32 && dtype != MSCX_DT_UINT32)
         why = "data type not one of float, half, bfloat16, int32, uint32";
     else if (op != MSCX_REDOP_SUM)
         why = "reduction is not sum";
@@ -97,7 +101,8 @@ int mscx_ref_check_launch(const struct mscx_ref_launch *l, char *err, size_t err
         return -1;
     }
     if (l->algo == MSCX_REF_ALLTOALL && l->send == l->recv) {
-        snprintf(err, errlen, "baseline alltoall: out of place only (the output is written while peers read)");
+        snprintf(err, errlen,
+                 "baseline alltoall: out of place only (the output is written while peers read)");
         return -1;
     }
     if ((uintptr_t)l->send % 8 || (uintptr_t)l->recv % 8) {
@@ -117,9 +122,10 @@ int mscx_ref_check_launch(const struct mscx_ref_launch *l, char *err, size_t err
     }
     need = mscx_ref_scratch_bytes(l->algo, l->nranks, l->bytes);
     if (need > l->scratch_bytes) {
-        snprintf(err, errlen, "baseline %s, %llu bytes, %u ranks: needs %llu bytes of scratch, %llu allocated",
-                 mscx_ref_algo_name(l->algo), (unsigned long long)l->bytes, l->nranks, (unsigned long long)need,
-                 (unsigned long long)l->scratch_bytes);
+        snprintf(err, errlen,
+                 "baseline %s, %llu bytes, %u ranks: needs %llu bytes of scratch, %llu allocated",
+                 mscx_ref_algo_name(l->algo), (unsigned long long)l->bytes, l->nranks,
+                 (unsigned long long)need, (unsigned long long)l->scratch_bytes);
         return -1;
     }
     return 0;

@@ -48,18 +48,18 @@ enum mscx_ref_algo { MSCX_REF_NONE = 0, MSCX_REF_ONESHOT, MSCX_REF_TWOPHASE, MSC
 struct mscx_ref_launch {
     enum mscx_ref_algo algo;
     enum mscx_dtype dtype;
-    const void *send;                      /* this rank's input */
-    void *recv;                            /* its output; may equal send (in place) */
-    char *scratch[MSCX_REF_MAX_RANKS];     /* every rank's scratch, addressable from this rank */
-    uint64_t scratch_bytes;                /* bytes of each scratch (both halves) */
-    uint32_t *state;                       /* this rank's MSCX_REF_STATE_WORDS words, zeroed once */
+    const void *send;                  /* this rank's input */
+    void *recv;                        /* its output; may equal send (in place) */
+    char *scratch[MSCX_REF_MAX_RANKS]; /* every rank's scratch, addressable from this rank */
+    uint64_t scratch_bytes;            /* bytes of each scratch (both halves) */
+    uint32_t *state;                   /* this rank's MSCX_REF_STATE_WORDS words, zeroed once */
     uint32_t rank, nranks;
-    uint64_t bytes;                        /* the message size: the buffer (allreduce), the input (alltoall) */
+    uint64_t bytes; /* the message size: the buffer (allreduce), the input (alltoall) */
     uint32_t blocks, threads;
-    uint64_t timeout_ns;                   /* spin limit per wait; 0: wait forever */
-    uint32_t pdl;                          /* 1: programmatic dependent launch, as the executor's MSCX_PDL
-                                              (Hopper and later, and only where every rank's blocks fit on
-                                              the GPU twice: one launch per stream may wait ahead) */
+    uint64_t timeout_ns; /* spin limit per wait; 0: wait forever */
+    uint32_t pdl;        /* 1: programmatic dependent launch, as the executor's MSCX_PDL
+                            (Hopper and later, and only where every rank's blocks fit on
+                            the GPU twice: one launch per stream may wait ahead) */
 };
 
 /**

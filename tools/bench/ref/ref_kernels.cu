@@ -9,7 +9,8 @@
 
 #include "ref.h"
 
-namespace {
+namespace
+{
 
 struct ref_kargs {
     const char *in;
@@ -32,7 +33,10 @@ template <> struct ref_add<float> {
     }
 };
 template <> struct ref_add<uint32_t> { // int32 and uint32: two's complement, the same bits
-    static __device__ __forceinline__ uint32_t f(uint32_t a, uint32_t b) { return a + b; }
+    static __device__ __forceinline__ uint32_t f(uint32_t a, uint32_t b)
+    {
+        return a + b;
+    }
 };
 template <> struct ref_add<__half> {
     static __device__ __forceinline__ uint32_t f(uint32_t a, uint32_t b)
@@ -57,7 +61,8 @@ template <typename T> __device__ __forceinline__ uint2 ref_add2(uint2 a, uint2 b
 
 __device__ __forceinline__ void ref_put(char *p, uint2 v, uint32_t f)
 {
-    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(f), "r"(v.y), "r"(f)
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(f), "r"(v.y),
+                 "r"(f)
                  : "memory");
 }
 
@@ -99,8 +104,8 @@ __device__ __forceinline__ uint2 ref_get(const ref_kargs &a, const char *p, uint
 // time before any is waited for, so the waits overlap.
 #define REF_BATCH 8
 template <typename T>
-__device__ __forceinline__ uint2 ref_gather(const ref_kargs &a, const char *base, uint64_t slot, uint2 own, uint32_t f,
-                                            bool &dead)
+__device__ __forceinline__ uint2 ref_gather(const ref_kargs &a, const char *base, uint64_t slot, uint2 own,
+                                            uint32_t f, bool &dead)
 {
     uint2 acc = make_uint2(0, 0);
     for (uint32_t p0 = 0; p0 < a.n; p0 += REF_BATCH) {
@@ -181,7 +186,8 @@ __device__ __forceinline__ void ref_end(const ref_kargs &a, uint32_t f)
 // written by the same thread throughout, so in place is safe.
 template <typename T> __global__ void __launch_bounds__(1024, 1) ref_oneshot(const ref_kargs a)
 {
-    const uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x, nt = gridDim.x * (uint64_t)blockDim.x;
+    const uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x,
+                   nt = gridDim.x * (uint64_t)blockDim.x;
     ref_wait();
     const uint2 v0 = tid < a.units ? ref_load(a.in + tid * 8) : make_uint2(0, 0);
     const uint32_t f = ref_flag(a);
@@ -206,10 +212,12 @@ template <typename T> __global__ void __launch_bounds__(1024, 1) ref_oneshot(con
 // phase, so in place is safe.
 template <typename T> __global__ void __launch_bounds__(1024, 1) ref_twophase(const ref_kargs a)
 {
-    const uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x, nt = gridDim.x * (uint64_t)blockDim.x;
-#define REF_LEN(p) ((uint64_t)(p) * a.cu >= a.units ? 0 : min(a.cu, a.units - (uint64_t)(p) * a.cu))
+    const uint64_t tid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x,
+                   nt = gridDim.x * (uint64_t)blockDim.x;
+#define REF_LEN(p) ((uint64_t)(p)*a.cu >= a.units ? 0 : min(a.cu, a.units - (uint64_t)(p)*a.cu))
     ref_wait();
-    const uint32_t p0 = a.rank == 0 ? 1u : 0u; // the first peer sent to: its first unit loaded beside the flag
+    const uint32_t p0 =
+        a.rank == 0 ? 1u : 0u; // the first peer sent to: its first unit loaded beside the flag
     const uint2 v0 = tid < REF_LEN(p0) ? ref_load(a.in + (p0 * a.cu + tid) * 8) : make_uint2(0, 0);
     const uint32_t f = ref_flag(a);
     const uint64_t so = (f & 1u) ? 0 : a.half, slot = 16 * a.cu, regb = (uint64_t)a.n * slot;
@@ -225,7 +233,8 @@ template <typename T> __global__ void __launch_bounds__(1024, 1) ref_twophase(co
     const char *mine = a.scr[a.rank] + so;
     const uint64_t mylen = REF_LEN(a.rank);
     for (uint64_t k = tid; k < mylen; k += nt) {
-        const uint2 acc = ref_gather<T>(a, mine + k * 16, slot, ref_load(a.in + (a.rank * a.cu + k) * 8), f, dead);
+        const uint2 acc =
+            ref_gather<T>(a, mine + k * 16, slot, ref_load(a.in + (a.rank * a.cu + k) * 8), f, dead);
         ref_store(a.out + (a.rank * a.cu + k) * 8, acc);
         for (uint32_t p = 0; p < a.n; p++)
             if (p != a.rank)
@@ -306,10 +315,18 @@ extern "C" int mscx_ref_launch(const struct mscx_ref_launch *l, void *stream, ch
     if (l->algo == MSCX_REF_ALLTOALL)
         return mscx_ref_launch_alltoall(l, stream, err, errlen);
     switch (l->dtype) {
-    case MSCX_DT_FP32: fn = ref_pick<float>(l->algo); break;
-    case MSCX_DT_FP16: fn = ref_pick<__half>(l->algo); break;
-    case MSCX_DT_BF16: fn = ref_pick<__nv_bfloat16>(l->algo); break;
-    default: fn = ref_pick<uint32_t>(l->algo); break; // int32, uint32 (checked above)
+    case MSCX_DT_FP32:
+        fn = ref_pick<float>(l->algo);
+        break;
+    case MSCX_DT_FP16:
+        fn = ref_pick<__half>(l->algo);
+        break;
+    case MSCX_DT_BF16:
+        fn = ref_pick<__nv_bfloat16>(l->algo);
+        break;
+    default:
+        fn = ref_pick<uint32_t>(l->algo);
+        break; // int32, uint32 (checked above)
     }
     memset(&a, 0, sizeof(a));
     a.in = (const char *)l->send;

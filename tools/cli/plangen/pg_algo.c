@@ -46,13 +46,14 @@ static json_t *pg_arr1(json_t *a)
     return arr;
 }
 
-/* Block 0 of rank r ships scratch packets [src, src+1) to @p partner's scratch [dst, dst+1) over the port channel. */
+/* Block 0 of rank r ships scratch packets [src, src+1) to @p partner's scratch [dst, dst+1) over the port
+ * channel. */
 static void pg_port_ppkt(struct pg_plan *p, uint32_t r, uint32_t partner, uint32_t src, uint32_t dst)
 {
     json_t *ch = json_array();
     A_PUSH(ch, json_integer(pg_tb_chan(p, r, 0, PG_CH_PORT, partner)));
-    pg_op(p, r, 0, "ppkt", pg_arr1(pg_loc('s', src, 1)), pg_arr1(pg_rem(p, r, 0, PG_CH_PORT, partner, 's', dst, 1)),
-          "port", ch, false, pg_whole);
+    pg_op(p, r, 0, "ppkt", pg_arr1(pg_loc('s', src, 1)),
+          pg_arr1(pg_rem(p, r, 0, PG_CH_PORT, partner, 's', dst, 1)), "port", ch, false, pg_whole);
 }
 
 /* ---- one rank ---- */
@@ -65,7 +66,8 @@ static int pg_copy(struct pg_plan *p)
     if (p->inplace)
         pg_op(p, 0, 0, "nop", NULL, NULL, NULL, NULL, false, pg_whole);
     else
-        pg_op(p, 0, 0, "copy", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('o', 0, 1)), NULL, NULL, false, pg_whole);
+        pg_op(p, 0, 0, "copy", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('o', 0, 1)), NULL, NULL, false,
+              pg_whole);
     return 0;
 }
 
@@ -93,13 +95,14 @@ static int pg_ar_oneshot(struct pg_plan *p, uint32_t N, uint32_t T, uint32_t B)
             for (uint32_t q = 0; q < N - 1; q++) {
                 uint32_t peer = pg_peer(g, q);
                 pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', 0, 1)),
-                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', g, 1)), "memory", NULL, false, pg_tbg(b, G));
+                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', g, 1)), "memory", NULL, false,
+                      pg_tbg(b, G));
             }
             if (g > 0) {
-                pg_op(p, g, b, "cpkt", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('s', g, 1)), NULL, NULL, false,
-                      pg_tbg(b, G));
-                pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', 0, 1)), pg_arr1(pg_loc('i', 0, 1)), NULL, NULL, false,
-                      pg_tbg(b, G));
+                pg_op(p, g, b, "cpkt", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('s', g, 1)), NULL, NULL,
+                      false, pg_tbg(b, G));
+                pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', 0, 1)), pg_arr1(pg_loc('i', 0, 1)), NULL, NULL,
+                      false, pg_tbg(b, G));
             }
             json_t *src = pg_arr1(pg_loc('i', 0, 1));
             for (uint32_t k = 1; k < N; k++)
@@ -152,8 +155,8 @@ static int pg_ar_twophase(struct pg_plan *p, uint32_t N, uint32_t T)
                 for (uint32_t k = 0; k < N - 1; k++) {
                     uint32_t dp = pg_peer(g, k);
                     pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', g, 1)),
-                          pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, dp, 's', N - 1 + pg_slot(g, dp), 1)), "memory", NULL,
-                          false, pg_tbg(b, G));
+                          pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, dp, 's', N - 1 + pg_slot(g, dp), 1)),
+                          "memory", NULL, false, pg_tbg(b, G));
                 }
                 pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', N - 1 + pg_slot(peer, g), 1)),
                       pg_arr1(pg_loc('i', peer, 1)), NULL, NULL, false, pg_tbg(t, T));
@@ -230,7 +233,8 @@ static int pg_ar_twophase_split(struct pg_plan *p, uint32_t N, uint32_t G, bool 
             for (uint32_t k = 0; k < N - 1; k++) {
                 uint32_t dp = pg_peer(g, k);
                 pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', own, 1)),
-                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, dp, 's', R + pg_tp_scr(cols, N, G, pg_slot(g, dp), b), 1)),
+                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, dp, 's',
+                                     R + pg_tp_scr(cols, N, G, pg_slot(g, dp), b), 1)),
                       "memory", NULL, false, pg_whole);
             }
             /* 3. gather: unpack the owners' results */
@@ -245,7 +249,8 @@ static int pg_ar_twophase_split(struct pg_plan *p, uint32_t N, uint32_t G, bool 
                           pg_whole);
             } else {
                 for (uint32_t o = 0; o < N; o++)
-                    if (o != g && (peer_rows ? pg_slot(o, g) : o) % G == b) /* pg_slot(o, g): o is g's q-th peer */
+                    if (o != g &&
+                        (peer_rows ? pg_slot(o, g) : o) % G == b) /* pg_slot(o, g): o is g's q-th peer */
                         pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', R + pg_slot(o, g) * G, G)),
                               pg_arr1(pg_loc('i', o * G, G)), NULL, NULL, false, pg_whole);
             }
@@ -289,15 +294,16 @@ static int pg_ar_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
                 uint32_t pl = pg_peer(l, q), peer = n * P + pl;
                 /* 1. intra-node scatter of chunk pl */
                 pg_op(p, r, b, "ppkt", pg_arr1(pg_loc('i', pl, 1)),
-                      pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, peer, 's', l, 1)), "memory", NULL, false, pg_tbg(t, T));
+                      pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, peer, 's', l, 1)), "memory", NULL, false,
+                      pg_tbg(t, T));
                 /* 2. node-local sum of chunk l, packet copy for the port block */
                 json_t *src = pg_arr1(pg_loc('i', l, 1));
                 for (uint32_t k = 0; k < P; k++)
                     if (k != l)
                         A_PUSH(src, pg_loc('s', k, 1));
                 pg_op(p, r, b, "repkt", src, pg_arr1(pg_loc('i', l, 1)), NULL, NULL, true, pg_tbg(gb, G));
-                pg_op(p, r, b, "cpkt", pg_arr1(pg_loc('i', l, 1)), pg_arr1(pg_loc('s', P + n, 1)), NULL, NULL, false,
-                      pg_tbg(gb, G));
+                pg_op(p, r, b, "cpkt", pg_arr1(pg_loc('i', l, 1)), pg_arr1(pg_loc('s', P + n, 1)), NULL, NULL,
+                      false, pg_tbg(gb, G));
                 /* 3. the port block may send once every block wrote its slice */
                 pg_barrier(p, r, b, 0, 1 + G);
                 /*
@@ -307,24 +313,24 @@ static int pg_ar_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
                  * P + 1.. P + M - 1; packet copy to the own result slot
                  */
                 if (n > 0)
-                    pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', P, 1)), pg_arr1(pg_loc('i', l, 1)), NULL, NULL, false,
-                          pg_tbg(gb, G));
+                    pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', P, 1)), pg_arr1(pg_loc('i', l, 1)), NULL, NULL,
+                          false, pg_tbg(gb, G));
                 src = pg_arr1(pg_loc('i', l, 1));
                 for (uint32_t m = 1; m < M; m++)
                     A_PUSH(src, pg_loc('s', P + m, 1));
                 pg_op(p, r, b, "repkt", src, pg_arr1(pg_loc('i', l, 1)), NULL, NULL, true, pg_tbg(gb, G));
-                pg_op(p, r, b, "cpkt", pg_arr1(pg_loc('i', l, 1)), pg_arr1(pg_loc('s', P + M + l, 1)), NULL, NULL,
-                      false, pg_tbg(gb, G));
+                pg_op(p, r, b, "cpkt", pg_arr1(pg_loc('i', l, 1)), pg_arr1(pg_loc('s', P + M + l, 1)), NULL,
+                      NULL, false, pg_tbg(gb, G));
                 /* 5. intra-node broadcast of the result packets */
                 for (uint32_t k = 0; k < P - 1; k++) {
                     uint32_t dp = n * P + pg_peer(l, k);
                     pg_op(p, r, b, "rppkt", pg_arr1(pg_loc('s', P + M + l, 1)),
-                          pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, dp, 's', P + M + l, 1)), "memory", NULL, false,
-                          pg_tbg(gb, G));
+                          pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, dp, 's', P + M + l, 1)), "memory", NULL,
+                          false, pg_tbg(gb, G));
                 }
                 /* 6. unpack peer pl's result into chunk pl */
-                pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', P + M + pl, 1)), pg_arr1(pg_loc('i', pl, 1)), NULL, NULL,
-                      false, pg_tbg(t, T));
+                pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', P + M + pl, 1)), pg_arr1(pg_loc('i', pl, 1)), NULL,
+                      NULL, false, pg_tbg(t, T));
             }
         }
     }
@@ -346,12 +352,12 @@ static int pg_ag_allpairs(struct pg_plan *p, uint32_t N, uint32_t T)
             for (uint32_t t = 0; t < T; t++) {
                 uint32_t b = q * T + t, peer = pg_peer(g, q);
                 pg_op(p, g, b, "ppkt", pg_arr1(pg_loc('i', 0, 1)),
-                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_slot(g, peer), 1)), "memory", NULL, false,
-                      pg_tbg(t, T));
-                pg_op(p, g, b, "copy", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('o', g, 1)), NULL, NULL, false,
-                      pg_tbg(b, G));
-                pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', pg_slot(peer, g), 1)), pg_arr1(pg_loc('o', peer, 1)),
-                      NULL, NULL, false, pg_tbg(t, T));
+                      pg_arr1(pg_rem(p, g, b, PG_CH_MEMORY, peer, 's', pg_slot(g, peer), 1)), "memory", NULL,
+                      false, pg_tbg(t, T));
+                pg_op(p, g, b, "copy", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('o', g, 1)), NULL, NULL,
+                      false, pg_tbg(b, G));
+                pg_op(p, g, b, "upkt", pg_arr1(pg_loc('s', pg_slot(peer, g), 1)),
+                      pg_arr1(pg_loc('o', peer, 1)), NULL, NULL, false, pg_tbg(t, T));
             }
         }
     }
@@ -373,7 +379,8 @@ static int pg_ag_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
         uint32_t n = r / P, l = r % P;
         if (pg_hier_rank(p, r, P, M, 1 + G) < 0)
             return -1;
-        pg_op(p, r, 0, "cpkt", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('s', r, 1)), NULL, NULL, false, pg_whole);
+        pg_op(p, r, 0, "cpkt", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('s', r, 1)), NULL, NULL, false,
+              pg_whole);
         pg_op(p, r, 0, "nop", NULL, NULL, NULL, NULL, false, pg_whole);
         for (uint32_t m = 0; m < M; m++) {
             if (m == n)
@@ -385,9 +392,10 @@ static int pg_ag_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
                 uint32_t gb = q * T + t, b = 1 + gb;
                 uint32_t pl = pg_peer(l, q), peer = n * P + pl;
                 pg_op(p, r, b, "ppkt", pg_arr1(pg_loc('i', 0, 1)),
-                      pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, peer, 's', r, 1)), "memory", NULL, false, pg_tbg(t, T));
-                pg_op(p, r, b, "copy", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('o', r, 1)), NULL, NULL, false,
-                      pg_tbg(gb, G));
+                      pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, peer, 's', r, 1)), "memory", NULL, false,
+                      pg_tbg(t, T));
+                pg_op(p, r, b, "copy", pg_arr1(pg_loc('i', 0, 1)), pg_arr1(pg_loc('o', r, 1)), NULL, NULL,
+                      false, pg_tbg(gb, G));
                 for (uint32_t m = 0; m < M; m++) {
                     if (m == n)
                         continue;
@@ -398,15 +406,15 @@ static int pg_ag_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
                 }
                 for (uint32_t m = 0; m < M; m++) {
                     uint32_t j = m * P + pl;
-                    pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', j, 1)), pg_arr1(pg_loc('o', j, 1)), NULL, NULL, false,
-                          pg_tbg(t, T));
+                    pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', j, 1)), pg_arr1(pg_loc('o', j, 1)), NULL, NULL,
+                          false, pg_tbg(t, T));
                 }
                 for (uint32_t m = 0; m < M; m++) {
                     if (m == n)
                         continue;
                     uint32_t j = m * P + l;
-                    pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', j, 1)), pg_arr1(pg_loc('o', j, 1)), NULL, NULL, false,
-                          pg_tbg(gb, G));
+                    pg_op(p, r, b, "upkt", pg_arr1(pg_loc('s', j, 1)), pg_arr1(pg_loc('o', j, 1)), NULL, NULL,
+                          false, pg_tbg(gb, G));
                 }
             }
         }
@@ -464,8 +472,8 @@ static int pg_rs_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
                 uint32_t pl = pg_peer(l, q), peer = n * P + pl;
                 for (uint32_t m = 0; m < M; m++)
                     pg_op(p, r, b, "ppkt", pg_arr1(pg_loc('i', m * P + pl, 1)),
-                          pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, peer, 's', l * M + m, 1)), "memory", NULL, false,
-                          pg_tbg(t, T));
+                          pg_arr1(pg_rem(p, r, b, PG_CH_MEMORY, peer, 's', l * M + m, 1)), "memory", NULL,
+                          false, pg_tbg(t, T));
                 for (uint32_t m = 0; m < M; m++) {
                     if (m == n)
                         continue;
@@ -473,9 +481,10 @@ static int pg_rs_hier(struct pg_plan *p, uint32_t N, uint32_t P, uint32_t T)
                     for (uint32_t k = 0; k < P; k++)
                         if (k != l)
                             A_PUSH(src, pg_loc('s', k * M + m, 1));
-                    pg_op(p, r, b, "repkt", src, pg_arr1(pg_loc('s', 2 * K + m, 1)), NULL, NULL, true, pg_tbg(gb, G));
-                    pg_op(p, r, b, "cpkt", pg_arr1(pg_loc('s', 2 * K + m, 1)), pg_arr1(pg_loc('s', P * M + m, 1)), NULL,
-                          NULL, false, pg_tbg(gb, G));
+                    pg_op(p, r, b, "repkt", src, pg_arr1(pg_loc('s', 2 * K + m, 1)), NULL, NULL, true,
+                          pg_tbg(gb, G));
+                    pg_op(p, r, b, "cpkt", pg_arr1(pg_loc('s', 2 * K + m, 1)),
+                          pg_arr1(pg_loc('s', P * M + m, 1)), NULL, NULL, false, pg_tbg(gb, G));
                 }
                 pg_barrier(p, r, b, 0, 1 + G);
                 json_t *src = pg_arr1(pg_loc('i', n * P + l, 1));
@@ -516,7 +525,8 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
     bool peer_rows = par->layout && strcmp(par->layout, "peer") == 0;
     if (par->blocks && strcmp(a, "oneshot") != 0 && !split)
         return pg_fail("--blocks is for the oneshot and twophase algorithms (the others slice per peer: "
-                       "--tbs-per-peer)", par);
+                       "--tbs-per-peer)",
+                       par);
     if (par->blocks > 64)
         return pg_fail("--blocks above 64", par);
     if (par->layout && (!split || (strcmp(par->layout, "rows") != 0 && !cols && !peer_rows)))
@@ -536,8 +546,8 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
         return pg_fail("--root is for broadcast", par);
     bool bcast_direct = bcast && strcmp(a, "direct") == 0;
     if (bcast && !copy && !hier && strcmp(a, "oneshot") != 0 && !bcast_direct)
-        return pg_fail("broadcast runs copy on one rank, oneshot or direct on one node and hier2 across nodes",
-                       par);
+        return pg_fail(
+            "broadcast runs copy on one rank, oneshot or direct on one node and hier2 across nodes", par);
 
     bool inplace = par->coll == MSCX_COLL_ALLREDUCE;
     bool simple = copy || (par->coll == MSCX_COLL_ALLTOALL && strcmp(a, "direct") == 0) || bcast_direct;
@@ -556,8 +566,8 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p)
             snprintf(lay, sizeof(lay), "_%s%u", cols ? "cols" : peer_rows ? "peer" : "rows", par->blocks);
         else if (bcast)
             snprintf(lay, sizeof(lay), "_root%u", par->root);
-        int len = snprintf(p->name, sizeof(p->name), "%s_n%u_rpn%u_%s%s_%s_%s", mscx_coll_name(par->coll), N, P, a,
-                           lay, lo, hi);
+        int len = snprintf(p->name, sizeof(p->name), "%s_n%u_rpn%u_%s%s_%s_%s", mscx_coll_name(par->coll), N,
+                           P, a, lay, lo, hi);
         if (len < 0 || (size_t)len >= sizeof(p->name)) {
             pg_plan_fini(p);
             return pg_fail("plan name too long", par);

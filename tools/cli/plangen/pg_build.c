@@ -11,7 +11,7 @@
 
 static const char *const pg_chan_names[PG_CH_COUNT] = {"memory", "port"};
 
-static const char *const pg_all_dtypes[] = {"fp32", "fp16", "bf16", "int32", "uint32",
+static const char *const pg_all_dtypes[] = {"fp32", "fp16",  "bf16",  "int32",  "uint32",
                                             "int8", "uint8", "int64", "uint64", "fp64"};
 #define PG_NREDUCIBLE 5
 static const char *const pg_redops[] = {"sum", "prod", "min", "max"};
@@ -156,15 +156,16 @@ void pg_op(struct pg_plan *p, uint32_t rank, uint32_t tb, const char *name, json
     if (reduce)
         json_object_set_new(op, "reduce_op", json_string("sum"));
     if (tbg.size > 1)
-        json_object_set_new(op, "tbg_info",
-                            json_pack("{s:I, s:I}", "tb_id", (json_int_t)tbg.id, "tbg_size", (json_int_t)tbg.size));
+        json_object_set_new(
+            op, "tbg_info",
+            json_pack("{s:I, s:I}", "tb_id", (json_int_t)tbg.id, "tbg_size", (json_int_t)tbg.size));
     json_array_append_new(p->gpus[rank].tb[tb].ops, op);
 }
 
 void pg_barrier(struct pg_plan *p, uint32_t rank, uint32_t tb, uint32_t id, uint32_t ntb)
 {
-    json_t *op = json_pack("{s:s, s:I, s:I}", "name", "barrier", "barrier_id", (json_int_t)id, "num_threadblocks",
-                           (json_int_t)ntb);
+    json_t *op = json_pack("{s:s, s:I, s:I}", "name", "barrier", "barrier_id", (json_int_t)id,
+                           "num_threadblocks", (json_int_t)ntb);
     json_array_append_new(p->gpus[rank].tb[tb].ops, op);
 }
 
@@ -188,7 +189,8 @@ static json_t *pg_tb_json(const struct pg_tb *t, uint32_t id)
             json_t *ids = json_array();
             for (uint32_t i = 0; i < t->nch[ty]; i++)
                 json_array_append_new(ids, json_integer(t->ch[ty][i]));
-            json_array_append_new(chans, json_pack("{s:s, s:o}", "channel_type", pg_chan_names[ty], "channel_ids", ids));
+            json_array_append_new(
+                chans, json_pack("{s:s, s:o}", "channel_type", pg_chan_names[ty], "channel_ids", ids));
         }
         if (t->nrb[ty]) {
             json_t *ids = json_array();
@@ -221,14 +223,16 @@ static json_t *pg_gpu_json(const struct pg_gpu *g, uint32_t id)
         json_t *peers = json_array();
         for (uint32_t i = 0; i < g->nch[ty]; i++)
             json_array_append_new(peers, json_integer(g->peer[ty][i]));
-        json_array_append_new(chans, json_pack("{s:s, s:o}", "channel_type", pg_chan_names[ty], "connected_to", peers));
+        json_array_append_new(
+            chans, json_pack("{s:s, s:o}", "channel_type", pg_chan_names[ty], "connected_to", peers));
     }
     json_object_set_new(o, "channels", chans);
     json_t *rbufs = json_array();
     for (uint32_t k = 0; k < g->nrbuf; k++) {
         char t[2] = {g->rbuf[k].type, 0};
-        json_array_append_new(rbufs, json_pack("{s:I, s:s, s:[s]}", "rank", (json_int_t)g->rbuf[k].rank, "type", t,
-                                               "access_channel_types", pg_chan_names[g->rbuf[k].chan]));
+        json_array_append_new(rbufs,
+                              json_pack("{s:I, s:s, s:[s]}", "rank", (json_int_t)g->rbuf[k].rank, "type", t,
+                                        "access_channel_types", pg_chan_names[g->rbuf[k].chan]));
     }
     json_object_set_new(o, "remote_buffers", rbufs);
     json_object_set_new(o, "semaphores", json_array());

@@ -17,41 +17,37 @@
 #include <jansson.h>
 #include "mscx/plan.h"
 
-#define PG_MAX_PEERS 64  /* channels of one type per rank */
-#define PG_MAX_RBUF 128  /* remote buffers per rank */
-#define PG_MAX_TB 64     /* thread blocks per rank */
-#define PG_TB_TABLE 16   /* per type, per thread block (MSCX_MAX_CHAN_PER_TB) */
+#define PG_MAX_PEERS 64 /* channels of one type per rank */
+#define PG_MAX_RBUF 128 /* remote buffers per rank */
+#define PG_MAX_TB 64    /* thread blocks per rank */
+#define PG_TB_TABLE 16  /* per type, per thread block (MSCX_MAX_CHAN_PER_TB) */
 
-enum pg_chan {
-    PG_CH_MEMORY = 0,
-    PG_CH_PORT = 1,
-    PG_CH_COUNT
-};
+enum pg_chan { PG_CH_MEMORY = 0, PG_CH_PORT = 1, PG_CH_COUNT };
 
 /** What to generate (command-line parameters). */
 struct pg_params {
     enum mscx_coll coll;
-    const char *algo;       /* copy, oneshot, twophase, allpairs, hier2 */
+    const char *algo; /* copy, oneshot, twophase, allpairs, hier2 */
     uint32_t nranks;
-    uint32_t rpn;           /* ranks per node */
+    uint32_t rpn; /* ranks per node */
     uint64_t min_size;
     uint64_t max_size;
-    uint32_t tbs_per_peer;  /* thread blocks per peer group (the slicing factor) */
-    uint32_t blocks;        /* oneshot, twophase: thread blocks per rank, overriding tbs_per_peer * (ranks - 1)
-                               (twophase: each rank's share split in that many sub-chunks); 0: not set */
-    const char *layout;     /* twophase with blocks: "rows" (default, the DSL's allreduce_pkt) or "cols" */
-    uint32_t nthreads;      /* num_threads_per_block */
-    const char *packet;     /* "ll16" or "ll8": a hint only, not recorded */
-    const char *name;       /* plan name; NULL: derived from the parameters */
-    uint32_t root;          /* broadcast root */
+    uint32_t tbs_per_peer; /* thread blocks per peer group (the slicing factor) */
+    uint32_t blocks;       /* oneshot, twophase: thread blocks per rank, overriding tbs_per_peer * (ranks - 1)
+                              (twophase: each rank's share split in that many sub-chunks); 0: not set */
+    const char *layout;    /* twophase with blocks: "rows" (default, the DSL's allreduce_pkt) or "cols" */
+    uint32_t nthreads;     /* num_threads_per_block */
+    const char *packet;    /* "ll16" or "ll8": a hint only, not recorded */
+    const char *name;      /* plan name; NULL: derived from the parameters */
+    uint32_t root;         /* broadcast root */
 };
 
 struct pg_tb {
     json_t *ops;
     uint32_t nch[PG_CH_COUNT];
-    uint32_t ch[PG_CH_COUNT][PG_TB_TABLE];  /* rank-level channel index */
+    uint32_t ch[PG_CH_COUNT][PG_TB_TABLE]; /* rank-level channel index */
     uint32_t nrb[PG_CH_COUNT];
-    uint32_t rb[PG_CH_COUNT][PG_TB_TABLE];  /* index into the rank's remote buffers */
+    uint32_t rb[PG_CH_COUNT][PG_TB_TABLE]; /* index into the rank's remote buffers */
 };
 
 struct pg_rbuf {
@@ -63,7 +59,7 @@ struct pg_rbuf {
 struct pg_gpu {
     uint32_t input_chunks, output_chunks, scratch_chunks;
     uint32_t nch[PG_CH_COUNT];
-    uint32_t peer[PG_CH_COUNT][PG_MAX_PEERS];  /* connected_to, one channel per peer */
+    uint32_t peer[PG_CH_COUNT][PG_MAX_PEERS]; /* connected_to, one channel per peer */
     uint32_t nrbuf;
     struct pg_rbuf rbuf[PG_MAX_RBUF];
     uint32_t ntb;
@@ -73,7 +69,7 @@ struct pg_gpu {
 struct pg_plan {
     const struct pg_params *par;
     char name[128];
-    bool packet;            /* LL protocol, double scratch */
+    bool packet; /* LL protocol, double scratch */
     bool inplace;
     uint32_t nranks;
     struct pg_gpu *gpus;
@@ -134,7 +130,8 @@ int pg_generate(const struct pg_params *par, struct pg_plan *p);
 int pg_bcast(const struct pg_params *par, struct pg_plan *p, bool hier);
 
 /* ---- alltoall (pg_alltoall.c) ---- */
-/** AlltoAll: oneshot (LL) or direct (Simple) on one node, @p hier across nodes. @return 0, or -1 with a message. */
+/** AlltoAll: oneshot (LL) or direct (Simple) on one node, @p hier across nodes. @return 0, or -1 with a
+ * message. */
 int pg_alltoall(const struct pg_params *par, struct pg_plan *p, bool hier);
 
 /** "1K", "64K", "1M", or the number of bytes. */
