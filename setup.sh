@@ -15,7 +15,7 @@ BUILD=${MSCX_BUILD_DIR:-build}
 # oldest and newest ones the shim's tests also build against (./setup.sh test).
 NCCL_H_DEFAULT=2.28.9
 NCCL_H_RANGE="2.19.3 2.32.6"
-APT_PACKAGES="meson ninja-build pkg-config gcc g++ check libjansson-dev libibverbs-dev gnuplot-nox python3 clang"
+APT_PACKAGES="meson ninja-build pkg-config gcc g++ check libjansson-dev libibverbs-dev gnuplot-nox python3 clang clang-format"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
