@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "mscx/log.h"
+#include "rendezvous.h"
 #include "shim_int.h"
 
 #define REAL_OR_FAIL(fn, prof, name)                                                                         \
@@ -438,4 +439,18 @@ ncclResult_t shim_ncclGetVersion(int prof, int *version)
     /* Always the real NCCL's version: applications gate features on it. */
     REAL_OR_FAIL(fn, prof, ncclGetVersion);
     return fn(version);
+}
+
+ncclResult_t shim_ncclGetUniqueId(int prof, ncclUniqueId *uniqueId)
+{
+    /*
+     * NCCL's id, with our rendezvous marker in its unused tail (rendezvous.c);
+     * under MSCX_DISABLE, or where it cannot be marked, exactly NCCL's.
+     */
+    REAL_OR_FAIL(fn, prof, ncclGetUniqueId);
+    ncclResult_t res = fn(uniqueId);
+    const struct mscx_config *cfg = shim_config_lenient();
+    if (res == ncclSuccess && uniqueId && !(cfg && cfg->disable))
+        (void)shim_rdv_mark(uniqueId, shim_rdv_bound_ms(cfg));
+    return res;
 }
