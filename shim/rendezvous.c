@@ -63,8 +63,9 @@
 #define ANSWER_BYTES 24
 
 #define SHIM_RDV_IDLE_MS                                                                                     \
-    (60u * 60u * 1000u)  /* a marked id that no rank uses for this long: the listener exits */
-#define MAX_LISTENERS 64 /* live listeners of one process; more ids stay unmarked */
+    (60u * 60u * 1000u)   /* a marked id that no rank uses for this long: the listener exits */
+#define MAX_LISTENERS 256 /* live listeners of one process; more ids stay unmarked */
+#define LISTENER_STACK (256u << 10)
 #define MAX_RECORD (1u << 20)
 #define MAX_TABLE (256ull << 20)
 #define CONN_SLACK 64u      /* connections beyond the rank count accepted at once (strangers, retries) */
@@ -581,6 +582,7 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
     if (pthread_attr_init(&attr) != 0)
         goto fail;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, LISTENER_STACK); /* a loop over poll: a small stack, many listeners */
     /* the thread takes no signal of the application's */
     sigset_t all, old;
     sigfillset(&all);
