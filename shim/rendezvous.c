@@ -652,7 +652,7 @@ static int dial(const struct mark *m, uint64_t deadline)
 mscx_status_t shim_rdv_gather(const ncclUniqueId *id, uint32_t rank, uint32_t nranks, const void *mine,
                               size_t bytes, void *all, struct shim_rdv_absent *absent)
 {
-    if (!id || !mine || !all || nranks == 0 || rank >= nranks || bytes == 0 || bytes > MAX_RECORD ||
+    if (!id || !mine || nranks == 0 || rank >= nranks || bytes == 0 || bytes > MAX_RECORD ||
         (uint64_t)nranks * bytes > MAX_TABLE)
         return MSCX_ERR_INVALID_ARG;
     struct mark m;
@@ -695,7 +695,17 @@ mscx_status_t shim_rdv_gather(const ncclUniqueId *id, uint32_t rank, uint32_t nr
             (kind == KIND_FALLBACK && (n > SHIM_RDV_ABSENT_MAX || n > count || count == 0))) {
             r = -1;
         } else if (kind == KIND_TABLE) {
-            r = xfer(fd, all, (size_t)nranks * bytes, 0, answer_by);
+            if (all) {
+                r = xfer(fd, all, (size_t)nranks * bytes, 0, answer_by);
+            } else {
+                /* a rank that does not need the others' records (it votes "fall back") */
+                uint8_t sink[4096];
+                for (size_t left = (size_t)nranks * bytes; r == 0 && left;) {
+                    size_t k = left < sizeof(sink) ? left : sizeof(sink);
+                    r = xfer(fd, sink, k, 0, answer_by);
+                    left -= k;
+                }
+            }
             st = MSCX_OK;
         } else {
             uint8_t tail[SHIM_RDV_ABSENT_MAX * 4];

@@ -57,9 +57,10 @@ int shim_rdv_marked(const ncclUniqueId *id);
 
 /**
  * Rank @p rank of @p nranks gathers every rank's @p bytes from @p mine into
- * @p all ([nranks][bytes], rank order) through the listener named in @p id.
+ * @p all ([nranks][bytes], rank order; NULL: the table is read and dropped,
+ * for a rank that votes "fall back") through the listener named in @p id.
  * Waits at most about twice the marker's bound. @return MSCX_OK (@p all
- * filled, the same bytes on every rank), MSCX_ERR_REMOTE (some ranks never
+ * filled where given, the same bytes on every rank), MSCX_ERR_REMOTE (some ranks never
  * came within the bound: every rank that came gets this answer, with
  * *@p absent set when not NULL), MSCX_ERR_UNSUPPORTED (no marker in the id:
  * at once, nothing sent), MSCX_ERR_INVALID_ARG, MSCX_ERR_NO_MEMORY, or
