@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The GPU launch compiler (executor/gpu/launch_compile.c) on the host: for every
- * shipped plan, every rank, sizes at and inside the plan's range (aligned and
- * odd), LL16 and LL8, fp32 and fp16, every compiled entry's operands must lie
+ * The GPU launch compiler (executor/gpu/launch_compile*.c) on the host: for
+ * every shipped plan, every rank, sizes at and inside the plan's range
+ * (aligned and odd), LL16 and LL8, fp32 and fp16, every compiled entry's operands must lie
  * inside their buffers (input, output, this launch's scratch half, the
  * owner's half of a peer's scratch), with the byte counts each kind touches.
  * Whether the compiled program computes what the interpreter computes is
