@@ -102,12 +102,8 @@ void shim_comm_release(struct shim_comm *c)
 
 SHIM_HOT void shim_comm_put(struct shim_comm *c)
 {
-    if (!c)
-        return;
-    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_release) == 1) {
-        atomic_thread_fence(memory_order_acquire);
-        shim_comm_release(c);
-    }
+    if (c)
+        shim_comm_unref(c);
 }
 
 /*

@@ -84,6 +84,14 @@ int shim_comm_publish(struct shim_comm *c);
 struct shim_comm *shim_comm_unlink(ncclComm_t comm);
 /** Release an object no call references: its executor, its plan arrays; then onto the free list. */
 void shim_comm_release(struct shim_comm *c);
+/** shim_comm_put() of a reference @p c (not NULL), inline for the routing path. */
+SHIM_HOT static inline void shim_comm_unref(struct shim_comm *c)
+{
+    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_release) == 1) {
+        atomic_thread_fence(memory_order_acquire);
+        shim_comm_release(c);
+    }
+}
 
 /* ---- agree.c: the fixed first exchange ---- */
 

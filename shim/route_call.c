@@ -29,8 +29,8 @@ SHIM_HOT static ncclResult_t check_args(const struct shim_comm *c, const struct 
 }
 
 /* The routing decision for a call of @p msg bytes: @return the route, or -1 with the reason. */
-SHIM_HOT int shim_comm_decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
-                              enum shim_reason *why_p)
+SHIM_HOT static int decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
+                           enum shim_reason *why_p)
 {
     if (!c->exec) {
         *why_p = SHIM_WHY_NO_STATE;
@@ -66,6 +66,13 @@ SHIM_HOT int shim_comm_decide(const struct shim_comm *c, const struct shim_coll_
         return -1;
     }
     return pick;
+}
+
+/* decide(), out of line for the vote on a send/recv group (sendrecv.c). */
+int shim_comm_decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
+                     enum shim_reason *why_p)
+{
+    return decide(c, call, msg, why_p);
 }
 
 /*
@@ -122,7 +129,7 @@ __attribute__((noinline)) static int launch(struct shim_comm *c, const struct sh
  * before that, one read of the executor's error word (host memory).
  * @return MSCX_OK or the first error
  */
-SHIM_HOT mscx_status_t shim_comm_error(struct shim_comm *c)
+SHIM_HOT static mscx_status_t comm_error(struct shim_comm *c)
 {
     int e = atomic_load_explicit(&c->err, memory_order_relaxed);
     if (e != 0 || !c->exec)
@@ -139,6 +146,12 @@ SHIM_HOT mscx_status_t shim_comm_error(struct shim_comm *c)
                   "(abort the communicator and create a new one)",
                   (void *)c->comm, c->rank, c->nranks, mscx_status_str(st));
     return (mscx_status_t)atomic_load_explicit(&c->err, memory_order_relaxed);
+}
+
+/* comm_error(), out of line for sendrecv.c and teardown.c. */
+mscx_status_t shim_comm_error(struct shim_comm *c)
+{
+    return comm_error(c);
 }
 
 /* The answer to a call on a communicator whose kernel failed, with NCCL's code for the error. */
@@ -185,7 +198,7 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
         return 0;                                  /* not a communicator we set up: NCCL's alone */
     }
     int answered = 1;
-    mscx_status_t failed = shim_comm_error(c);
+    mscx_status_t failed = comm_error(c);
     if (failed != MSCX_OK) {
         *res_p = comm_error_result(c, call, failed);
     } else if ((*res_p = check_args(c, call)) == ncclSuccess) {
@@ -194,7 +207,7 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
             call->coll == MSCX_COLL_ALLTOALL)
             msg *= c->nranks ? c->nranks : 1;
         enum shim_reason why;
-        int pick = shim_comm_decide(c, call, msg, &why);
+        int pick = decide(c, call, msg, &why);
         if (pick >= 0 && shim_group_collecting) {
             *res_p = shim_group_keep(call, c->device); /* launched around the group's end (group.c) */
         } else if (pick >= 0) {
@@ -210,6 +223,6 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
             answered = 0;
         }
     }
-    shim_comm_put(c);
+    shim_comm_unref(c);
     return answered;
 }
