@@ -3,7 +3,7 @@
  * The NCCL windows the application registered with NCCL_WIN_COLL_SYMMETRIC
  * (ncclCommWindowRegister), so that routing can leave to NCCL a call that
  * NCCL would run on its symmetric kernels, unless the plan was measured
- * faster than those (comm.c decide()).
+ * faster than those (route_call.c, decide()).
  *
  * NCCL 2.28 considers its symmetric kernels for a collective only when the
  * send and the receive buffer each start inside a window registered with
