@@ -11,6 +11,18 @@
 #include "mscx/env.h"
 #include "mscx/log.h"
 
+/*
+ * The datatype count of the newest NCCL the shim knows (fp8 ends at 11 since 2.24). A type at or past
+ * the ncclNumTypes of the nccl.h the shim was built on but below this count is one that header lacks
+ * (fp8 on a header before 2.24): only the library knows whether it takes it, so the call is NCCL's.
+ */
+#define SHIM_NCCL_NUM_TYPES_NEWEST 12
+
+SHIM_HOT static int dtype_newer(ncclDataType_t dt)
+{
+    return (int)dt >= (int)ncclNumTypes && (int)dt < SHIM_NCCL_NUM_TYPES_NEWEST;
+}
+
 /* NCCL's own answer to a bad datatype, op or broadcast root of a collective on one of our comms. */
 SHIM_HOT static ncclResult_t check_args(const struct shim_comm *c, const struct shim_coll_call *call)
 {
@@ -20,7 +32,7 @@ SHIM_HOT static ncclResult_t check_args(const struct shim_comm *c, const struct 
         return shim_err_set(ncclInvalidArgument,
                             "mscx: %s: invalid root %d (root should be in the 0..%u range)", call->fn,
                             call->root, c->nranks - 1);
-    if ((int)call->dtype < 0 || (int)call->dtype >= (int)ncclNumTypes)
+    if ((int)call->dtype < 0 || ((int)call->dtype >= (int)ncclNumTypes && !dtype_newer(call->dtype)))
         return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid datatype %d", call->fn, (int)call->dtype);
     if (has_op && (int)call->op < 0)
         return shim_err_set(ncclInvalidArgument, "mscx: %s: invalid reduction operation %d", call->fn,
@@ -207,12 +219,16 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
             call->coll == MSCX_COLL_ALLTOALL)
             msg *= c->nranks ? c->nranks : 1;
         enum shim_reason why;
-        int pick = decide(c, call, msg, &why);
+        int pick = -1;
+        if (dtype_newer(call->dtype))
+            why = SHIM_WHY_DTYPE;
+        else
+            pick = decide(c, call, msg, &why);
         if (pick >= 0 && shim_group_collecting) {
             *res_p = shim_group_keep(call, c->device); /* launched around the group's end (group.c) */
         } else if (pick >= 0) {
             answered = launch(c, call, msg, pick, res_p);
-        } else if (identity_serves(c, call, msg, why)) {
+        } else if (!dtype_newer(call->dtype) && identity_serves(c, call, msg, why)) {
             shim_stats_add(c, call->coll, msg, SHIM_WHY_ROUTED);
             if ((unsigned)call->coll < NSTAT_COLL)
                 atomic_fetch_add_explicit(&c->identity_calls[call->coll], 1, memory_order_relaxed);
