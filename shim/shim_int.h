@@ -473,6 +473,17 @@ int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p,
  * forwards the sends and recvs.
  */
 int shim_comm_p2p_agree(const struct shim_coll_call *a2a, int yes);
+/**
+ * The shim's answer to a collective call, plain or nccl<Coll>Config (intercept.c): an overflowing
+ * count is NCCL's argument error; otherwise shim_comm_try_route(). @return 1 when answered (*@p res_p).
+ */
+int shim_coll_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
+/** Look up the real @p name as @p fn, or return the loader's error from the calling intercept. */
+#define REAL_OR_FAIL(fn, prof, name)                                                                         \
+    shim_fn_##name##_t fn = SHIM_REAL(prof, name);                                                           \
+    if (!fn)                                                                                                 \
+        return shim_err_result();                                                                            \
+    shim_err_clear()
 /** Forward a collective to the real NCCL (the function and name it was called by). */
 ncclResult_t shim_coll_forward(const struct shim_coll_call *call);
 /** shim_coll_forward() of an nccl<Coll>Config call (coll_config.c), with its config. */
