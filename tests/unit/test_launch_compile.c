@@ -179,7 +179,7 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
                 generic++;
                 continue;
             case MSCX_ENTRY_SKIP:
-                /* fusion's SKIPs are dropped (kp_compact), except one that ends its block */
+                /* fusion's SKIPs are dropped (prog_compact), except one that ends its block */
                 ck_assert_msg(i + 1 == kp->kbegin[b + 1],
                               "%s rank %u block %u: a SKIP at entry %u of [%u, %u)", c->plan->name, c->rank,
                               b, i, kp->kbegin[b], kp->kbegin[b + 1]);
@@ -225,14 +225,14 @@ static void check_encoding(const struct ctx *c)
     static char buf[1 << 20];
     const uint64_t scratch = 0x7f0000000000ull, in = 0x7e0000000000ull, out = 0x7d0000000000ull;
     uint32_t stride, km, pm;
-    size_t bytes = mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf,
-                                      sizeof(buf), &stride, &km, &pm);
+    size_t bytes = mscx_gpu_program_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf,
+                                           sizeof(buf), &stride, &km, &pm);
     ck_assert_uint_eq(bytes, (size_t)stride * gpu->ntb);
     ck_assert_uint_eq(stride, 16u * (1u + km + pm));
     /* one byte short: refused, and nothing written (buf, stride, km, pm keep the encoding above) */
     uint32_t stride2 = 0, km2 = 0, pm2 = 0;
-    ck_assert_uint_eq(mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf,
-                                         bytes - 1, &stride2, &km2, &pm2),
+    ck_assert_uint_eq(mscx_gpu_program_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf,
+                                              bytes - 1, &stride2, &km2, &pm2),
                       0);
     ck_assert_uint_eq(stride2 + km2 + pm2, 0);
     if (bytes > g_max_encoded)
@@ -276,7 +276,7 @@ START_TEST(test_compile_shipped_plans)
     mscx_test_plans_begin(&it);
     ck_assert_uint_gt(it.n, 30);
     uint64_t launches = 0, compiled_launches = 0;
-    uint32_t entries = 0, fused_total = 0, packs_merged = 0, folded_total = 0, packet_only = 0;
+    uint32_t entries = 0, fused_total = 0, packs_merged = 0, folded_total = 0, packet_programs = 0;
     for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
         uint64_t mn, mx;
         mscx_plan_size_range(plan, &mn, &mx);
@@ -336,15 +336,15 @@ START_TEST(test_compile_shipped_plans)
                             ck_assert_msg(generic == 0,
                                           "%s rank %u, %llu bytes: %u ops left to the interpreter",
                                           plan->name, r, (unsigned long long)sizes[s], generic);
-                        /* ... and hold packet entries only: the packet-only kernel runs them */
-                        int pkonly = mscx_gpu_kp_packet_only(&c->kp, gpu->ntb);
-                        packet_only += pkonly;
+                        /* ... and hold packet entries only: the packet kernel runs them */
+                        int pkonly = mscx_gpu_program_is_packet(&c->kp, gpu->ntb);
+                        packet_programs += pkonly;
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             ck_assert_msg(pkonly, "%s rank %u, %llu bytes: not packet entries only",
                                           plan->name, r, (unsigned long long)sizes[s]);
                         /*
                          * and each of their blocks sends its slice to every peer from one PACK entry
-                         * (kp_fuse_pack: the put-packets op has a pair per peer)
+                         * (prog_fuse_pack: the put-packets op has a pair per peer)
                          */
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             for (uint32_t b = 0; b < gpu->ntb; b++) {
@@ -368,16 +368,16 @@ START_TEST(test_compile_shipped_plans)
         "%u unpacks fused, %u packs read flat by a reduction, %u one-shot blocks with one PACK to all peers, "
         "largest encoded program %zu bytes, %u programs of packet entries only\n",
         it.n, (unsigned long long)launches, (unsigned long long)compiled_launches, entries, fused_total,
-        folded_total, packs_merged, g_max_encoded, packet_only);
+        folded_total, packs_merged, g_max_encoded, packet_programs);
     ck_assert_uint_gt(compiled_launches, launches / 2);
 }
 END_TEST
 
-/* ---- mscx_gpu_kp_split on hand-made programs ---- */
+/* ---- mscx_gpu_program_split on hand-made programs ---- */
 
 /* Append entry (kind, units, block's next) with operands (base, off) pairs: nsrc sources then ndst. */
-static void kp_add(struct mscx_program *kp, uint32_t *nk, uint32_t *np, uint8_t kind, uint32_t units,
-                   uint8_t nsrc, uint8_t ndst, const uint32_t *bo)
+static void prog_add(struct mscx_program *kp, uint32_t *nk, uint32_t *np, uint8_t kind, uint32_t units,
+                     uint8_t nsrc, uint8_t ndst, const uint32_t *bo)
 {
     struct mscx_entry *k = &kp->entry[(*nk)++];
     memset(k, 0, sizeof(*k));
@@ -403,7 +403,7 @@ static void kp_add(struct mscx_program *kp, uint32_t *nk, uint32_t *np, uint8_t 
  * reads a range partly written before, 3 a range nothing writes, 4 packets
  * in the user buffer.
  */
-static void kp_hand(struct mscx_program *kp, int variant)
+static void prog_hand(struct mscx_program *kp, int variant)
 {
     uint32_t nk = 0, np = 0;
     memset(kp, 0, sizeof(*kp));
@@ -412,30 +412,30 @@ static void kp_hand(struct mscx_program *kp, int variant)
         kp->kbegin[b] = (uint16_t)nk;
         kp->pbegin[b] = (uint16_t)np;
         uint32_t pack[] = {MSCX_KB_IN, h, MSCX_KB_SCRATCH, 2u * h};
-        kp_add(kp, &nk, &np, MSCX_ENTRY_PACK, 32, 1, 1, pack);
+        prog_add(kp, &nk, &np, MSCX_ENTRY_PACK, 32, 1, 1, pack);
         uint32_t unpack[] = {MSCX_KB_RBUF, 2u * h, variant == 4 && b ? MSCX_KB_IN : MSCX_KB_SCRATCH, 4096};
         if (variant == 4 && b)
-            kp_add(kp, &nk, &np, MSCX_ENTRY_FWD, 16, 1, 1, unpack);
+            prog_add(kp, &nk, &np, MSCX_ENTRY_FWD, 16, 1, 1, unpack);
         unpack[2] = MSCX_KB_OUT;
         unpack[3] = h;
-        kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, variant == 3 && b ? 24 : 32, 1, 1, unpack);
+        prog_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, variant == 3 && b ? 24 : 32, 1, 1, unpack);
         uint32_t rd = variant == 1 && b ? 0 : variant == 2 && b ? h - 16 : h;
         uint32_t red[] = {MSCX_KB_IN, h, MSCX_KB_OUT, rd, MSCX_KB_OUT, h};
-        kp_add(kp, &nk, &np, MSCX_ENTRY_REDUCE, variant == 3 && b ? 12 : 16, 2, 1, red);
+        prog_add(kp, &nk, &np, MSCX_ENTRY_REDUCE, variant == 3 && b ? 12 : 16, 2, 1, red);
     }
     kp->kbegin[2] = (uint16_t)nk;
     kp->pbegin[2] = (uint16_t)np;
 }
 
-/* mscx_gpu_kp_packet_only: a COPY, a REDUCE or a GENERIC entry anywhere rules the packet-only kernel out */
-START_TEST(test_packet_only)
+/* mscx_gpu_program_is_packet: a COPY, a REDUCE or a GENERIC entry anywhere rules the packet kernel out */
+START_TEST(test_packet_program)
 {
     static const uint8_t other[] = {MSCX_ENTRY_COPY, MSCX_ENTRY_REDUCE, MSCX_ENTRY_GENERIC};
     struct mscx_program *kp = calloc(1, sizeof(*kp));
     ck_assert_ptr_nonnull(kp);
-    kp_hand(kp, 0); /* PACK, UNPACK, REDUCE per block */
-    ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 2), 0);
-    ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 0), 1); /* no blocks: nothing to refuse */
+    prog_hand(kp, 0); /* PACK, UNPACK, REDUCE per block */
+    ck_assert_int_eq(mscx_gpu_program_is_packet(kp, 2), 0);
+    ck_assert_int_eq(mscx_gpu_program_is_packet(kp, 0), 1); /* no blocks: nothing to refuse */
     for (size_t o = 0; o < sizeof(other) / sizeof(other[0]); o++)
         for (uint32_t at = 0; at < 6; at++) {
             uint8_t kinds[6] = {MSCX_ENTRY_PACK,   MSCX_ENTRY_FWD,  MSCX_ENTRY_REDPKT,
@@ -445,47 +445,46 @@ START_TEST(test_packet_only)
                 kp->entry[i].kind = i == at ? other[o] : kinds[i];
             kp->kbegin[1] = 3; /* two blocks of three entries */
             kp->kbegin[2] = 6;
-            ck_assert_msg(mscx_gpu_kp_packet_only(kp, 2) == 0, "kind %u at entry %u not seen", other[o], at);
+            ck_assert_msg(mscx_gpu_program_is_packet(kp, 2) == 0, "kind %u at entry %u not seen", other[o],
+                          at);
             kp->entry[at].kind = kinds[at];
-            ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 2), 1);
+            ck_assert_int_eq(mscx_gpu_program_is_packet(kp, 2), 1);
         }
     free(kp);
 }
 END_TEST
 
 /*
- * mscx_gpu_kernel_variant: the packet-only kernel (which sums only and has no trace) runs only whole packet
- * programs whose reduction, if any, is a sum, untraced; every other whole program runs the compiled kernel;
- * the rest the interpreter kernel; blocks of at most 512 threads the 512-thread kernels, and only they fit
- * them.
+ * mscx_gpu_kernel_variant: the packet kernel (which sums only and has no trace) runs only whole packet
+ * programs whose reduction, if any, is a sum, untraced; every other whole program runs the whole-program
+ * kernel; the rest the interpreter kernel; blocks of at most 512 threads the 512-thread kernels, and only
+ * they fit them.
  */
 START_TEST(test_kernel_variant)
 {
     static const struct {
-        uint32_t compiled, packet_only, trace_cap, reduce, op, nthreads;
+        uint32_t whole, packet, trace_cap, reduce, op, nthreads;
         enum mscx_kernel_variant want;
     } cases[] = {
         {0, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_INTERPRETER_1024},
-        {0, 1, 0, 1, MSCX_REDOP_SUM, 1024,
-         MSCX_KERNEL_INTERPRETER_1024}, /* not compiled: packet_only ignored */
-        {1, 0, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_COMPILED_1024},
-        {1, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_COMPILED_512},
-        {1, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_PACKET_ONLY_1024},
-        {1, 1, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_PACKET_ONLY_512},
-        {1, 1, 0, 1, MSCX_REDOP_SUM, 32, MSCX_KERNEL_PACKET_ONLY_512},
-        {1, 1, 0, 0, MSCX_REDOP_MAX, 1024,
-         MSCX_KERNEL_PACKET_ONLY_1024}, /* copy-only: the operator is not used */
-        {1, 1, 0, 1, MSCX_REDOP_PROD, 1024, MSCX_KERNEL_COMPILED_1024},
-        {1, 1, 0, 1, MSCX_REDOP_MIN, 512, MSCX_KERNEL_COMPILED_512},
-        {1, 1, 0, 1, MSCX_REDOP_MAX, 513, MSCX_KERNEL_COMPILED_1024},
-        {1, 1, 64, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_COMPILED_1024}, /* traced */
-        {1, 1, 64, 0, MSCX_REDOP_SUM, 256, MSCX_KERNEL_COMPILED_512},
+        {0, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_INTERPRETER_1024}, /* not whole: packet ignored */
+        {1, 0, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_WHOLE_1024},
+        {1, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_WHOLE_512},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_PACKET_1024},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_PACKET_512},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 32, MSCX_KERNEL_PACKET_512},
+        {1, 1, 0, 0, MSCX_REDOP_MAX, 1024, MSCX_KERNEL_PACKET_1024}, /* copy-only: the operator is not used */
+        {1, 1, 0, 1, MSCX_REDOP_PROD, 1024, MSCX_KERNEL_WHOLE_1024},
+        {1, 1, 0, 1, MSCX_REDOP_MIN, 512, MSCX_KERNEL_WHOLE_512},
+        {1, 1, 0, 1, MSCX_REDOP_MAX, 513, MSCX_KERNEL_WHOLE_1024},
+        {1, 1, 64, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_WHOLE_1024}, /* traced */
+        {1, 1, 64, 0, MSCX_REDOP_SUM, 256, MSCX_KERNEL_WHOLE_512},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct mscx_gpu_args a;
         memset(&a, 0, sizeof(a));
-        a.compiled = cases[i].compiled;
-        a.packet_only = cases[i].packet_only;
+        a.whole = cases[i].whole;
+        a.packet = cases[i].packet;
         a.trace_cap = cases[i].trace_cap;
         a.reduce = cases[i].reduce;
         a.op = cases[i].op;
@@ -493,9 +492,9 @@ START_TEST(test_kernel_variant)
         ck_assert_msg(v == cases[i].want, "case %zu: variant %d, want %d", i, (int)v, (int)cases[i].want);
         ck_assert(mscx_gpu_kernel_variant_fits(v, cases[i].nthreads));
     }
-    ck_assert(!mscx_gpu_kernel_variant_fits(MSCX_KERNEL_PACKET_ONLY_512, 513));
-    ck_assert(!mscx_gpu_kernel_variant_fits(MSCX_KERNEL_COMPILED_512, 1024));
-    ck_assert(mscx_gpu_kernel_variant_fits(MSCX_KERNEL_PACKET_ONLY_1024, 1024));
+    ck_assert(!mscx_gpu_kernel_variant_fits(MSCX_KERNEL_PACKET_512, 513));
+    ck_assert(!mscx_gpu_kernel_variant_fits(MSCX_KERNEL_WHOLE_512, 1024));
+    ck_assert(mscx_gpu_kernel_variant_fits(MSCX_KERNEL_PACKET_1024, 1024));
     ck_assert(mscx_gpu_kernel_variant_fits(MSCX_KERNEL_INTERPRETER_1024, 1024));
 }
 END_TEST
@@ -503,8 +502,8 @@ END_TEST
 START_TEST(test_split_rules)
 {
     static struct mscx_program kp, orig;
-    kp_hand(&kp, 0);
-    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 1);
+    prog_hand(&kp, 0);
+    ck_assert_int_eq(mscx_gpu_program_split(&kp, 2, 8, 512), 1);
     for (uint32_t b = 0; b < 2; b++) {
         const struct mscx_entry *k = &kp.entry[kp.kbegin[b]];
         /* PACK reads the input (nothing wrote it); UNPACK writes the output */
@@ -516,23 +515,23 @@ START_TEST(test_split_rules)
         ck_assert_uint_eq(kp.opnd[k[2].opnd + 2].base, MSCX_KB_OUT);
     }
     /* a buffer larger than what is written: refused */
-    kp_hand(&kp, 0);
+    prog_hand(&kp, 0);
     orig = kp;
-    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 528), 0);
+    ck_assert_int_eq(mscx_gpu_program_split(&kp, 2, 8, 528), 0);
     ck_assert_int_eq(memcmp(&kp, &orig, sizeof(kp)), 0);
     for (int v = 1; v <= 4; v++) {
-        kp_hand(&kp, v);
+        prog_hand(&kp, v);
         orig = kp;
-        ck_assert_msg(mscx_gpu_kp_split(&kp, 2, 8, 512) == 0, "variant %d split", v);
+        ck_assert_msg(mscx_gpu_program_split(&kp, 2, 8, 512) == 0, "variant %d split", v);
         ck_assert_msg(memcmp(&kp, &orig, sizeof(kp)) == 0, "variant %d: refused but changed", v);
     }
     /* a GENERIC entry or an interpreter block: refused */
-    kp_hand(&kp, 0);
+    prog_hand(&kp, 0);
     kp.entry[1].kind = MSCX_ENTRY_GENERIC;
-    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 0);
-    kp_hand(&kp, 0);
+    ck_assert_int_eq(mscx_gpu_program_split(&kp, 2, 8, 512), 0);
+    prog_hand(&kp, 0);
     kp.interp_mask = 2;
-    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 0);
+    ck_assert_int_eq(mscx_gpu_program_split(&kp, 2, 8, 512), 0);
 }
 END_TEST
 
@@ -546,37 +545,37 @@ END_TEST
  * where the input lies without the COPY before it, 5 an entry writes the
  * input.
  */
-static void kp_hand_ag(struct mscx_program *kp, int variant, uint32_t *ntb_p)
+static void prog_hand_ag(struct mscx_program *kp, int variant, uint32_t *ntb_p)
 {
     uint32_t nk = 0, np = 0;
     memset(kp, 0, sizeof(*kp));
     kp->kbegin[0] = 0;
     kp->pbegin[0] = 0;
     uint32_t pack[] = {MSCX_KB_IN, 0, MSCX_KB_SCRATCH, 0};
-    kp_add(kp, &nk, &np, MSCX_ENTRY_PACK, 32, 1, 1, pack);
+    prog_add(kp, &nk, &np, MSCX_ENTRY_PACK, 32, 1, 1, pack);
     if (variant != 4) {
         uint32_t copy[] = {MSCX_KB_IN, 0, MSCX_KB_OUT, 256};
-        kp_add(kp, &nk, &np, MSCX_ENTRY_COPY, 16, 1, 1, copy);
+        prog_add(kp, &nk, &np, MSCX_ENTRY_COPY, 16, 1, 1, copy);
     }
     uint32_t unpack[] = {MSCX_KB_RBUF, 0, MSCX_KB_OUT, variant == 1 || variant == 2 ? 256u : 0u};
     if (variant != 3)
-        kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
+        prog_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
     if (variant == 2)
         kp->entry[nk - 1].sync = 1;
     if (variant == 4) {
         uint32_t red[] = {MSCX_KB_OUT, 256, MSCX_KB_OUT, 0, MSCX_KB_OUT, 0};
-        kp_add(kp, &nk, &np, MSCX_ENTRY_REDUCE, 16, 2, 1, red);
+        prog_add(kp, &nk, &np, MSCX_ENTRY_REDUCE, 16, 2, 1, red);
     }
     if (variant == 5) {
         uint32_t wr[] = {MSCX_KB_OUT, 0, MSCX_KB_IN, 0};
-        kp_add(kp, &nk, &np, MSCX_ENTRY_COPY, 16, 1, 1, wr);
+        prog_add(kp, &nk, &np, MSCX_ENTRY_COPY, 16, 1, 1, wr);
     }
     *ntb_p = 1;
     if (variant == 3) {
         kp->kbegin[1] = (uint16_t)nk;
         kp->pbegin[1] = (uint16_t)np;
         unpack[3] = 256;
-        kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
+        prog_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
         kp->entry[nk - 1].sync = 1;
         *ntb_p = 2;
     }
@@ -590,25 +589,25 @@ START_TEST(test_alias_rules)
     static const int want[] = {1, 0, 1, 0, 0, 0};
     for (int v = 0; v <= 5; v++) {
         uint32_t ntb;
-        kp_hand_ag(&kp, v, &ntb);
-        ck_assert_msg(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256) == want[v], "variant %d: want %d", v,
-                      want[v]);
+        prog_hand_ag(&kp, v, &ntb);
+        ck_assert_msg(mscx_gpu_program_alias_ok(&kp, ntb, 8, 256, 0, 256) == want[v], "variant %d: want %d",
+                      v, want[v]);
     }
     /* the same program where input and output do not meet (an AllGather of rank 0 would: bytes 0..256) */
     uint32_t ntb;
-    kp_hand_ag(&kp, 1, &ntb);
-    ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 1024, 0, 256), 1);
+    prog_hand_ag(&kp, 1, &ntb);
+    ck_assert_int_eq(mscx_gpu_program_alias_ok(&kp, ntb, 8, 1024, 0, 256), 1);
     /* a GENERIC entry or an interpreter block: never */
-    kp_hand_ag(&kp, 0, &ntb);
+    prog_hand_ag(&kp, 0, &ntb);
     kp.entry[0].kind = MSCX_ENTRY_GENERIC;
-    ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256), 0);
-    kp_hand_ag(&kp, 0, &ntb);
+    ck_assert_int_eq(mscx_gpu_program_alias_ok(&kp, ntb, 8, 256, 0, 256), 0);
+    prog_hand_ag(&kp, 0, &ntb);
     kp.interp_mask = 1;
-    ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256), 0);
+    ck_assert_int_eq(mscx_gpu_program_alias_ok(&kp, ntb, 8, 256, 0, 256), 0);
 }
 END_TEST
 
-/* ---- kp_fold_pack: a pack into the rank's own scratch read flat by the reduction ---- */
+/* ---- prog_fold_pack: a pack into the rank's own scratch read flat by the reduction ---- */
 
 /* Compile @p rank of @p plan for @p msg bytes (fp32, @p pkt) into c->kp, as runtime/programs.c would. */
 static void compile_rank(struct ctx *c, const struct mscx_plan *plan, uint32_t rank, uint64_t msg,
@@ -653,8 +652,8 @@ static uint32_t own_scratch_packs(const struct ctx *c, uint32_t b)
  * The shipped 8-rank one-shot AllReduce at 1 KB: rank 1 packs its input
  * into its own slot (cpkt) only to fold that slot back in rank order; its
  * reduction reads the input there instead, and the pack is gone (a SKIP,
- * then dropped by kp_compact). Its puts to the 7 peers are one PACK
- * (kp_fuse_pack). Rank 0 has no such pack and keeps its program.
+ * then dropped by prog_compact). Its puts to the 7 peers are one PACK
+ * (prog_fuse_pack). Rank 0 has no such pack and keeps its program.
  */
 START_TEST(test_fold_pack_oneshot)
 {
@@ -823,7 +822,7 @@ Suite *mscx_test_suite(void)
     Suite *s = suite_create("launch-compile");
     TCase *tc = mscx_tcase("compile");
     tcase_add_test(tc, test_compile_shipped_plans);
-    tcase_add_test(tc, test_packet_only);
+    tcase_add_test(tc, test_packet_program);
     tcase_add_test(tc, test_kernel_variant);
     tcase_add_test(tc, test_split_rules);
     tcase_add_test(tc, test_alias_rules);

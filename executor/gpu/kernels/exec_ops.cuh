@@ -34,8 +34,9 @@
 typedef void (*mscx_kernel_fn)(const struct mscx_gpu_args);
 
 /*
- * What a kernel instance holds (its BODY). The compiled kernels hold only
- * the compiled entries, not the interpreter, so they are a fraction of the
+ * What a kernel instance holds (its BODY). The whole-program kernels
+ * (MSCX_BODY_WHOLE, and MSCX_BODY_PACKET, the packet kernels) hold only
+ * the program entries, not the interpreter, so they are a fraction of the
  * code, registers and stack of the interpreter kernel, and have no stack
  * frame (MSCX_COLD_INLINE); launch and completion cost less with them.
  * mscx_gpu_kernel_variant (launch_abi.h) picks one per launch.
@@ -43,21 +44,21 @@ typedef void (*mscx_kernel_fn)(const struct mscx_gpu_args);
 enum mscx_kernel_body {
     /* the interpreter, and the compiled program of every block the launch does not interpret */
     MSCX_BODY_INTERPRETER,
-    /* programs compiled whole only (args.compiled): every entry kind and operator, the trace */
-    MSCX_BODY_COMPILED,
+    /* programs compiled whole only (args.whole): every entry kind and operator, the trace */
+    MSCX_BODY_WHOLE,
     /*
      * programs compiled whole of the packet entry kinds only (PACK, UNPACK,
-     * FWD, REDPKT, SKIP; args.packet_only), summing, untraced: the packet
+     * FWD, REDPKT, SKIP; args.packet), summing, untraced: the packet
      * programs of the shipped AllReduce, AllGather and ReduceScatter plans
      * with the usual operator, without the operator's branch in the
      * reduction loop
      */
-    MSCX_BODY_PACKET_ONLY,
+    MSCX_BODY_PACKET,
 };
 
 /*
  * Packet lines of different sources one thread loads before it waits for
- * any (compiled REDPKT entries): eight, or two in the compiled kernels for
+ * any (compiled REDPKT entries): eight, or two in the whole-program kernels for
  * blocks of more than MSCX_KERNEL_SMALL_THREADS threads, which have 64
  * registers a thread and no stack frame to hold more.
  */
@@ -354,7 +355,7 @@ __device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const str
 #include "exec_program.cuh"
 
 /*
- * The compiled kernels' launch (args.compiled: every block compiled, no
+ * The whole-program kernels' launch (args.whole: every block compiled, no
  * GENERIC entry, no proxy, nothing published). The record's first word is
  * loaded before the wait for the kernel ahead on the stream (programmatic
  * dependent launch; a no-op without it), and the whole record staged: the
@@ -370,8 +371,8 @@ __device__ __forceinline__ void mscx_kernel_compiled(const struct mscx_gpu_args 
     struct mscx_dstate s;
     struct mscx_dtrace tr;
     uint4 w0 = make_uint4(0, 0, 0, 0);
-    if (a->kprog && threadIdx.x < a->kstride / 16u)
-        w0 = __ldg(reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blockIdx.x * a->kstride) +
+    if (a->program && threadIdx.x < a->kstride / 16u)
+        w0 = __ldg(reinterpret_cast<const uint4 *>(a->program + (uint64_t)blockIdx.x * a->kstride) +
                    threadIdx.x);
     const struct mscx_staged_record *staged = mscx_stage_record(a, blockIdx.x, w0);
     uint32_t *bfp = a->bflag + blockIdx.x;
@@ -380,21 +381,21 @@ __device__ __forceinline__ void mscx_kernel_compiled(const struct mscx_gpu_args 
     const char *first_src = NULL;
     uint4 first = make_uint4(0, 0, 0, 0);
     uint32_t shape = MSCX_SHAPE_ANY;
-    if constexpr (BODY == MSCX_BODY_PACKET_ONLY)
+    if constexpr (BODY == MSCX_BODY_PACKET)
         shape = mscx_block_shape(staged);
-    if constexpr (BODY == MSCX_BODY_PACKET_ONLY)
+    if constexpr (BODY == MSCX_BODY_PACKET)
         first_src = mscx_first_unit_src(staged, PKT == MSCX_PKT_LL8 ? 4u : 8u);
     mscx_pdl_wait();
     mscx_pdl_allow();
     if (first_src)
         first = mscx_first_unit_load<PKT>(first_src);
-    if constexpr (BODY != MSCX_BODY_PACKET_ONLY)
+    if constexpr (BODY != MSCX_BODY_PACKET)
         mscx_dtrace_begin(a, &tr);
     else
         tr.recs = NULL; /* the host does not pick this kernel while tracing */
     const uint32_t prev = *(volatile uint32_t *)bfp;
     mscx_dstate_init(&s, a, prev, rop);
-    if (BODY != MSCX_BODY_PACKET_ONLY && tr.recs)
+    if (BODY != MSCX_BODY_PACKET && tr.recs)
         mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
     mscx_run_entries<PKT, DT, RED, BODY, MAX_THREADS>(&s, a, &tr, staged->head.nk, staged->head.obase,
                                                       staged->entry, staged->ptr[s.parity], first_src != NULL,
@@ -413,10 +414,10 @@ __device__ __forceinline__ void mscx_kernel_interpreter(const struct mscx_gpu_ar
 {
     struct mscx_dstate s;
     struct mscx_dtrace tr;
-    const bool block_compiled = a->kprog && !((a->interp_mask >> blockIdx.x) & 1u);
+    const bool block_compiled = a->program && !((a->interp_mask >> blockIdx.x) & 1u);
     uint4 w0 = make_uint4(0, 0, 0, 0);
     if (block_compiled && threadIdx.x < a->kstride / 16u)
-        w0 = __ldg(reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blockIdx.x * a->kstride) +
+        w0 = __ldg(reinterpret_cast<const uint4 *>(a->program + (uint64_t)blockIdx.x * a->kstride) +
                    threadIdx.x);
     uint32_t *bfp = a->bflag + blockIdx.x;
     uint32_t rop = a->op;
@@ -451,7 +452,7 @@ __global__ void __launch_bounds__(MAX_THREADS, 1)
 {
     static_assert(
         MSCX_COLD_INLINE == (BODY != MSCX_BODY_INTERPRETER),
-        "a compiled kernel inlines its cold helpers, the interpreter kernel calls them (exec_k.cu.in)");
+        "a whole-program kernel inlines its cold helpers, the interpreter kernel calls them (exec_k.cu.in)");
     if constexpr (BODY == MSCX_BODY_INTERPRETER)
         mscx_kernel_interpreter<PKT, DT, REDUCE, MAX_THREADS>(&args);
     else

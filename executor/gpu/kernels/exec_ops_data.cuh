@@ -33,8 +33,9 @@ __device__ __forceinline__ void mscx_dref_make(const struct mscx_dev_op *op, uin
 
 /* Resolve operand @p o and its logical range, reusing @p ref when the shape matches. */
 __device__ __forceinline__ struct mscx_resolved_opnd
-mscx_dat(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dev_operand *o,
-         const struct mscx_dpipe *pp, const struct mscx_dref *ref, uint64_t *off_p, uint64_t *len_p)
+mscx_dresolve_slice(const struct mscx_dstate *s, const struct mscx_dev_op *op,
+                    const struct mscx_dev_operand *o, const struct mscx_dpipe *pp,
+                    const struct mscx_dref *ref, uint64_t *off_p, uint64_t *len_p)
 {
     struct mscx_resolved_opnd r = mscx_dresolve(s, o);
     if (o->size == ref->size && r.slot == ref->slot) {
@@ -58,7 +59,7 @@ static __device__ void mscx_dop_copy(const struct mscx_dstate *s, const struct m
         mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
         soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
         slen = ref.len;
-        struct mscx_resolved_opnd dst = mscx_dat(s, op, &op->dst[i], pp, &ref, &doff, &dlen);
+        struct mscx_resolved_opnd dst = mscx_dresolve_slice(s, op, &op->dst[i], pp, &ref, &doff, &dlen);
         uint64_t units = (slen < dlen ? slen : dlen) / 16u;
         if (units == 0)
             continue;
@@ -96,12 +97,12 @@ static __device__ void mscx_dop_reduce(const struct mscx_dstate *s, const struct
         sp[0] = mscx_dflat(&s0, off0, bytes, 16u);
         ok &= sp[0] != NULL;
         for (uint32_t k = 1; k < nsrc && ok; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
+            struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->src[k], pp, &ref, &off, &len);
             sp[k] = mscx_dflat(&r, off, bytes, 16u);
             ok &= sp[k] != NULL;
         }
         for (uint32_t k = 0; k < ndst && ok; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+            struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->dst[k], pp, &ref, &off, &len);
             dp[k] = mscx_dflat(&r, off, bytes, 16u);
             ok &= dp[k] != NULL;
         }
@@ -122,11 +123,11 @@ static __device__ void mscx_dop_reduce(const struct mscx_dstate *s, const struct
         uint64_t x = u * 16u, off, len;
         uint4 acc = mscx_dload<16>(&s0, off0 + x);
         for (uint32_t k = 1; k < nsrc; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
+            struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->src[k], pp, &ref, &off, &len);
             acc = mscx_dreduce<DT, 4>(rop, acc, mscx_dload<16>(&r, off + x));
         }
         for (uint32_t k = 0; k < ndst; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+            struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->dst[k], pp, &ref, &off, &len);
             mscx_dstore<16>(&r, off + x, acc);
         }
     }
@@ -150,7 +151,7 @@ static __device__ void mscx_dop_pack(const struct mscx_dstate *s, const struct m
             mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
         soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
         slen = ref.len;
-        struct mscx_resolved_opnd dst = mscx_dat(s, op, &op->dst[i], pp, &ref, &doff, &dlen);
+        struct mscx_resolved_opnd dst = mscx_dresolve_slice(s, op, &op->dst[i], pp, &ref, &doff, &dlen);
         uint64_t units = (slen < dlen ? slen : dlen) / pl;
         if (units == 0)
             continue;
@@ -193,7 +194,7 @@ static __device__ int mscx_dop_forward(const struct mscx_dstate *s, const struct
             int ok = units < 0x80000000ull;
             for (uint32_t k = d0; k < d1 && ok; k++) {
                 uint64_t off, len;
-                struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+                struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->dst[k], pp, &ref, &off, &len);
                 dp[k] = unpack ? mscx_dflat(&r, off, units * pl, pl) : r.base + 2u * off;
                 ok &= dp[k] != NULL;
             }
@@ -221,7 +222,7 @@ static __device__ int mscx_dop_forward(const struct mscx_dstate *s, const struct
                 return 1;
             for (uint32_t k = d0; k < d1; k++) {
                 uint64_t off, len;
-                struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+                struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->dst[k], pp, &ref, &off, &len);
                 if (unpack)
                     mscx_dstore<pl>(&r, off + u * pl, v);
                 else
@@ -254,16 +255,16 @@ static __device__ int mscx_dop_reduce_pkt(const struct mscx_dstate *s, const str
         const char *p0 = mscx_dflat(&s0, off0, units * pl, pl);
         int ok = p0 != NULL && units < 0x80000000ull;
         for (uint32_t k = 1; k < nsrc && ok; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
+            struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->src[k], pp, &ref, &off, &len);
             sp[k] = r.base + 2u * off;
         }
         if (ndst > 0 && ok) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[0], pp, &ref, &off, &len);
+            struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->dst[0], pp, &ref, &off, &len);
             dp[0] = mscx_dflat(&r, off, units * pl, pl);
             ok &= dp[0] != NULL;
         }
         for (uint32_t k = 1; k < ndst && ok; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+            struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->dst[k], pp, &ref, &off, &len);
             dp[k] = r.base + 2u * off;
         }
         if (ok) {
@@ -290,17 +291,17 @@ static __device__ int mscx_dop_reduce_pkt(const struct mscx_dstate *s, const str
         uint4 acc = mscx_dload<pl>(&s0, off0 + x);
         for (uint32_t k = 1; k < nsrc; k++) {
             uint4 v;
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
+            struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->src[k], pp, &ref, &off, &len);
             if (mscx_dline_read<PKT>(s, r.base + 2u * (off + x), &v))
                 return 1;
             acc = mscx_dreduce<DT, nw>(rop, acc, v);
         }
         if (ndst > 0) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[0], pp, &ref, &off, &len);
+            struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->dst[0], pp, &ref, &off, &len);
             mscx_dstore<pl>(&r, off + x, acc);
         }
         for (uint32_t k = 1; k < ndst; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
+            struct mscx_resolved_opnd r = mscx_dresolve_slice(s, op, &op->dst[k], pp, &ref, &off, &len);
             mscx_dline_store<PKT>(r.base + 2u * (off + x), acc, flag);
         }
     }

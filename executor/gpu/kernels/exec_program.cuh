@@ -117,7 +117,7 @@ __device__ __forceinline__ int mscx_entry_run(struct mscx_dstate *s, const struc
 {
     const uint32_t n = k->units, flag = s->flag;
     const uint32_t kind = KIND >= 0 ? (uint32_t)KIND : k->kind;
-    if constexpr (BODY == MSCX_BODY_PACKET_ONLY) {
+    if constexpr (BODY == MSCX_BODY_PACKET) {
         /* the host runs only packet programs that sum here (mscx_gpu_kernel_variant); anything else is a bug,
            never skipped silently */
         if (!mscx_entry_is_packet(kind) || (RED && s->rop != MSCX_REDOP_SUM)) {
@@ -137,7 +137,7 @@ __device__ __forceinline__ int mscx_entry_run(struct mscx_dstate *s, const struc
         /*
          * REDPKT: src[0] flat, or lines if lsrc0, (+) src[1..] lines
          * (src[fsrc] flat if fsrc) -> dst[0] flat (if ndst), dst[1..] lines;
-         * the packet-only kernel sums. Its code stays in this switch: moved
+         * the packet kernel sums. Its code stays in this switch: moved
          * into a function of its own, it is scheduled differently (ptxas).
          */
         if (!RED)
@@ -157,7 +157,7 @@ __device__ __forceinline__ int mscx_entry_run(struct mscx_dstate *s, const struc
              * The lines of up to BATCH sources are loaded at once, then
              * folded in source order. The flat source (fmask) is loaded where
              * it is folded, its payload being what its packed line would
-             * carry: loaded with the lines, it gives the compiled kernels a
+             * carry: loaded with the lines, it gives the whole-program kernels a
              * stack frame; the one-shot's puts have just read the same bytes,
              * so it should mostly hit in cache.
              */
@@ -184,7 +184,7 @@ __device__ __forceinline__ int mscx_entry_run(struct mscx_dstate *s, const struc
                         return 1;
                     if (j + q == 0)
                         acc = v;
-                    else if constexpr (BODY == MSCX_BODY_PACKET_ONLY)
+                    else if constexpr (BODY == MSCX_BODY_PACKET)
                         acc = mscx_dreduce_t<DT, MSCX_REDOP_SUM, nw>(acc, v);
                     else
                         acc = mscx_dreduce<DT, nw>(rop, acc, v);
@@ -199,16 +199,17 @@ __device__ __forceinline__ int mscx_entry_run(struct mscx_dstate *s, const struc
         return 0;
     }
     case MSCX_ENTRY_COPY:
-        if constexpr (BODY != MSCX_BODY_PACKET_ONLY)
+        if constexpr (BODY != MSCX_BODY_PACKET)
             mscx_entry_copy(P, n);
-        return 0; /* packet-only: not reached (above) */
+        return 0; /* packet kernel: not reached (above) */
     case MSCX_ENTRY_REDUCE:
-        if (RED && BODY != MSCX_BODY_PACKET_ONLY)
+        if (RED && BODY != MSCX_BODY_PACKET)
             mscx_entry_reduce<DT>(s, k, P, n);
         return 0; /* not reduced here, or not reached (above) */
     case MSCX_ENTRY_SKIP:
         return 0;
-    default: { /* GENERIC: the interpreter runs the op from the uploaded table (never in a compiled kernel) */
+    default: { /* GENERIC: the interpreter runs the op from the uploaded table (never in a whole-program
+                  kernel) */
         if constexpr (BODY != MSCX_BODY_INTERPRETER) {
             return 0;
         } else {
@@ -254,7 +255,7 @@ __device__ __forceinline__ void mscx_stage_word(const struct mscx_dstate *s, con
 }
 
 /*
- * The block shapes that the packet-only kernel runs straight-line (see
+ * The block shapes that the packet kernel runs straight-line (see
  * mscx_run_entries), told apart before the wait from the staged record.
  */
 #define MSCX_SHAPE_ANY 0u                /* the entry loop */
@@ -277,7 +278,7 @@ __device__ __forceinline__ void mscx_straight_entry(struct mscx_dstate *s, const
 
 /*
  * Entries [0, @p nk) of a block's staged program; @p sptr its operands
- * resolved for this launch. The packet-only kernel runs a block of a known
+ * resolved for this launch. The packet kernel runs a block of a known
  * @p shape through straight-line calls whose entry kinds are compile-time
  * constants, with no entry loop, kind guard or switch on that path; every
  * operand, count, sync and flag still comes from the plan, and the entries'
@@ -289,7 +290,7 @@ mscx_run_entries(struct mscx_dstate *s, const struct mscx_gpu_args *a, struct ms
                  uint32_t obase, const struct mscx_entry *sentry, char *const *sptr, bool has_first = false,
                  uint4 first = make_uint4(0, 0, 0, 0), uint32_t shape = MSCX_SHAPE_ANY)
 {
-    if constexpr (BODY == MSCX_BODY_PACKET_ONLY) {
+    if constexpr (BODY == MSCX_BODY_PACKET) {
         if (shape != MSCX_SHAPE_ANY) {
             /* as the loop below: the error state ends later entries' waits (mscx_dfail) */
             mscx_straight_entry<PKT, DT, RED, BODY, MAX_THREADS, MSCX_ENTRY_PACK>(s, a, &sentry[0], obase,
@@ -312,7 +313,7 @@ mscx_run_entries(struct mscx_dstate *s, const struct mscx_gpu_args *a, struct ms
          * inlined once (two sites would double the kernel's code).
          * Traced: the block's start of the entry to its last thread's end.
          */
-        const bool traced = BODY != MSCX_BODY_PACKET_ONLY && tr->recs != NULL;
+        const bool traced = BODY != MSCX_BODY_PACKET && tr->recs != NULL;
         if (k->sync || traced)
             __syncthreads();
         const uint64_t t0 = traced ? mscx_dtime() : 0;
@@ -335,9 +336,9 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
                                                   struct mscx_dtrace *tr, uint32_t blk, uint4 w0)
 {
     __shared__ struct mscx_record_head shead;
-    __shared__ struct mscx_entry sentry[MSCX_KP_MAX_OPS];
-    __shared__ char *sptr[MSCX_KP_MAX_OPND];
-    const uint4 *rec = reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blk * a->kstride);
+    __shared__ struct mscx_entry sentry[MSCX_PROGRAM_MAX_OPS];
+    __shared__ char *sptr[MSCX_PROGRAM_MAX_OPND];
+    const uint4 *rec = reinterpret_cast<const uint4 *>(a->program + (uint64_t)blk * a->kstride);
     const uint32_t nwords = a->kstride / 16u;
     if (threadIdx.x < nwords)
         mscx_stage_word(s, a, threadIdx.x, w0, &shead, sentry, sptr);
@@ -351,22 +352,22 @@ __device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const s
 }
 
 /*
- * The compiled kernels stage their record before the programmatic-launch
+ * The whole-program kernels stage their record before the programmatic-launch
  * wait, each scratch operand resolved for both flag parities, since nothing
  * in the record depends on the kernel ahead; after the wait only the block's
  * flag is read, and the staging's barrier is off that path.
  */
 struct mscx_staged_record {
     struct mscx_record_head head;
-    struct mscx_entry entry[MSCX_KP_MAX_OPS];
-    char *ptr[2][MSCX_KP_MAX_OPND]; /* [launch flag parity][operand] */
+    struct mscx_entry entry[MSCX_PROGRAM_MAX_OPS];
+    char *ptr[2][MSCX_PROGRAM_MAX_OPND]; /* [launch flag parity][operand] */
 };
 
 __device__ __forceinline__ const struct mscx_staged_record *mscx_stage_record(const struct mscx_gpu_args *a,
                                                                               uint32_t blk, uint4 w0)
 {
     __shared__ struct mscx_staged_record st;
-    const uint4 *rec = reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blk * a->kstride);
+    const uint4 *rec = reinterpret_cast<const uint4 *>(a->program + (uint64_t)blk * a->kstride);
     const uint32_t nwords = a->kstride / 16u, km = a->kmax_ops;
     for (uint32_t t = threadIdx.x; t < nwords; t += blockDim.x) {
         const uint4 w = t == threadIdx.x ? w0 : __ldg(rec + t);
@@ -385,7 +386,7 @@ __device__ __forceinline__ const struct mscx_staged_record *mscx_stage_record(co
  * Where a block's program starts with a PACK whose source is the same for
  * both flag parities (a user buffer, not scratch), the address of this
  * thread's first unit of it (NULL: no such start, or no unit here): the
- * packet-only kernel loads that unit right after the wait, beside the
+ * packet kernel loads that unit right after the wait, beside the
  * block's flag, instead of after it.
  */
 __device__ __forceinline__ const char *mscx_first_unit_src(const struct mscx_staged_record *st, uint32_t pl)
