@@ -312,17 +312,17 @@ struct mscx_compile_rbuf {
 
 /**
  * Compile rank @p rank's program for the geometry in @p a (pkt, in_bytes,
- * out_bytes, geom[]) into @p kp.
+ * out_bytes, geom[]) into @p prog.
  * @param ops the rank's uploaded op image (sync marks set)
  * @return 1 when compiled, 0 when the program does not fit (interpreter only)
  */
 struct mscx_plan;
 int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
                      const struct mscx_compile_rbuf *rbuf, const struct mscx_gpu_args *a,
-                     struct mscx_program *kp);
+                     struct mscx_program *prog);
 
 /**
- * Rewrite @p kp, a program compiled whole for an in-place AllReduce plan
+ * Rewrite @p prog, a program compiled whole for an in-place AllReduce plan
  * (input and output one buffer, operands tagged MSCX_KB_IN or MSCX_KB_OUT
  * on the same bytes), so that it runs an out-of-place call directly: every
  * write goes to the output buffer; a read goes to the input buffer when no
@@ -331,15 +331,15 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
  * needed then, and the input is never written.
  * @param pl packet payload bytes per line (8 for LL16, 4 for LL8)
  * @param out_bytes the call's buffer size: the writes must cover [0, out_bytes)
- * @return 1 when rewritten; 0 when the program cannot run split (@p kp is
+ * @return 1 when rewritten; 0 when the program cannot run split (@p prog is
  *         then unchanged): a read of bytes that another block writes, a read
  *         partly written before, packets in the user buffer, a GENERIC entry,
  *         or bytes of the buffer that no entry writes
  */
-int mscx_gpu_program_split(struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t out_bytes);
+int mscx_gpu_program_split(struct mscx_program *prog, uint32_t ntb, uint32_t pl, uint64_t out_bytes);
 
 /**
- * Whether @p kp, a program compiled whole for an out-of-place plan, gives
+ * Whether @p prog, a program compiled whole for an out-of-place plan, gives
  * the same result when the call is in place, run as it is on the aliased
  * buffers (no staging copy): the input at byte @p in_at and the output at
  * byte @p out_at of one buffer (AllGather: in_at = rank * in_bytes; Reduce-
@@ -351,22 +351,22 @@ int mscx_gpu_program_split(struct mscx_program *kp, uint32_t ntb, uint32_t pl, u
  * bytes that this block did not write first.
  * @return 1 when it may run aliased, 0 otherwise (stage as before)
  */
-int mscx_gpu_program_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t in_at,
+int mscx_gpu_program_alias_ok(const struct mscx_program *prog, uint32_t ntb, uint32_t pl, uint64_t in_at,
                               uint64_t out_at, uint64_t in_bytes);
 
 /**
- * Whether every entry of @p kp (of @p ntb blocks) is a packet kind (PACK,
+ * Whether every entry of @p prog (of @p ntb blocks) is a packet kind (PACK,
  * UNPACK, FWD, REDPKT) or a SKIP, so that the packet kernel can run it.
  */
-int mscx_gpu_program_is_packet(const struct mscx_program *kp, uint32_t ntb);
+int mscx_gpu_program_is_packet(const struct mscx_program *prog, uint32_t ntb);
 
 /**
- * Encode @p kp (of @p ntb blocks) as the kernel's block records into @p dst
+ * Encode @p prog (of @p ntb blocks) as the kernel's block records into @p dst
  * (at most @p cap bytes), resolving scratch operands for both halves: own
  * scratch at @p scratch with halves of @p scratch_half.
  * @return the bytes written (ntb * stride), 0 when they do not fit in @p cap
  */
-size_t mscx_gpu_program_encode(const struct mscx_program *kp, uint32_t ntb, char *scratch,
+size_t mscx_gpu_program_encode(const struct mscx_program *prog, uint32_t ntb, char *scratch,
                                uint64_t scratch_half, void *dst, size_t cap, uint32_t *stride,
                                uint32_t *kmax_ops, uint32_t *kmax_opnd);
 

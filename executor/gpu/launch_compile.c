@@ -27,7 +27,7 @@
 
 struct prog_build {
     const struct mscx_gpu_args *a;
-    struct mscx_program *kp;
+    struct mscx_program *prog;
     const struct mscx_compile_rbuf *rbuf;
     uint32_t nrbuf;
     uint32_t nentry, nopnd;
@@ -104,8 +104,8 @@ static int prog_opnd(struct prog_build *k, uint32_t base, uint64_t off)
 {
     if (k->nopnd >= MSCX_PROGRAM_MAX_OPND || off > UINT32_MAX)
         return -1;
-    k->kp->opnd[k->nopnd].base = base;
-    k->kp->opnd[k->nopnd].off = (uint32_t)off;
+    k->prog->opnd[k->nopnd].base = base;
+    k->prog->opnd[k->nopnd].off = (uint32_t)off;
     k->nopnd++;
     return 0;
 }
@@ -115,7 +115,7 @@ static struct mscx_entry *prog_entry_add(struct prog_build *k, uint8_t kind, con
 {
     if (k->nentry >= MSCX_PROGRAM_MAX_OPS || units >= 0x80000000ull)
         return NULL;
-    struct mscx_entry *p = &k->kp->entry[k->nentry++];
+    struct mscx_entry *p = &k->prog->entry[k->nentry++];
     memset(p, 0, sizeof(*p));
     p->kind = kind;
     p->opcode = op->opcode;
@@ -387,7 +387,7 @@ static int prog_compile_op(struct prog_build *k, const struct mscx_dev_op *op, u
         return 0;
     }
     if (op->flags & MSCX_GPU_OPF_SYNC)
-        k->kp->entry[nk].sync = 1;
+        k->prog->entry[nk].sync = 1;
     return 0;
 }
 
@@ -396,15 +396,15 @@ static int prog_compile_op(struct prog_build *k, const struct mscx_dev_op *op, u
 static int prog_compile_block(struct prog_build *k, const struct mscx_dev_op *ops, const struct mscx_tb *tb,
                               uint32_t b)
 {
-    struct mscx_program *kp = k->kp;
-    kp->kbegin[b] = (uint16_t)k->nentry;
-    kp->pbegin[b] = (uint16_t)k->nopnd;
+    struct mscx_program *prog = k->prog;
+    prog->kbegin[b] = (uint16_t)k->nentry;
+    prog->pbegin[b] = (uint16_t)k->nopnd;
     if (tb->op_begin > UINT16_MAX)
         return -1;
-    kp->obase[b] = (uint16_t)tb->op_begin;
+    prog->obase[b] = (uint16_t)tb->op_begin;
     for (uint32_t i = 0; i < tb->nops; i++)
         if (ops[tb->op_begin + i].opcode == MSCX_OP_PIPELINE) {
-            kp->interp_mask |= 1u << b;
+            prog->interp_mask |= 1u << b;
             return 0;
         }
     for (uint32_t i = 0; i < tb->nops; i++)
@@ -415,46 +415,46 @@ static int prog_compile_block(struct prog_build *k, const struct mscx_dev_op *op
 
 int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
                      const struct mscx_compile_rbuf *rbuf, const struct mscx_gpu_args *a,
-                     struct mscx_program *kp)
+                     struct mscx_program *prog)
 {
     const struct mscx_gpu *gpu = &plan->gpus[rank];
-    struct prog_build k = {a, kp, rbuf, gpu->nrbuf, 0, 0, a->pkt == MSCX_PKT_LL8 ? 4u : 8u};
-    memset(kp, 0, sizeof(*kp));
+    struct prog_build k = {a, prog, rbuf, gpu->nrbuf, 0, 0, a->pkt == MSCX_PKT_LL8 ? 4u : 8u};
+    memset(prog, 0, sizeof(*prog));
     if (gpu->ntb > MSCX_PROGRAM_MAX_BLOCKS || gpu->nrbuf > MSCX_PROGRAM_MAX_RBUF)
         return 0;
     for (uint32_t i = 0; i < gpu->nrbuf; i++) {
-        kp->rsc[i] = rbuf[i].ptr;
-        kp->rhalf[i] = rbuf[i].half;
+        prog->rsc[i] = rbuf[i].ptr;
+        prog->rhalf[i] = rbuf[i].half;
     }
     for (uint32_t b = 0; b < gpu->ntb; b++)
         if (prog_compile_block(&k, ops, &gpu->tb[b], b))
             return 0;
-    kp->kbegin[gpu->ntb] = (uint16_t)k.nentry;
-    kp->pbegin[gpu->ntb] = (uint16_t)k.nopnd;
-    mscx_program_fuse(kp, gpu->ntb, plan, rank, ops, a->geom[0].slot, k.pl);
+    prog->kbegin[gpu->ntb] = (uint16_t)k.nentry;
+    prog->pbegin[gpu->ntb] = (uint16_t)k.nopnd;
+    mscx_program_fuse(prog, gpu->ntb, plan, rank, ops, a->geom[0].slot, k.pl);
     return 1;
 }
 
-int mscx_gpu_program_is_packet(const struct mscx_program *kp, uint32_t ntb)
+int mscx_gpu_program_is_packet(const struct mscx_program *prog, uint32_t ntb)
 {
-    for (uint32_t i = 0; i < kp->kbegin[ntb]; i++)
-        if (!mscx_entry_is_packet(kp->entry[i].kind))
+    for (uint32_t i = 0; i < prog->kbegin[ntb]; i++)
+        if (!mscx_entry_is_packet(prog->entry[i].kind))
             return 0;
     return 1;
 }
 
-static uint64_t prog_ptr_at(const struct mscx_program *kp, const struct mscx_entry_opnd *d, char *scratch,
+static uint64_t prog_ptr_at(const struct mscx_program *prog, const struct mscx_entry_opnd *d, char *scratch,
                             uint64_t half, uint32_t parity)
 {
     uint32_t flag = parity ? 1u : 2u; /* any flag of that parity */
     if (d->base >= MSCX_KB_RBUF) {
         uint32_t r = d->base - MSCX_KB_RBUF;
-        return (uint64_t)(uintptr_t)(kp->rsc[r] + mscx_scratch_offset(flag, kp->rhalf[r]) + d->off);
+        return (uint64_t)(uintptr_t)(prog->rsc[r] + mscx_scratch_offset(flag, prog->rhalf[r]) + d->off);
     }
     return (uint64_t)(uintptr_t)(scratch + mscx_scratch_offset(flag, half) + d->off);
 }
 
-size_t mscx_gpu_program_encode(const struct mscx_program *kp, uint32_t ntb, char *scratch,
+size_t mscx_gpu_program_encode(const struct mscx_program *prog, uint32_t ntb, char *scratch,
                                uint64_t scratch_half, void *dst, size_t cap, uint32_t *stride_p,
                                uint32_t *kmax_p, uint32_t *pmax_p)
 {
@@ -462,7 +462,7 @@ size_t mscx_gpu_program_encode(const struct mscx_program *kp, uint32_t ntb, char
     if (ntb > MSCX_PROGRAM_MAX_BLOCKS)
         return 0;
     for (uint32_t b = 0; b < ntb; b++) {
-        uint32_t nk = kp->kbegin[b + 1] - kp->kbegin[b], np = kp->pbegin[b + 1] - kp->pbegin[b];
+        uint32_t nk = prog->kbegin[b + 1] - prog->kbegin[b], np = prog->pbegin[b + 1] - prog->pbegin[b];
         kmax = nk > kmax ? nk : kmax;
         pmax = np > pmax ? np : pmax;
     }
@@ -475,22 +475,22 @@ size_t mscx_gpu_program_encode(const struct mscx_program *kp, uint32_t ntb, char
         struct mscx_record_head *h = (struct mscx_record_head *)rec;
         struct mscx_entry *ko = (struct mscx_entry *)(rec + 16);
         struct mscx_tagged_ptr *po = (struct mscx_tagged_ptr *)(rec + 16u * (1u + kmax));
-        uint32_t kb = kp->kbegin[b], pb = kp->pbegin[b];
-        h->nk = kp->kbegin[b + 1] - kb;
-        h->np = kp->pbegin[b + 1] - pb;
-        h->obase = kp->obase[b];
+        uint32_t kb = prog->kbegin[b], pb = prog->pbegin[b];
+        h->nk = prog->kbegin[b + 1] - kb;
+        h->np = prog->pbegin[b + 1] - pb;
+        h->obase = prog->obase[b];
         for (uint32_t i = 0; i < h->nk; i++) {
-            ko[i] = kp->entry[kb + i];
-            ko[i].opnd = (uint16_t)(kp->entry[kb + i].opnd - pb);
+            ko[i] = prog->entry[kb + i];
+            ko[i].opnd = (uint16_t)(prog->entry[kb + i].opnd - pb);
         }
         for (uint32_t i = 0; i < h->np; i++) {
-            const struct mscx_entry_opnd *d = &kp->opnd[pb + i];
+            const struct mscx_entry_opnd *d = &prog->opnd[pb + i];
             if (d->base == MSCX_KB_IN || d->base == MSCX_KB_OUT) {
                 po[i].v[0] = (d->base == MSCX_KB_IN ? MSCX_TAGGED_IN : MSCX_TAGGED_OUT) | d->off;
                 po[i].v[1] = po[i].v[0];
             } else {
-                po[i].v[0] = prog_ptr_at(kp, d, scratch, scratch_half, 0);
-                po[i].v[1] = prog_ptr_at(kp, d, scratch, scratch_half, 1);
+                po[i].v[0] = prog_ptr_at(prog, d, scratch, scratch_half, 0);
+                po[i].v[1] = prog_ptr_at(prog, d, scratch, scratch_half, 1);
             }
         }
     }

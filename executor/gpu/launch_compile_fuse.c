@@ -27,22 +27,22 @@ static int prog_same(const struct mscx_entry_opnd *x, const struct mscx_entry_op
  * keeps the units it had in both, so X gets the same values, with one pass
  * fewer; the UNPACK's place stays as a SKIP that keeps its barrier.
  */
-static uint32_t prog_fuse_unpack(struct mscx_program *kp, uint32_t kb, uint32_t ke)
+static uint32_t prog_fuse_unpack(struct mscx_program *prog, uint32_t kb, uint32_t ke)
 {
     uint32_t fused = 0;
     for (uint32_t i = kb; i + 1 < ke; i++) {
-        struct mscx_entry *u = &kp->entry[i], *r = &kp->entry[i + 1];
+        struct mscx_entry *u = &prog->entry[i], *r = &prog->entry[i + 1];
         if (u->kind != MSCX_ENTRY_UNPACK || r->kind != MSCX_ENTRY_REDPKT || r->lsrc0 || r->ndst == 0 ||
             u->units != r->units)
             continue;
-        const struct mscx_entry_opnd *ua = &kp->opnd[u->opnd], *ux = &kp->opnd[u->opnd + 1];
-        struct mscx_entry_opnd *r0 = &kp->opnd[r->opnd];
-        if (!prog_same(ux, r0) || !prog_same(ux, &kp->opnd[r->opnd + r->nsrc]))
+        const struct mscx_entry_opnd *ua = &prog->opnd[u->opnd], *ux = &prog->opnd[u->opnd + 1];
+        struct mscx_entry_opnd *r0 = &prog->opnd[r->opnd];
+        if (!prog_same(ux, r0) || !prog_same(ux, &prog->opnd[r->opnd + r->nsrc]))
             continue;
         /* no other source or destination of the reduction may be X (it would see X before the unpack) */
         int clash = 0;
         for (uint32_t j = 1; j < (uint32_t)r->nsrc + r->ndst; j++)
-            if (j != r->nsrc && prog_same(ux, &kp->opnd[r->opnd + j]))
+            if (j != r->nsrc && prog_same(ux, &prog->opnd[r->opnd + j]))
                 clash = 1;
         if (clash)
             continue;
@@ -65,20 +65,20 @@ static uint32_t prog_fuse_unpack(struct mscx_program *kp, uint32_t kb, uint32_t 
  * in a row: source, destination) and without a barrier between them are
  * merged; the merged-away entries become SKIPs.
  */
-static uint32_t prog_fuse_pack(struct mscx_program *kp, uint32_t kb, uint32_t ke)
+static uint32_t prog_fuse_pack(struct mscx_program *prog, uint32_t kb, uint32_t ke)
 {
     uint32_t fused = 0;
     for (uint32_t i = kb; i < ke; i++) {
-        struct mscx_entry *p = &kp->entry[i];
+        struct mscx_entry *p = &prog->entry[i];
         if (p->kind != MSCX_ENTRY_PACK || p->nsrc != 1 || p->ndst != 1)
             continue;
-        const struct mscx_entry_opnd *src = &kp->opnd[p->opnd];
+        const struct mscx_entry_opnd *src = &prog->opnd[p->opnd];
         uint32_t j = i + 1;
         while (j < ke && j - i < UINT8_MAX) {
-            const struct mscx_entry *q = &kp->entry[j];
+            const struct mscx_entry *q = &prog->entry[j];
             if (q->kind != MSCX_ENTRY_PACK || q->sync || q->nsrc != 1 || q->ndst != 1 ||
                 q->units != p->units || q->opnd != p->opnd + 2u * (j - i) ||
-                !prog_same(src, &kp->opnd[q->opnd]))
+                !prog_same(src, &prog->opnd[q->opnd]))
                 break;
             j++;
         }
@@ -86,8 +86,8 @@ static uint32_t prog_fuse_pack(struct mscx_program *kp, uint32_t kb, uint32_t ke
             continue;
         /* [src, d0, src, d1, ...] -> [src, d0, d1, ...]: each destination moves to an earlier slot */
         for (uint32_t m = i + 1; m < j; m++) {
-            struct mscx_entry *q = &kp->entry[m];
-            kp->opnd[p->opnd + 1u + (m - i)] = kp->opnd[q->opnd + 1u];
+            struct mscx_entry *q = &prog->entry[m];
+            prog->opnd[p->opnd + 1u + (m - i)] = prog->opnd[q->opnd + 1u];
             q->kind = MSCX_ENTRY_SKIP;
             q->units = 0;
             q->nsrc = q->ndst = 0;
@@ -104,24 +104,24 @@ static uint32_t prog_fuse_pack(struct mscx_program *kp, uint32_t kb, uint32_t ke
  * entry after it; a SKIP that ends its block stays, with its barrier), so
  * that the kernel does not pay a loop step for them.
  */
-static void prog_compact(struct mscx_program *kp, uint32_t ntb)
+static void prog_compact(struct mscx_program *prog, uint32_t ntb)
 {
     uint32_t out = 0;
     for (uint32_t b = 0; b < ntb; b++) {
-        uint32_t kb = kp->kbegin[b], ke = kp->kbegin[b + 1], pending = 0;
-        kp->kbegin[b] = (uint16_t)out;
+        uint32_t kb = prog->kbegin[b], ke = prog->kbegin[b + 1], pending = 0;
+        prog->kbegin[b] = (uint16_t)out;
         for (uint32_t i = kb; i < ke; i++) {
-            struct mscx_entry k = kp->entry[i];
+            struct mscx_entry k = prog->entry[i];
             if (k.kind == MSCX_ENTRY_SKIP && i + 1 < ke) {
                 pending |= k.sync;
                 continue;
             }
             k.sync |= (uint8_t)pending;
             pending = 0;
-            kp->entry[out++] = k;
+            prog->entry[out++] = k;
         }
     }
-    kp->kbegin[ntb] = (uint16_t)out;
+    prog->kbegin[ntb] = (uint16_t)out;
 }
 
 /* ---- a pack into the rank's own scratch read flat by a later reduction ---- */
@@ -132,10 +132,10 @@ struct prog_span {
     uint64_t lo, hi;
 };
 
-static struct prog_span prog_span_of(const struct mscx_program *kp, const struct mscx_entry *k, uint32_t j,
+static struct prog_span prog_span_of(const struct mscx_program *prog, const struct mscx_entry *k, uint32_t j,
                                      uint32_t pl)
 {
-    const struct mscx_entry_opnd *d = &kp->opnd[k->opnd + j];
+    const struct mscx_entry_opnd *d = &prog->opnd[k->opnd + j];
     uint64_t ext;
     mscx_program_opnd_flat(k, j, pl, &ext);
     return (struct prog_span){d->base == MSCX_KB_OUT ? MSCX_KB_IN : d->base, d->off, d->off + ext};
@@ -216,25 +216,25 @@ static int prog_peer_writes(const struct mscx_plan *plan, uint32_t rank, uint64_
  * the same bits whenever X holds at ri what it held at pi and nothing else
  * ever looks at L.
  */
-static int prog_fold_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t b, uint32_t pi, uint32_t ri,
+static int prog_fold_ok(const struct mscx_program *prog, uint32_t ntb, uint32_t b, uint32_t pi, uint32_t ri,
                         uint32_t j, uint32_t pl)
 {
-    const struct mscx_entry *p = &kp->entry[pi], *r = &kp->entry[ri];
-    const struct prog_span X = prog_span_of(kp, p, 0, pl), L = prog_span_of(kp, p, 1, pl);
+    const struct mscx_entry *p = &prog->entry[pi], *r = &prog->entry[ri];
+    const struct prog_span X = prog_span_of(prog, p, 0, pl), L = prog_span_of(prog, p, 1, pl);
     if (X.space >= MSCX_KB_RBUF)
         return 0; /* a peer's memory: it may change between the two */
     if (prog_meet(&X, &L))
         return 0;
     for (uint32_t bb = 0; bb < ntb; bb++)
-        for (uint32_t e = kp->kbegin[bb]; e < kp->kbegin[bb + 1]; e++) {
-            const struct mscx_entry *k = &kp->entry[e];
+        for (uint32_t e = prog->kbegin[bb]; e < prog->kbegin[bb + 1]; e++) {
+            const struct mscx_entry *k = &prog->entry[e];
             /* a SKIP moves nothing (a fused unpack keeps its operands) */
             if (e == pi || k->kind == MSCX_ENTRY_SKIP)
                 continue;
             for (uint32_t jj = 0; jj < (uint32_t)k->nsrc + k->ndst; jj++) {
                 if (e == ri && jj == j)
                     continue;
-                const struct prog_span s = prog_span_of(kp, k, jj, pl);
+                const struct prog_span s = prog_span_of(prog, k, jj, pl);
                 if (prog_meet(&s, &L))
                     return 0; /* L is read or written elsewhere: it must keep the pack's lines */
                 if (!prog_meet(&s, &X))
@@ -269,31 +269,31 @@ static int prog_fold_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t b,
  * prog_fuse_unpack; @p slot is the rank's chunk slot at this launch.
  * @return the packs folded
  */
-static uint32_t prog_fold_pack(struct mscx_program *kp, uint32_t ntb, const struct mscx_plan *plan,
+static uint32_t prog_fold_pack(struct mscx_program *prog, uint32_t ntb, const struct mscx_plan *plan,
                                uint32_t rank, const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl)
 {
     uint32_t folded = 0;
     int judged = 0;
-    if (kp->interp_mask)
+    if (prog->interp_mask)
         return 0; /* an interpreter block's accesses are not in the program */
     for (uint32_t b = 0; b < ntb; b++)
-        for (uint32_t ri = kp->kbegin[b]; ri < kp->kbegin[b + 1]; ri++) {
-            struct mscx_entry *r = &kp->entry[ri];
+        for (uint32_t ri = prog->kbegin[b]; ri < prog->kbegin[b + 1]; ri++) {
+            struct mscx_entry *r = &prog->entry[ri];
             if (r->kind != MSCX_ENTRY_REDPKT)
                 continue;
             for (uint32_t j = 1; j < r->nsrc && !r->fsrc; j++) {
-                struct mscx_entry_opnd *s = &kp->opnd[r->opnd + j];
+                struct mscx_entry_opnd *s = &prog->opnd[r->opnd + j];
                 if (s->base != MSCX_KB_SCRATCH)
                     continue;
                 /* the block's last PACK before r into these lines (an earlier one fails prog_fold_ok) */
                 uint32_t pi = UINT32_MAX;
-                for (uint32_t e = kp->kbegin[b]; e < ri; e++)
-                    if (kp->entry[e].kind == MSCX_ENTRY_PACK &&
-                        prog_same(&kp->opnd[kp->entry[e].opnd + 1], s))
+                for (uint32_t e = prog->kbegin[b]; e < ri; e++)
+                    if (prog->entry[e].kind == MSCX_ENTRY_PACK &&
+                        prog_same(&prog->opnd[prog->entry[e].opnd + 1], s))
                         pi = e;
                 if (pi == UINT32_MAX)
                     continue;
-                struct mscx_entry *p = &kp->entry[pi];
+                struct mscx_entry *p = &prog->entry[pi];
                 if (p->units != r->units)
                     continue;
                 if (!judged) { /* once per program, and only where there is a candidate */
@@ -301,16 +301,16 @@ static uint32_t prog_fold_pack(struct mscx_program *kp, uint32_t ntb, const stru
                     if (prog_plan_reads_peers(plan))
                         return folded;
                     for (uint32_t bb = 0; bb < ntb; bb++)
-                        for (uint32_t e = kp->kbegin[bb]; e < kp->kbegin[bb + 1]; e++) {
+                        for (uint32_t e = prog->kbegin[bb]; e < prog->kbegin[bb + 1]; e++) {
                             /* a data op left to the interpreter: its bytes are not known here */
-                            const struct mscx_dev_op *op = &ops[kp->obase[bb] + kp->entry[e].op];
-                            if (kp->entry[e].kind == MSCX_ENTRY_GENERIC && op->nsrc + op->ndst > 0)
+                            const struct mscx_dev_op *op = &ops[prog->obase[bb] + prog->entry[e].op];
+                            if (prog->entry[e].kind == MSCX_ENTRY_GENERIC && op->nsrc + op->ndst > 0)
                                 return folded;
                         }
                 }
-                const struct mscx_entry_opnd *x = &kp->opnd[p->opnd];
-                const struct prog_span X = prog_span_of(kp, p, 0, pl), L = prog_span_of(kp, p, 1, pl);
-                if (!prog_fold_ok(kp, ntb, b, pi, ri, j, pl) || prog_peer_writes(plan, rank, slot, &L) ||
+                const struct mscx_entry_opnd *x = &prog->opnd[p->opnd];
+                const struct prog_span X = prog_span_of(prog, p, 0, pl), L = prog_span_of(prog, p, 1, pl);
+                if (!prog_fold_ok(prog, ntb, b, pi, ri, j, pl) || prog_peer_writes(plan, rank, slot, &L) ||
                     prog_peer_writes(plan, rank, slot, &X))
                     continue;
                 *s = *x;
@@ -323,17 +323,17 @@ static uint32_t prog_fold_pack(struct mscx_program *kp, uint32_t ntb, const stru
     return folded;
 }
 
-void mscx_program_fuse(struct mscx_program *kp, uint32_t ntb, const struct mscx_plan *plan, uint32_t rank,
+void mscx_program_fuse(struct mscx_program *prog, uint32_t ntb, const struct mscx_plan *plan, uint32_t rank,
                        const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl)
 {
     for (uint32_t b = 0; b < ntb; b++)
-        if (!(kp->interp_mask & (1u << b)))
-            prog_fuse_unpack(kp, kp->kbegin[b], kp->kbegin[b + 1]);
+        if (!(prog->interp_mask & (1u << b)))
+            prog_fuse_unpack(prog, prog->kbegin[b], prog->kbegin[b + 1]);
     /* the pack folded into a reduction first: merging packs would hide it among a peer-bound PACK's
      * destinations */
-    prog_fold_pack(kp, ntb, plan, rank, ops, slot, pl);
+    prog_fold_pack(prog, ntb, plan, rank, ops, slot, pl);
     for (uint32_t b = 0; b < ntb; b++)
-        if (!(kp->interp_mask & (1u << b)))
-            prog_fuse_pack(kp, kp->kbegin[b], kp->kbegin[b + 1]);
-    prog_compact(kp, ntb);
+        if (!(prog->interp_mask & (1u << b)))
+            prog_fuse_pack(prog, prog->kbegin[b], prog->kbegin[b + 1]);
+    prog_compact(prog, ntb);
 }

@@ -16,8 +16,8 @@
 /* One operand of a compiled entry that names the input or the output. */
 struct prog_acc {
     uint64_t lo, hi;   /* bytes of the one buffer both name (in place, or aliased by the caller) */
-    uint32_t blk, ent; /* the block, and the entry (index in kp->entry) */
-    uint16_t opnd;     /* index in kp->opnd */
+    uint32_t blk, ent; /* the block, and the entry (index in prog->entry) */
+    uint16_t opnd;     /* index in prog->opnd */
     uint8_t in;        /* names the input (else the output) */
     uint8_t wr;        /* a destination */
     uint8_t self;      /* a write: a COPY of exactly these bytes onto themselves */
@@ -29,27 +29,27 @@ static int prog_user(uint32_t base)
 }
 
 /*
- * Every operand of @p kp that names the input (at byte @p in_at of the one
+ * Every operand of @p prog that names the input (at byte @p in_at of the one
  * buffer) or the output (at @p out_at), into @p acc (MSCX_PROGRAM_MAX_OPND).
  * @return the count, or -1 when the program cannot be judged: not compiled
  *         whole (an interpreter block, a GENERIC entry) or packet lines in a
  *         user buffer
  */
-static int prog_accesses(const struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t in_at,
+static int prog_accesses(const struct mscx_program *prog, uint32_t ntb, uint32_t pl, uint64_t in_at,
                          uint64_t out_at, struct prog_acc *acc)
 {
     uint32_t n = 0;
-    if (ntb == 0 || ntb > MSCX_PROGRAM_MAX_BLOCKS || kp->interp_mask)
+    if (ntb == 0 || ntb > MSCX_PROGRAM_MAX_BLOCKS || prog->interp_mask)
         return -1;
     for (uint32_t b = 0; b < ntb; b++)
-        for (uint32_t e = kp->kbegin[b]; e < kp->kbegin[b + 1]; e++) {
-            const struct mscx_entry *k = &kp->entry[e];
+        for (uint32_t e = prog->kbegin[b]; e < prog->kbegin[b + 1]; e++) {
+            const struct mscx_entry *k = &prog->entry[e];
             if (k->kind == MSCX_ENTRY_GENERIC)
                 return -1;
             if (k->kind == MSCX_ENTRY_SKIP) /* moves nothing (an unpack fused away keeps its operands) */
                 continue;
             for (uint32_t j = 0; j < (uint32_t)k->nsrc + k->ndst; j++) {
-                const struct mscx_entry_opnd *d = &kp->opnd[k->opnd + j];
+                const struct mscx_entry_opnd *d = &prog->opnd[k->opnd + j];
                 uint64_t ext;
                 if (!prog_user(d->base))
                     continue;
@@ -57,7 +57,7 @@ static int prog_accesses(const struct mscx_program *kp, uint32_t ntb, uint32_t p
                     return -1;
                 const int is_in = d->base == MSCX_KB_IN, wr = j >= k->nsrc;
                 const uint64_t lo = (is_in ? in_at : out_at) + d->off;
-                const struct mscx_entry_opnd *s0 = &kp->opnd[k->opnd];
+                const struct mscx_entry_opnd *s0 = &prog->opnd[k->opnd];
                 acc[n++] = (struct prog_acc){lo,
                                              lo + ext,
                                              b,
@@ -95,11 +95,11 @@ static uint64_t prog_cover_end(const struct prog_acc *acc, uint32_t n, uint32_t 
 
 /* ---- out-of-place calls on an in-place AllReduce plan ---- */
 
-int mscx_gpu_program_split(struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t out_bytes)
+int mscx_gpu_program_split(struct mscx_program *prog, uint32_t ntb, uint32_t pl, uint64_t out_bytes)
 {
     static __thread struct prog_acc acc[MSCX_PROGRAM_MAX_OPND];
     static __thread uint8_t nbase[MSCX_PROGRAM_MAX_OPND];
-    const int na = prog_accesses(kp, ntb, pl, 0, 0, acc);
+    const int na = prog_accesses(prog, ntb, pl, 0, 0, acc);
     if (na < 0)
         return 0;
     const uint32_t n = (uint32_t)na;
@@ -130,26 +130,26 @@ int mscx_gpu_program_split(struct mscx_program *kp, uint32_t ntb, uint32_t pl, u
     if (prog_cover_end(acc, n, UINT32_MAX, UINT32_MAX, 0, out_bytes) < out_bytes)
         return 0;
     for (uint32_t i = 0; i < n; i++)
-        kp->opnd[acc[i].opnd].base = nbase[acc[i].opnd];
+        prog->opnd[acc[i].opnd].base = nbase[acc[i].opnd];
     return 1;
 }
 
 /* ---- in-place calls on an out-of-place plan ---- */
 
 /* A barrier (a synced entry) after entry @p a and up to entry @p b, both of one block. */
-static int prog_barrier_between(const struct mscx_program *kp, uint32_t a, uint32_t b)
+static int prog_barrier_between(const struct mscx_program *prog, uint32_t a, uint32_t b)
 {
     for (uint32_t e = a + 1; e <= b; e++)
-        if (kp->entry[e].sync)
+        if (prog->entry[e].sync)
             return 1;
     return 0;
 }
 
-int mscx_gpu_program_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t in_at,
+int mscx_gpu_program_alias_ok(const struct mscx_program *prog, uint32_t ntb, uint32_t pl, uint64_t in_at,
                               uint64_t out_at, uint64_t in_bytes)
 {
     static __thread struct prog_acc acc[MSCX_PROGRAM_MAX_OPND];
-    const int na = prog_accesses(kp, ntb, pl, in_at, out_at, acc);
+    const int na = prog_accesses(prog, ntb, pl, in_at, out_at, acc);
     if (na < 0)
         return 0;
     const uint32_t n = (uint32_t)na;
@@ -171,11 +171,11 @@ int mscx_gpu_program_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint3
                 if (r->in)
                     return 0; /* the input read would see what the write put there */
             } else if (w->ent == r->ent) {
-                const uint8_t kind = kp->entry[r->ent].kind;
+                const uint8_t kind = prog->entry[r->ent].kind;
                 if (!r->in || w->lo != r->lo || w->hi != r->hi ||
                     !(kind == MSCX_ENTRY_COPY || kind == MSCX_ENTRY_REDUCE || kind == MSCX_ENTRY_REDPKT))
                     return 0;
-            } else if (r->in && !prog_barrier_between(kp, r->ent, w->ent)) {
+            } else if (r->in && !prog_barrier_between(prog, r->ent, w->ent)) {
                 return 0; /* a later entry overwrites bytes an earlier one reads, with no barrier between */
             }
         }

@@ -50,7 +50,7 @@ struct rank_st {
     struct mscx_compile_rbuf *rb; /* [nrbuf] */
     uint32_t ngeom, geom_rank[MSCX_GPU_MAX_GEOM];
     struct mscx_gpu_args a;
-    struct mscx_program kp;
+    struct mscx_program prog;
     char *rec;
     uint32_t stride, kmax, pmax;
     /* emulation */
@@ -204,16 +204,16 @@ static int emu_compile(struct emu *e, const char **why_p)
         a->op = e->op;
         if (gpu->ntb == 0)
             continue;
-        if (!mscx_gpu_compile(plan, q, R->img, R->rb, a, &R->kp)) {
+        if (!mscx_gpu_compile(plan, q, R->img, R->rb, a, &R->prog)) {
             *why_p = "program does not fit";
             return 0;
         }
-        if (R->kp.interp_mask) {
+        if (R->prog.interp_mask) {
             *why_p = "interpreter blocks";
             return 0;
         }
-        for (uint32_t i = 0; i < R->kp.kbegin[gpu->ntb]; i++)
-            if (R->kp.entry[i].kind == MSCX_ENTRY_GENERIC) {
+        for (uint32_t i = 0; i < R->prog.kbegin[gpu->ntb]; i++)
+            if (R->prog.entry[i].kind == MSCX_ENTRY_GENERIC) {
                 *why_p = "GENERIC entries";
                 return 0;
             }
@@ -221,8 +221,8 @@ static int emu_compile(struct emu *e, const char **why_p)
         free(R->rec);
         R->rec = malloc(cap);
         ck_assert_ptr_nonnull(R->rec);
-        size_t bytes = mscx_gpu_program_encode(&R->kp, gpu->ntb, R->scratch, R->half, R->rec, cap, &R->stride,
-                                               &R->kmax, &R->pmax);
+        size_t bytes = mscx_gpu_program_encode(&R->prog, gpu->ntb, R->scratch, R->half, R->rec, cap,
+                                               &R->stride, &R->kmax, &R->pmax);
         ck_assert_msg(bytes == (size_t)R->stride * gpu->ntb, "%s: rank %u: encoding failed", e->what, q);
     }
     return 1;
@@ -241,10 +241,10 @@ static int emu_split(struct emu *e)
         const uint32_t ntb = e->plan->gpus[q].ntb;
         if (ntb == 0)
             continue;
-        kp2 = R->kp;
+        kp2 = R->prog;
         if (!mscx_gpu_program_split(&kp2, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u, R->a.out_bytes))
             return 0;
-        ck_assert_msg(memcmp(&kp2, &R->kp, sizeof(kp2)) != 0, "%s: rank %u: split changed nothing", e->what,
+        ck_assert_msg(memcmp(&kp2, &R->prog, sizeof(kp2)) != 0, "%s: rank %u: split changed nothing", e->what,
                       q);
         size_t cap = 16u * (1u + MSCX_PROGRAM_MAX_OPS + MSCX_PROGRAM_MAX_OPND) * (size_t)ntb;
         size_t bytes = mscx_gpu_program_encode(&kp2, ntb, R->scratch, R->half, R->rec, cap, &R->stride,
@@ -787,7 +787,7 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
             const uint32_t ntb = e->plan->gpus[q].ntb;
             uint64_t in_at = e->plan->coll == MSCX_COLL_ALLGATHER ? q * e->in_bytes : 0;
             uint64_t out_at = e->plan->coll == MSCX_COLL_REDUCESCATTER ? q * e->out_bytes : 0;
-            ok = ntb == 0 || mscx_gpu_program_alias_ok(&e->r[q].kp, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u,
+            ok = ntb == 0 || mscx_gpu_program_alias_ok(&e->r[q].prog, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u,
                                                        in_at, out_at, e->in_bytes);
         }
         if (ok) {
