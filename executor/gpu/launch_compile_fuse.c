@@ -13,7 +13,7 @@
 #include "launch_compile_int.h"
 #include "plan_model.h"
 
-static int kp_same(const struct mscx_entry_opnd *x, const struct mscx_entry_opnd *y)
+static int prog_same(const struct mscx_entry_opnd *x, const struct mscx_entry_opnd *y)
 {
     return x->base == y->base && x->off == y->off;
 }
@@ -27,22 +27,22 @@ static int kp_same(const struct mscx_entry_opnd *x, const struct mscx_entry_opnd
  * keeps the units it had in both, so X gets the same values, with one pass
  * fewer; the UNPACK's place stays as a SKIP that keeps its barrier.
  */
-static uint32_t kp_fuse_unpack(struct mscx_program *kp, uint32_t kb, uint32_t ke)
+static uint32_t prog_fuse_unpack(struct mscx_program *prog, uint32_t kb, uint32_t ke)
 {
     uint32_t fused = 0;
     for (uint32_t i = kb; i + 1 < ke; i++) {
-        struct mscx_entry *u = &kp->entry[i], *r = &kp->entry[i + 1];
+        struct mscx_entry *u = &prog->entry[i], *r = &prog->entry[i + 1];
         if (u->kind != MSCX_ENTRY_UNPACK || r->kind != MSCX_ENTRY_REDPKT || r->lsrc0 || r->ndst == 0 ||
             u->units != r->units)
             continue;
-        const struct mscx_entry_opnd *ua = &kp->opnd[u->opnd], *ux = &kp->opnd[u->opnd + 1];
-        struct mscx_entry_opnd *r0 = &kp->opnd[r->opnd];
-        if (!kp_same(ux, r0) || !kp_same(ux, &kp->opnd[r->opnd + r->nsrc]))
+        const struct mscx_entry_opnd *ua = &prog->opnd[u->opnd], *ux = &prog->opnd[u->opnd + 1];
+        struct mscx_entry_opnd *r0 = &prog->opnd[r->opnd];
+        if (!prog_same(ux, r0) || !prog_same(ux, &prog->opnd[r->opnd + r->nsrc]))
             continue;
         /* no other source or destination of the reduction may be X (it would see X before the unpack) */
         int clash = 0;
         for (uint32_t j = 1; j < (uint32_t)r->nsrc + r->ndst; j++)
-            if (j != r->nsrc && kp_same(ux, &kp->opnd[r->opnd + j]))
+            if (j != r->nsrc && prog_same(ux, &prog->opnd[r->opnd + j]))
                 clash = 1;
         if (clash)
             continue;
@@ -61,24 +61,24 @@ static uint32_t kp_fuse_unpack(struct mscx_program *kp, uint32_t kb, uint32_t ke
  * destinations compiles to one PACK per pair) become one PACK with all
  * their destinations, so each thread loads a unit once and stores it to
  * every destination. Each thread keeps its units and, per destination, the
- * order of its stores. Only entries laid out as kp_op (launch_compile.c) makes them (operands
+ * order of its stores. Only entries laid out as prog_op (launch_compile.c) makes them (operands
  * in a row: source, destination) and without a barrier between them are
  * merged; the merged-away entries become SKIPs.
  */
-static uint32_t kp_fuse_pack(struct mscx_program *kp, uint32_t kb, uint32_t ke)
+static uint32_t prog_fuse_pack(struct mscx_program *prog, uint32_t kb, uint32_t ke)
 {
     uint32_t fused = 0;
     for (uint32_t i = kb; i < ke; i++) {
-        struct mscx_entry *p = &kp->entry[i];
+        struct mscx_entry *p = &prog->entry[i];
         if (p->kind != MSCX_ENTRY_PACK || p->nsrc != 1 || p->ndst != 1)
             continue;
-        const struct mscx_entry_opnd *src = &kp->opnd[p->opnd];
+        const struct mscx_entry_opnd *src = &prog->opnd[p->opnd];
         uint32_t j = i + 1;
         while (j < ke && j - i < UINT8_MAX) {
-            const struct mscx_entry *q = &kp->entry[j];
+            const struct mscx_entry *q = &prog->entry[j];
             if (q->kind != MSCX_ENTRY_PACK || q->sync || q->nsrc != 1 || q->ndst != 1 ||
                 q->units != p->units || q->opnd != p->opnd + 2u * (j - i) ||
-                !kp_same(src, &kp->opnd[q->opnd]))
+                !prog_same(src, &prog->opnd[q->opnd]))
                 break;
             j++;
         }
@@ -86,8 +86,8 @@ static uint32_t kp_fuse_pack(struct mscx_program *kp, uint32_t kb, uint32_t ke)
             continue;
         /* [src, d0, src, d1, ...] -> [src, d0, d1, ...]: each destination moves to an earlier slot */
         for (uint32_t m = i + 1; m < j; m++) {
-            struct mscx_entry *q = &kp->entry[m];
-            kp->opnd[p->opnd + 1u + (m - i)] = kp->opnd[q->opnd + 1u];
+            struct mscx_entry *q = &prog->entry[m];
+            prog->opnd[p->opnd + 1u + (m - i)] = prog->opnd[q->opnd + 1u];
             q->kind = MSCX_ENTRY_SKIP;
             q->units = 0;
             q->nsrc = q->ndst = 0;
@@ -104,44 +104,44 @@ static uint32_t kp_fuse_pack(struct mscx_program *kp, uint32_t kb, uint32_t ke)
  * entry after it; a SKIP that ends its block stays, with its barrier), so
  * that the kernel does not pay a loop step for them.
  */
-static void kp_compact(struct mscx_program *kp, uint32_t ntb)
+static void prog_compact(struct mscx_program *prog, uint32_t ntb)
 {
     uint32_t out = 0;
     for (uint32_t b = 0; b < ntb; b++) {
-        uint32_t kb = kp->kbegin[b], ke = kp->kbegin[b + 1], pending = 0;
-        kp->kbegin[b] = (uint16_t)out;
+        uint32_t kb = prog->kbegin[b], ke = prog->kbegin[b + 1], pending = 0;
+        prog->kbegin[b] = (uint16_t)out;
         for (uint32_t i = kb; i < ke; i++) {
-            struct mscx_entry k = kp->entry[i];
+            struct mscx_entry k = prog->entry[i];
             if (k.kind == MSCX_ENTRY_SKIP && i + 1 < ke) {
                 pending |= k.sync;
                 continue;
             }
             k.sync |= (uint8_t)pending;
             pending = 0;
-            kp->entry[out++] = k;
+            prog->entry[out++] = k;
         }
     }
-    kp->kbegin[ntb] = (uint16_t)out;
+    prog->kbegin[ntb] = (uint16_t)out;
 }
 
 /* ---- a pack into the rank's own scratch read flat by a later reduction ---- */
 
 /* Bytes [lo, hi) of one memory of the rank; input and output count as one (an in-place call aliases them). */
-struct kp_span {
+struct prog_span {
     uint32_t space; /* MSCX_KB_IN (input or output), MSCX_KB_SCRATCH, MSCX_KB_RBUF + k */
     uint64_t lo, hi;
 };
 
-static struct kp_span kp_span_of(const struct mscx_program *kp, const struct mscx_entry *k, uint32_t j,
-                                 uint32_t pl)
+static struct prog_span prog_span_of(const struct mscx_program *prog, const struct mscx_entry *k, uint32_t j,
+                                     uint32_t pl)
 {
-    const struct mscx_entry_opnd *d = &kp->opnd[k->opnd + j];
+    const struct mscx_entry_opnd *d = &prog->opnd[k->opnd + j];
     uint64_t ext;
-    mscx_kp_opnd_flat(k, j, pl, &ext);
-    return (struct kp_span){d->base == MSCX_KB_OUT ? MSCX_KB_IN : d->base, d->off, d->off + ext};
+    mscx_program_opnd_flat(k, j, pl, &ext);
+    return (struct prog_span){d->base == MSCX_KB_OUT ? MSCX_KB_IN : d->base, d->off, d->off + ext};
 }
 
-static int kp_meet(const struct kp_span *a, const struct kp_span *b)
+static int prog_meet(const struct prog_span *a, const struct prog_span *b)
 {
     return a->space == b->space && a->lo < b->hi && b->lo < a->hi;
 }
@@ -152,7 +152,7 @@ static int kp_meet(const struct kp_span *a, const struct kp_span *b)
  * lines of a pack this pass removes; the pass judges only this rank's
  * program, so it gives up on such plans altogether.
  */
-static int kp_plan_reads_peers(const struct mscx_plan *plan)
+static int prog_plan_reads_peers(const struct mscx_plan *plan)
 {
     if (plan->has_multicast)
         return 1;
@@ -176,8 +176,8 @@ static int kp_plan_reads_peers(const struct mscx_plan *plan)
  * packet ops at twice the logical offset, whole operands, slices ignored).
  * @p slot: the rank's chunk slot at this launch (its scratch's geometry).
  */
-static int kp_peer_writes(const struct mscx_plan *plan, uint32_t rank, uint64_t slot,
-                          const struct kp_span *sp)
+static int prog_peer_writes(const struct mscx_plan *plan, uint32_t rank, uint64_t slot,
+                            const struct prog_span *sp)
 {
     for (uint32_t q = 0; q < plan->nranks; q++) {
         const struct mscx_gpu *g = &plan->gpus[q];
@@ -216,28 +216,28 @@ static int kp_peer_writes(const struct mscx_plan *plan, uint32_t rank, uint64_t 
  * the same bits whenever X holds at ri what it held at pi and nothing else
  * ever looks at L.
  */
-static int kp_fold_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t b, uint32_t pi, uint32_t ri,
-                      uint32_t j, uint32_t pl)
+static int prog_fold_ok(const struct mscx_program *prog, uint32_t ntb, uint32_t b, uint32_t pi, uint32_t ri,
+                        uint32_t j, uint32_t pl)
 {
-    const struct mscx_entry *p = &kp->entry[pi], *r = &kp->entry[ri];
-    const struct kp_span X = kp_span_of(kp, p, 0, pl), L = kp_span_of(kp, p, 1, pl);
+    const struct mscx_entry *p = &prog->entry[pi], *r = &prog->entry[ri];
+    const struct prog_span X = prog_span_of(prog, p, 0, pl), L = prog_span_of(prog, p, 1, pl);
     if (X.space >= MSCX_KB_RBUF)
         return 0; /* a peer's memory: it may change between the two */
-    if (kp_meet(&X, &L))
+    if (prog_meet(&X, &L))
         return 0;
     for (uint32_t bb = 0; bb < ntb; bb++)
-        for (uint32_t e = kp->kbegin[bb]; e < kp->kbegin[bb + 1]; e++) {
-            const struct mscx_entry *k = &kp->entry[e];
+        for (uint32_t e = prog->kbegin[bb]; e < prog->kbegin[bb + 1]; e++) {
+            const struct mscx_entry *k = &prog->entry[e];
             /* a SKIP moves nothing (a fused unpack keeps its operands) */
             if (e == pi || k->kind == MSCX_ENTRY_SKIP)
                 continue;
             for (uint32_t jj = 0; jj < (uint32_t)k->nsrc + k->ndst; jj++) {
                 if (e == ri && jj == j)
                     continue;
-                const struct kp_span s = kp_span_of(kp, k, jj, pl);
-                if (kp_meet(&s, &L))
+                const struct prog_span s = prog_span_of(prog, k, jj, pl);
+                if (prog_meet(&s, &L))
                     return 0; /* L is read or written elsewhere: it must keep the pack's lines */
-                if (!kp_meet(&s, &X))
+                if (!prog_meet(&s, &X))
                     continue;
                 if (e == ri) {
                     /* the flat destination may be X exactly: thread u reads unit u before it writes it */
@@ -263,54 +263,55 @@ static int kp_fold_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t b, u
  * slot only to fold that slot back in rank order. The payload of a line is
  * the flat unit it was packed from, bit for bit, and each thread handles
  * the same units in both entries, so X gives the same values when nothing
- * writes X between the two and nothing else reads or writes L (kp_fold_ok),
+ * writes X between the two and nothing else reads or writes L (prog_fold_ok),
  * and no peer can read or write them. At most one such source per REDPKT
  * (the kernel tests one index). Runs on the whole rank's program after
- * kp_fuse_unpack; @p slot is the rank's chunk slot at this launch.
+ * prog_fuse_unpack; @p slot is the rank's chunk slot at this launch.
  * @return the packs folded
  */
-static uint32_t kp_fold_pack(struct mscx_program *kp, uint32_t ntb, const struct mscx_plan *plan,
-                             uint32_t rank, const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl)
+static uint32_t prog_fold_pack(struct mscx_program *prog, uint32_t ntb, const struct mscx_plan *plan,
+                               uint32_t rank, const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl)
 {
     uint32_t folded = 0;
     int judged = 0;
-    if (kp->interp_mask)
+    if (prog->interp_mask)
         return 0; /* an interpreter block's accesses are not in the program */
     for (uint32_t b = 0; b < ntb; b++)
-        for (uint32_t ri = kp->kbegin[b]; ri < kp->kbegin[b + 1]; ri++) {
-            struct mscx_entry *r = &kp->entry[ri];
+        for (uint32_t ri = prog->kbegin[b]; ri < prog->kbegin[b + 1]; ri++) {
+            struct mscx_entry *r = &prog->entry[ri];
             if (r->kind != MSCX_ENTRY_REDPKT)
                 continue;
             for (uint32_t j = 1; j < r->nsrc && !r->fsrc; j++) {
-                struct mscx_entry_opnd *s = &kp->opnd[r->opnd + j];
+                struct mscx_entry_opnd *s = &prog->opnd[r->opnd + j];
                 if (s->base != MSCX_KB_SCRATCH)
                     continue;
-                /* the block's last PACK before r into these lines (an earlier one fails kp_fold_ok) */
+                /* the block's last PACK before r into these lines (an earlier one fails prog_fold_ok) */
                 uint32_t pi = UINT32_MAX;
-                for (uint32_t e = kp->kbegin[b]; e < ri; e++)
-                    if (kp->entry[e].kind == MSCX_ENTRY_PACK && kp_same(&kp->opnd[kp->entry[e].opnd + 1], s))
+                for (uint32_t e = prog->kbegin[b]; e < ri; e++)
+                    if (prog->entry[e].kind == MSCX_ENTRY_PACK &&
+                        prog_same(&prog->opnd[prog->entry[e].opnd + 1], s))
                         pi = e;
                 if (pi == UINT32_MAX)
                     continue;
-                struct mscx_entry *p = &kp->entry[pi];
+                struct mscx_entry *p = &prog->entry[pi];
                 if (p->units != r->units)
                     continue;
                 if (!judged) { /* once per program, and only where there is a candidate */
                     judged = 1;
-                    if (kp_plan_reads_peers(plan))
+                    if (prog_plan_reads_peers(plan))
                         return folded;
                     for (uint32_t bb = 0; bb < ntb; bb++)
-                        for (uint32_t e = kp->kbegin[bb]; e < kp->kbegin[bb + 1]; e++) {
+                        for (uint32_t e = prog->kbegin[bb]; e < prog->kbegin[bb + 1]; e++) {
                             /* a data op left to the interpreter: its bytes are not known here */
-                            const struct mscx_dev_op *op = &ops[kp->obase[bb] + kp->entry[e].op];
-                            if (kp->entry[e].kind == MSCX_ENTRY_GENERIC && op->nsrc + op->ndst > 0)
+                            const struct mscx_dev_op *op = &ops[prog->obase[bb] + prog->entry[e].op];
+                            if (prog->entry[e].kind == MSCX_ENTRY_GENERIC && op->nsrc + op->ndst > 0)
                                 return folded;
                         }
                 }
-                const struct mscx_entry_opnd *x = &kp->opnd[p->opnd];
-                const struct kp_span X = kp_span_of(kp, p, 0, pl), L = kp_span_of(kp, p, 1, pl);
-                if (!kp_fold_ok(kp, ntb, b, pi, ri, j, pl) || kp_peer_writes(plan, rank, slot, &L) ||
-                    kp_peer_writes(plan, rank, slot, &X))
+                const struct mscx_entry_opnd *x = &prog->opnd[p->opnd];
+                const struct prog_span X = prog_span_of(prog, p, 0, pl), L = prog_span_of(prog, p, 1, pl);
+                if (!prog_fold_ok(prog, ntb, b, pi, ri, j, pl) || prog_peer_writes(plan, rank, slot, &L) ||
+                    prog_peer_writes(plan, rank, slot, &X))
                     continue;
                 *s = *x;
                 r->fsrc = (uint8_t)j;
@@ -322,17 +323,17 @@ static uint32_t kp_fold_pack(struct mscx_program *kp, uint32_t ntb, const struct
     return folded;
 }
 
-void mscx_kp_fuse(struct mscx_program *kp, uint32_t ntb, const struct mscx_plan *plan, uint32_t rank,
-                  const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl)
+void mscx_program_fuse(struct mscx_program *prog, uint32_t ntb, const struct mscx_plan *plan, uint32_t rank,
+                       const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl)
 {
     for (uint32_t b = 0; b < ntb; b++)
-        if (!(kp->interp_mask & (1u << b)))
-            kp_fuse_unpack(kp, kp->kbegin[b], kp->kbegin[b + 1]);
+        if (!(prog->interp_mask & (1u << b)))
+            prog_fuse_unpack(prog, prog->kbegin[b], prog->kbegin[b + 1]);
     /* the pack folded into a reduction first: merging packs would hide it among a peer-bound PACK's
      * destinations */
-    kp_fold_pack(kp, ntb, plan, rank, ops, slot, pl);
+    prog_fold_pack(prog, ntb, plan, rank, ops, slot, pl);
     for (uint32_t b = 0; b < ntb; b++)
-        if (!(kp->interp_mask & (1u << b)))
-            kp_fuse_pack(kp, kp->kbegin[b], kp->kbegin[b + 1]);
-    kp_compact(kp, ntb);
+        if (!(prog->interp_mask & (1u << b)))
+            prog_fuse_pack(prog, prog->kbegin[b], prog->kbegin[b + 1]);
+    prog_compact(prog, ntb);
 }

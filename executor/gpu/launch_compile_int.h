@@ -18,7 +18,7 @@
  * 0 when it is packet lines; *ext_p its extent in bytes. The one place that
  * says so: the peepholes and the user-buffer checks use it.
  */
-static inline int mscx_kp_opnd_flat(const struct mscx_entry *k, uint32_t j, uint32_t pl, uint64_t *ext_p)
+static inline int mscx_program_opnd_flat(const struct mscx_entry *k, uint32_t j, uint32_t pl, uint64_t *ext_p)
 {
     uint64_t flat = (uint64_t)k->units * pl, lines = 2u * flat;
     int flat_op;
@@ -45,7 +45,7 @@ static inline int mscx_kp_opnd_flat(const struct mscx_entry *k, uint32_t j, uint
 }
 
 /*
- * The peepholes of launch_compile_fuse.c over rank @p rank's program @p kp
+ * The peepholes of launch_compile_fuse.c over rank @p rank's program @p prog
  * (@p ntb blocks, every block's entries in place): in each compiled block an
  * UNPACK fused into the REDPKT after it, then a PACK into the rank's own
  * scratch folded into the REDPKT that reads it back, then PACKs of one
@@ -54,7 +54,7 @@ static inline int mscx_kp_opnd_flat(const struct mscx_entry *k, uint32_t j, uint
  * @param slot the rank's chunk slot at this launch
  * @param pl packet payload bytes per line
  */
-void mscx_kp_fuse(struct mscx_program *kp, uint32_t ntb, const struct mscx_plan *plan, uint32_t rank,
-                  const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl);
+void mscx_program_fuse(struct mscx_program *prog, uint32_t ntb, const struct mscx_plan *plan, uint32_t rank,
+                       const struct mscx_dev_op *ops, uint64_t slot, uint32_t pl);
 
 #endif /* MSCX_GPU_LAUNCH_COMPILE_INT_H */
