@@ -60,14 +60,8 @@ static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void
         .config = cfg,
         .config_nccl = config_wants_nccl(cfg),
     };
-    return (shim_routing_on() || shim_comm_deferred_disabled()) && shim_comm_try_route(&call, res_p);
+    return shim_coll_try_route(&call, res_p);
 }
-
-#define REAL_OR_FAIL(fn, prof, name)                                                                         \
-    shim_fn_##name##_t fn = SHIM_REAL(prof, name);                                                           \
-    if (!fn)                                                                                                 \
-        return shim_err_result();                                                                            \
-    shim_err_clear()
 
 ncclResult_t shim_coll_config_forward(const struct shim_coll_call *c)
 {

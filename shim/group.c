@@ -5,7 +5,7 @@
  * completes there); and the collectives kept for our executor.
  *
  * Each collective of a group routes on its own merits, as outside a group
- * (comm.c): what else the group holds never changes where it runs. A
+ * (route_call.c): what else the group holds never changes where it runs. A
  * collective that routes is kept in issue order. NCCL launches the calls it
  * gets in a group at the group's end, all at once; the kept calls take the
  * places that keep each communicator's order: those issued before the first

@@ -19,11 +19,15 @@
 #include "rendezvous.h"
 #include "shim_int.h"
 
-#define REAL_OR_FAIL(fn, prof, name)                                                                         \
-    shim_fn_##name##_t fn = SHIM_REAL(prof, name);                                                           \
-    if (!fn)                                                                                                 \
-        return shim_err_result();                                                                            \
-    shim_err_clear()
+SHIM_HOT int shim_coll_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
+{
+    int per_rank = call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER ||
+                   call->coll == MSCX_COLL_ALLTOALL;
+    return (shim_routing_on() || shim_comm_deferred_disabled()) &&
+           (shim_count_overflows(call->prof, call->fn, call->count, call->dtype, per_rank, call->comm,
+                                 res_p) ||
+            shim_comm_try_route(call, res_p));
+}
 
 SHIM_HOT static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void *send, void *recv,
                               size_t count, ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
@@ -43,11 +47,7 @@ SHIM_HOT static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, c
         .comm = comm,
         .stream = stream,
     };
-    int per_rank =
-        coll == MSCX_COLL_ALLGATHER || coll == MSCX_COLL_REDUCESCATTER || coll == MSCX_COLL_ALLTOALL;
-    return (shim_routing_on() || shim_comm_deferred_disabled()) &&
-           (shim_count_overflows(prof, call.fn, count, dt, per_rank, comm, res_p) ||
-            shim_comm_try_route(&call, res_p));
+    return shim_coll_try_route(&call, res_p);
 }
 
 /* The real collective a call was made to, with its arguments. */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ncclSend and ncclRecv. Each one that reaches NCCL on a communicator of
- * ours is counted per peer (the communicator's positions, comm.c).
+ * ours is counted per peer (the communicator's positions, at the end of
+ * this file).
  *
  * Inside a group that has kept no collective and forwarded nothing, the
  * sends and recvs of one communicator are kept; a collective or a call
@@ -15,9 +16,13 @@
  * shim_comm_p2p_agree() says every rank runs it; anything else goes to
  * NCCL in issue order, still inside NCCL's group.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
-#include "shim_int.h"
+#include "comm_int.h"
+#include "mscx/log.h"
 
 #ifdef MSCX_SHIM_CUDA
 #include <cuda_runtime_api.h>
@@ -229,3 +234,118 @@ ncclResult_t shim_p2p_group_end(void)
     return shim_p2p_to_nccl();
 }
 #endif
+
+/* ---- the positions of each communicator, and its vote on a group ---- */
+
+/* How long a rank waits for the others' votes on one send/recv group: it waits only under capture. */
+#define P2P_VOTE_WAIT_MS 2000
+
+void shim_comm_p2p_count(ncclComm_t comm, int is_send, int peer)
+{
+    struct shim_comm *c = shim_comm_get(comm);
+    if (!c)
+        return;
+    _Atomic uint64_t *n = is_send ? c->p2p_sent : c->p2p_received;
+    if (n && peer >= 0 && (uint32_t)peer < c->nranks)
+        atomic_fetch_add_explicit(&n[peer], 1, memory_order_relaxed);
+    shim_comm_put(c);
+}
+
+int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p, int *device_p)
+{
+    struct shim_comm *c = shim_comm_get(comm);
+    int ok = c && c->p2p_sent && !atomic_load_explicit(&c->deferred, memory_order_relaxed);
+    if (ok) {
+        *rank_p = c->rank;
+        *nranks_p = c->nranks;
+        *device_p = c->device;
+    }
+    shim_comm_put(c);
+    return ok ? 0 : -1;
+}
+
+/* The agreement segment of @p c, opened on first use. NULL when it cannot be. */
+static struct shim_p2p_agree *p2p_agreement(struct shim_comm *c)
+{
+    pthread_mutex_lock(&c->p2p_lock);
+    if (!c->p2p_agree) {
+        mscx_status_t st = shim_p2p_agree_open(c->secret, c->rank, c->nranks, &c->p2p_agree);
+        if (st != MSCX_OK) {
+            shim_warn_once("p2p-agree",
+                           "mscx: no shared memory for the agreement on send/recv groups (%s); "
+                           "such groups go to NCCL",
+                           mscx_status_str(st));
+            atomic_store_explicit(&c->p2p_gave_up, 1, memory_order_relaxed);
+        }
+    }
+    pthread_mutex_unlock(&c->p2p_lock);
+    return c->p2p_agree;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* The vote of this rank on @p a2a's group. @return 1 when every rank runs it */
+static int p2p_vote(struct shim_comm *c, const struct shim_coll_call *a2a, uint64_t msg, int yes)
+{
+    uint64_t sent[SHIM_P2P_AGREE_MAX_RANKS], received[SHIM_P2P_AGREE_MAX_RANKS];
+    for (uint32_t j = 0; j < c->nranks; j++) {
+        sent[j] = atomic_load_explicit(&c->p2p_sent[j], memory_order_relaxed);
+        received[j] = atomic_load_explicit(&c->p2p_received[j], memory_order_relaxed);
+    }
+    struct shim_p2p_agree *a = p2p_agreement(c);
+    if (!a)
+        return 0; /* the others, waiting for this rank's vote, give up in time */
+    struct shim_p2p_point pt = {
+        .bytes = msg / c->nranks,
+        .dtype = (int32_t)a2a->dtype,
+        .yes = yes && !c->p2p_gave_up,
+        .sent = sent,
+        .received = received,
+    };
+    uint64_t t0 = now_ms();
+    int run = shim_p2p_agree_vote(a, &pt, P2P_VOTE_WAIT_MS);
+    if (!run && pt.yes && now_ms() - t0 >= P2P_VOTE_WAIT_MS) {
+        /* a rank that never votes: stop waiting for it, here and, through this rank's no, everywhere */
+        atomic_store_explicit(&c->p2p_gave_up, 1, memory_order_relaxed);
+        MSCX_WARN("mscx: comm %p rank %u/%u: a send/recv group waited %d ms for the other ranks' agreement; "
+                  "such groups of this communicator go to NCCL from now on",
+                  (void *)c->comm, c->rank, c->nranks, P2P_VOTE_WAIT_MS);
+    }
+    return run;
+}
+
+int shim_comm_p2p_agree(const struct shim_coll_call *a2a, int yes)
+{
+    struct shim_comm *c = shim_comm_get(a2a->comm);
+    if (!c)
+        return 0;
+    int run = 0;
+    if (c->p2p_sent) {
+        uint64_t msg = (uint64_t)a2a->count * shim_dtype_bytes(a2a->dtype) * c->nranks;
+        enum shim_reason why = SHIM_WHY_SENDRECV;
+        int pick = shim_comm_decide(c, a2a, msg, &why);
+#ifdef SHIM_HAVE_ncclAlltoAll
+        /* a launch the executor refuses goes to NCCL's AlltoAll, the same on every rank */
+        yes = yes && shim_real_fn(a2a->prof ? SHIM_FN_pncclAlltoAll : SHIM_FN_ncclAlltoAll);
+#else
+        yes = 0;
+#endif
+        yes = yes && pick >= 0 && shim_comm_error(c) == MSCX_OK;
+        run = c->nranks == 1 ? yes : p2p_vote(c, a2a, msg, yes);
+        if (run) {
+            for (uint32_t j = 0; j < c->nranks; j++) {
+                atomic_fetch_add_explicit(&c->p2p_sent[j], j != c->rank, memory_order_relaxed);
+                atomic_fetch_add_explicit(&c->p2p_received[j], j != c->rank, memory_order_relaxed);
+            }
+        } else {
+            shim_stats_add(c, MSCX_COLL_ALLTOALL, msg, pick >= 0 ? SHIM_WHY_SENDRECV : why);
+        }
+    }
+    shim_comm_put(c);
+    return run;
+}

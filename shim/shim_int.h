@@ -290,7 +290,7 @@ int shim_window_covers_call(const struct shim_coll_call *call);
 /** Forget every window of @p comm (it ended): a later communicator at its address starts with none. */
 void shim_window_forget_comm(ncclComm_t comm);
 
-/* ---- comm.c: side table ---- */
+/* ---- comm.c, setup.c, deferred.c: our state beside each communicator, and its setup ---- */
 
 struct shim_comm;
 /** The state of @p comm or NULL; the caller must shim_comm_put() it. Lock-free. */
@@ -409,6 +409,8 @@ ncclResult_t shim_p2p_to_nccl(void);
  */
 ncclResult_t shim_p2p_group_end(void);
 
+/* ---- teardown.c: the end of a communicator, async errors ---- */
+
 /**
  * Before a real ncclCommAbort, ncclCommRevoke or ncclCommShrink with
  * NCCL_SHRINK_ABORT: unlink our state of @p comm (its later calls go to
@@ -428,6 +430,8 @@ void shim_comm_teardown(ncclComm_t comm, int abort);
 char *shim_comm_live_json(void);
 /** Our asynchronous error of @p comm as an NCCL result (ncclSuccess when none). */
 ncclResult_t shim_comm_async_error(ncclComm_t comm);
+
+/* ---- route_call.c: routing a collective on a communicator of ours ---- */
 
 /** Route or forward one collective: the body of the four intercepts. */
 struct shim_coll_call {
@@ -453,6 +457,7 @@ struct shim_coll_call {
  * 0 when it must go to NCCL.
  */
 int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
+/* sendrecv.c: the positions of a communicator and its vote on a send/recv group */
 /** A send (@p is_send) or recv with @p peer on @p comm was handed to NCCL: count it in the positions. */
 void shim_comm_p2p_count(ncclComm_t comm, int is_send, int peer);
 /** Rank, size and device of @p comm when its sends and recvs are counted (a blocking setup). @return 0, or -1
@@ -468,6 +473,17 @@ int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p,
  * forwards the sends and recvs.
  */
 int shim_comm_p2p_agree(const struct shim_coll_call *a2a, int yes);
+/**
+ * The shim's answer to a collective call, plain or nccl<Coll>Config (intercept.c): an overflowing
+ * count is NCCL's argument error; otherwise shim_comm_try_route(). @return 1 when answered (*@p res_p).
+ */
+int shim_coll_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
+/** Look up the real @p name as @p fn, or return the loader's error from the calling intercept. */
+#define REAL_OR_FAIL(fn, prof, name)                                                                         \
+    shim_fn_##name##_t fn = SHIM_REAL(prof, name);                                                           \
+    if (!fn)                                                                                                 \
+        return shim_err_result();                                                                            \
+    shim_err_clear()
 /** Forward a collective to the real NCCL (the function and name it was called by). */
 ncclResult_t shim_coll_forward(const struct shim_coll_call *call);
 /** shim_coll_forward() of an nccl<Coll>Config call (coll_config.c), with its config. */

@@ -3,7 +3,7 @@
  * The NCCL windows the application registered with NCCL_WIN_COLL_SYMMETRIC
  * (ncclCommWindowRegister), so that routing can leave to NCCL a call that
  * NCCL would run on its symmetric kernels, unless the plan was measured
- * faster than those (comm.c decide()).
+ * faster than those (route_call.c, decide()).
  *
  * NCCL 2.28 considers its symmetric kernels for a collective only when the
  * send and the receive buffer each start inside a window registered with
@@ -53,30 +53,6 @@ __attribute__((constructor)) static void win_fork_init(void)
 static void watch_update(void)
 {
     atomic_store_explicit(&win_watch, nwins, memory_order_relaxed);
-}
-
-static uintptr_t range_end(const void *p, size_t bytes)
-{
-    uintptr_t lo = (uintptr_t)p;
-    return bytes > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + bytes;
-}
-
-/* Forget window @p win of @p comm, if kept. */
-static void win_forget(ncclComm_t comm, ncclWindow_t win)
-{
-    struct win_entry *gone = NULL;
-    pthread_mutex_lock(&win_lock);
-    for (struct win_entry **pp = &wins; win && *pp; pp = &(*pp)->next) {
-        if ((*pp)->comm == comm && (*pp)->win == win) {
-            gone = *pp;
-            *pp = gone->next;
-            nwins--;
-            break;
-        }
-    }
-    watch_update();
-    pthread_mutex_unlock(&win_lock);
-    free(gone);
 }
 
 void shim_window_forget_comm(ncclComm_t comm)
@@ -136,6 +112,30 @@ SHIM_HOT int shim_window_covers_call(const struct shim_coll_call *call)
 /* ---- the intercepts ---- */
 
 #ifdef SHIM_HAVE_ncclCommWindowRegister
+static uintptr_t range_end(const void *p, size_t bytes)
+{
+    uintptr_t lo = (uintptr_t)p;
+    return bytes > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + bytes;
+}
+
+/* Forget window @p win of @p comm, if kept. */
+static void win_forget(ncclComm_t comm, ncclWindow_t win)
+{
+    struct win_entry *gone = NULL;
+    pthread_mutex_lock(&win_lock);
+    for (struct win_entry **pp = &wins; win && *pp; pp = &(*pp)->next) {
+        if ((*pp)->comm == comm && (*pp)->win == win) {
+            gone = *pp;
+            *pp = gone->next;
+            nwins--;
+            break;
+        }
+    }
+    watch_update();
+    pthread_mutex_unlock(&win_lock);
+    free(gone);
+}
+
 /*
  * A symmetric window is kept on success. Inside a group, or when a
  * non-blocking communicator answers ncclInProgress, the handle may be

@@ -129,7 +129,7 @@ struct mscx_gpu_ctx {
 };
 
 /*
- * The compiled program of a launch ("kprog"): for a given message size the
+ * The compiled program of a launch (args.program): for a given message size the
  * host resolves every data op of every block into its operands' byte
  * offsets, slice lengths and unit counts (exactly as the interpreter would at
  * run time), so the kernel runs a data op with a handful of instructions and
@@ -141,12 +141,12 @@ struct mscx_gpu_ctx {
  * interpreter runs from the uploaded op table. A block with a pipeline runs
  * entirely in the interpreter; a rank whose program does not fit here (or a
  * launch whose user pointers are not 16-byte aligned) runs the interpreter
- * alone (no program: kprog NULL).
+ * alone (no program: args.program NULL).
  */
-#define MSCX_KP_MAX_BLOCKS 32
-#define MSCX_KP_MAX_OPS 96
-#define MSCX_KP_MAX_OPND 320
-#define MSCX_KP_MAX_RBUF 32
+#define MSCX_PROGRAM_MAX_BLOCKS 32
+#define MSCX_PROGRAM_MAX_OPS 96
+#define MSCX_PROGRAM_MAX_OPND 320
+#define MSCX_PROGRAM_MAX_RBUF 32
 
 enum mscx_entry_kind {
     MSCX_ENTRY_GENERIC = 0, /* run ops[obase[b] + op] in the interpreter */
@@ -161,9 +161,9 @@ enum mscx_entry_kind {
 };
 
 /*
- * Whether the packet-only kernel (MSCX_BODY_PACKET_ONLY, kernels/exec_ops.cuh)
+ * Whether the packet kernel (MSCX_BODY_PACKET, kernels/exec_ops.cuh)
  * holds entries of kind @p kind: the host picks it only for programs of these
- * (mscx_gpu_kp_packet_only), and the kernel refuses any other.
+ * (mscx_gpu_program_is_packet), and the kernel refuses any other.
  */
 #ifdef __CUDACC__
 __host__ __device__
@@ -209,13 +209,13 @@ MSCX_STATIC_ASSERT(sizeof(struct mscx_entry) == 16, "a compiled entry is one 16-
 struct mscx_program {
     uint32_t interp_mask; /* blocks that run the interpreter */
     uint32_t pad;
-    uint16_t kbegin[MSCX_KP_MAX_BLOCKS + 1]; /* block b's entries: [kbegin[b], kbegin[b + 1]) */
-    uint16_t obase[MSCX_KP_MAX_BLOCKS];      /* block b's first op in the uploaded table */
-    uint16_t pbegin[MSCX_KP_MAX_BLOCKS + 1]; /* block b's operands: [pbegin[b], pbegin[b + 1]) */
-    char *rsc[MSCX_KP_MAX_RBUF];             /* peer scratch bases */
-    uint64_t rhalf[MSCX_KP_MAX_RBUF];        /* their half sizes at this launch's geometry */
-    struct mscx_entry entry[MSCX_KP_MAX_OPS];
-    struct mscx_entry_opnd opnd[MSCX_KP_MAX_OPND];
+    uint16_t kbegin[MSCX_PROGRAM_MAX_BLOCKS + 1]; /* block b's entries: [kbegin[b], kbegin[b + 1]) */
+    uint16_t obase[MSCX_PROGRAM_MAX_BLOCKS];      /* block b's first op in the uploaded table */
+    uint16_t pbegin[MSCX_PROGRAM_MAX_BLOCKS + 1]; /* block b's operands: [pbegin[b], pbegin[b + 1]) */
+    char *rsc[MSCX_PROGRAM_MAX_RBUF];             /* peer scratch bases */
+    uint64_t rhalf[MSCX_PROGRAM_MAX_RBUF];        /* their half sizes at this launch's geometry */
+    struct mscx_entry entry[MSCX_PROGRAM_MAX_OPS];
+    struct mscx_entry_opnd opnd[MSCX_PROGRAM_MAX_OPND];
 };
 
 /*
@@ -225,22 +225,22 @@ struct mscx_program {
  */
 struct mscx_gpu_args {
     /*
-     * What the compiled kernels read on every launch comes first, in the
+     * What the whole-program kernels read on every launch comes first, in the
      * first 64 bytes. The argument block is read through the constant
      * cache, cold at each launch, and a launch that cannot overlap the
      * kernel ahead (no programmatic launch, or one after a join of streams)
      * waits for each of its lines in turn: the hot fields fill as few lines
-     * as they can, and what the address of a block's record needs (kprog,
+     * as they can, and what the address of a block's record needs (program,
      * kstride) lies in the first, with the driver's memory descriptor. The
-     * compiled kernels do not read interp_mask (they run whole programs
+     * whole-program kernels do not read interp_mask (they run whole programs
      * only). The rest is read by the interpreter kernel, on slow paths or by
      * the host.
      */
-    const char *kprog; /* the compiled program of this launch in device memory (block records,
+    const char *program; /* the compiled program of this launch in device memory (block records,
                           struct mscx_record_head), NULL: interpreter only */
-    uint32_t kstride;  /* bytes of one block's record: 16 * (1 + kmax_ops + kmax_opnd) */
-    uint32_t kmax_ops; /* entry slots of a record */
-    uint32_t *bflag;   /* = ctx->bflag */
+    uint32_t kstride;    /* bytes of one block's record: 16 * (1 + kmax_ops + kmax_opnd) */
+    uint32_t kmax_ops;   /* entry slots of a record */
+    uint32_t *bflag;     /* = ctx->bflag */
     const void *in;
     void *out;
     uint64_t scratch_half; /* scratch_bytes / 2 when double buffered, else 0: the odd-flag launches use
@@ -250,7 +250,7 @@ struct mscx_gpu_args {
     uint32_t pad1;
     /* end of the first 64 bytes */
     uint64_t timeout_ns;  /* 0: never */
-    uint32_t interp_mask; /* blocks that run the interpreter even with a program (0: compiled kernels) */
+    uint32_t interp_mask; /* blocks that run the interpreter even with a program (0: whole-program kernels) */
     uint32_t pad2;
     const struct mscx_dev_op *ops; /* = ctx->ops */
     const uint32_t *tb_begin;      /* = ctx->tb_begin */
@@ -268,10 +268,10 @@ struct mscx_gpu_args {
     struct mscx_trace_rec *trace; /* [ntb][trace_cap] */
     uint32_t *trace_n;            /* [ntb] records written by block b so far (ring position) */
     uint32_t kmax_opnd;           /* operand slots of a record */
-    uint32_t compiled;            /* the program is the whole launch (no interpreter, proxy or publishing):
-                                     a compiled kernel runs it */
-    uint32_t packet_only;         /* with compiled: every entry is a packet kind (mscx_gpu_kp_packet_only), so
-                                     the packet-only kernel may run it (sums, untraced) */
+    uint32_t whole;               /* the program is the whole launch (no interpreter, proxy or publishing):
+                                     a whole-program kernel runs it */
+    uint32_t packet;              /* with whole: every entry is a packet kind (mscx_gpu_program_is_packet), so
+                                     the packet kernel may run it (sums, untraced) */
     uint32_t pad0;
     void *uptr[MSCX_GPU_MAX_UPTR]; /* this launch's user buffers of peers in other processes, mapped here
                                       (peer_buffers.c), by mscx_gpu_rbuf.uslot */
@@ -280,7 +280,7 @@ MSCX_STATIC_ASSERT(offsetof(struct mscx_gpu_args, timeout_ns) == 64, "the hot fi
 
 /*
  * The compiled program as the kernel reads it: one record per block at
- * kprog + block * kstride, all of fixed layout within a launch, so that a
+ * program + block * kstride, all of fixed layout within a launch, so that a
  * block stages its record with one round of coalesced loads (no load
  * depends on another): a head, kmax_ops entries (struct mscx_entry, opnd
  * counted from the block's first operand), then kmax_opnd operands. An
@@ -312,17 +312,17 @@ struct mscx_compile_rbuf {
 
 /**
  * Compile rank @p rank's program for the geometry in @p a (pkt, in_bytes,
- * out_bytes, geom[]) into @p kp.
+ * out_bytes, geom[]) into @p prog.
  * @param ops the rank's uploaded op image (sync marks set)
  * @return 1 when compiled, 0 when the program does not fit (interpreter only)
  */
 struct mscx_plan;
 int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct mscx_dev_op *ops,
                      const struct mscx_compile_rbuf *rbuf, const struct mscx_gpu_args *a,
-                     struct mscx_program *kp);
+                     struct mscx_program *prog);
 
 /**
- * Rewrite @p kp, a program compiled whole for an in-place AllReduce plan
+ * Rewrite @p prog, a program compiled whole for an in-place AllReduce plan
  * (input and output one buffer, operands tagged MSCX_KB_IN or MSCX_KB_OUT
  * on the same bytes), so that it runs an out-of-place call directly: every
  * write goes to the output buffer; a read goes to the input buffer when no
@@ -331,15 +331,15 @@ int mscx_gpu_compile(const struct mscx_plan *plan, uint32_t rank, const struct m
  * needed then, and the input is never written.
  * @param pl packet payload bytes per line (8 for LL16, 4 for LL8)
  * @param out_bytes the call's buffer size: the writes must cover [0, out_bytes)
- * @return 1 when rewritten; 0 when the program cannot run split (@p kp is
+ * @return 1 when rewritten; 0 when the program cannot run split (@p prog is
  *         then unchanged): a read of bytes that another block writes, a read
  *         partly written before, packets in the user buffer, a GENERIC entry,
  *         or bytes of the buffer that no entry writes
  */
-int mscx_gpu_kp_split(struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t out_bytes);
+int mscx_gpu_program_split(struct mscx_program *prog, uint32_t ntb, uint32_t pl, uint64_t out_bytes);
 
 /**
- * Whether @p kp, a program compiled whole for an out-of-place plan, gives
+ * Whether @p prog, a program compiled whole for an out-of-place plan, gives
  * the same result when the call is in place, run as it is on the aliased
  * buffers (no staging copy): the input at byte @p in_at and the output at
  * byte @p out_at of one buffer (AllGather: in_at = rank * in_bytes; Reduce-
@@ -351,40 +351,41 @@ int mscx_gpu_kp_split(struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64
  * bytes that this block did not write first.
  * @return 1 when it may run aliased, 0 otherwise (stage as before)
  */
-int mscx_gpu_kp_alias_ok(const struct mscx_program *kp, uint32_t ntb, uint32_t pl, uint64_t in_at,
-                         uint64_t out_at, uint64_t in_bytes);
+int mscx_gpu_program_alias_ok(const struct mscx_program *prog, uint32_t ntb, uint32_t pl, uint64_t in_at,
+                              uint64_t out_at, uint64_t in_bytes);
 
 /**
- * Whether every entry of @p kp (of @p ntb blocks) is a packet kind (PACK,
- * UNPACK, FWD, REDPKT) or a SKIP, so that the packet-only kernel can run it.
+ * Whether every entry of @p prog (of @p ntb blocks) is a packet kind (PACK,
+ * UNPACK, FWD, REDPKT) or a SKIP, so that the packet kernel can run it.
  */
-int mscx_gpu_kp_packet_only(const struct mscx_program *kp, uint32_t ntb);
+int mscx_gpu_program_is_packet(const struct mscx_program *prog, uint32_t ntb);
 
 /**
- * Encode @p kp (of @p ntb blocks) as the kernel's block records into @p dst
+ * Encode @p prog (of @p ntb blocks) as the kernel's block records into @p dst
  * (at most @p cap bytes), resolving scratch operands for both halves: own
  * scratch at @p scratch with halves of @p scratch_half.
  * @return the bytes written (ntb * stride), 0 when they do not fit in @p cap
  */
-size_t mscx_gpu_kp_encode(const struct mscx_program *kp, uint32_t ntb, char *scratch, uint64_t scratch_half,
-                          void *dst, size_t cap, uint32_t *stride, uint32_t *kmax_ops, uint32_t *kmax_opnd);
+size_t mscx_gpu_program_encode(const struct mscx_program *prog, uint32_t ntb, char *scratch,
+                               uint64_t scratch_half, void *dst, size_t cap, uint32_t *stride,
+                               uint32_t *kmax_ops, uint32_t *kmax_opnd);
 
 /*
  * The variants of the executor kernel, each instantiated per packet format
  * and dtype (kernels/exec_kernel.cu; kernel bodies in kernels/exec_ops.cuh):
  * the interpreter kernel (the interpreter, and compiled programs beside
- * interpreted blocks), the compiled kernel (programs compiled whole only) and
- * the packet-only kernel (programs compiled whole of packet entries only,
+ * interpreted blocks), the whole-program kernel (programs compiled whole only) and
+ * the packet kernel (programs compiled whole of packet entries only,
  * summing only, without the trace), the last two for blocks of at most 1024
  * threads and for blocks of at most MSCX_KERNEL_SMALL_THREADS, which get more
  * registers a thread.
  */
 enum mscx_kernel_variant {
     MSCX_KERNEL_INTERPRETER_1024,
-    MSCX_KERNEL_COMPILED_1024,
-    MSCX_KERNEL_COMPILED_512,
-    MSCX_KERNEL_PACKET_ONLY_1024,
-    MSCX_KERNEL_PACKET_ONLY_512,
+    MSCX_KERNEL_WHOLE_1024,
+    MSCX_KERNEL_WHOLE_512,
+    MSCX_KERNEL_PACKET_1024,
+    MSCX_KERNEL_PACKET_512,
     MSCX_KERNEL_VARIANTS
 };
 #define MSCX_KERNEL_SMALL_THREADS 512u
@@ -392,26 +393,26 @@ enum mscx_kernel_variant {
 /* Whether variant @p v can run blocks of @p nthreads. */
 static inline int mscx_gpu_kernel_variant_fits(enum mscx_kernel_variant v, uint32_t nthreads)
 {
-    return (v != MSCX_KERNEL_COMPILED_512 && v != MSCX_KERNEL_PACKET_ONLY_512) ||
+    return (v != MSCX_KERNEL_WHOLE_512 && v != MSCX_KERNEL_PACKET_512) ||
            nthreads <= MSCX_KERNEL_SMALL_THREADS;
 }
 
 /*
  * The variant a launch runs: the interpreter kernel unless the program is
- * the whole launch (args.compiled); then the packet-only kernel when every
- * entry is a packet kind (args.packet_only), the reduction (if any) is a sum
- * and nothing is traced; else the compiled kernel; the one for small blocks
+ * the whole launch (args.whole); then the packet kernel when every
+ * entry is a packet kind (args.packet), the reduction (if any) is a sum
+ * and nothing is traced; else the whole-program kernel; the one for small blocks
  * when they are.
  */
 static inline enum mscx_kernel_variant mscx_gpu_kernel_variant(const struct mscx_gpu_args *a,
                                                                uint32_t nthreads)
 {
-    if (!a->compiled)
+    if (!a->whole)
         return MSCX_KERNEL_INTERPRETER_1024;
     int small = nthreads <= MSCX_KERNEL_SMALL_THREADS;
-    if (a->packet_only && a->trace_cap == 0 && (!a->reduce || a->op == MSCX_REDOP_SUM))
-        return small ? MSCX_KERNEL_PACKET_ONLY_512 : MSCX_KERNEL_PACKET_ONLY_1024;
-    return small ? MSCX_KERNEL_COMPILED_512 : MSCX_KERNEL_COMPILED_1024;
+    if (a->packet && a->trace_cap == 0 && (!a->reduce || a->op == MSCX_REDOP_SUM))
+        return small ? MSCX_KERNEL_PACKET_512 : MSCX_KERNEL_PACKET_1024;
+    return small ? MSCX_KERNEL_WHOLE_512 : MSCX_KERNEL_WHOLE_1024;
 }
 
 /* Implemented in kernels/exec_kernel.cu (dispatch) and the kernel instances (kernels/exec_k.cu.in). */

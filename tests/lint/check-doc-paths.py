@@ -11,6 +11,10 @@ wildcard, placeholder or option: `shim/comm.c`, `tests/lint/`,
 folder of the Markdown file that names it. Build outputs (`build/...`) and
 paths under folders the tree ignores are not the tree's and are skipped.
 Prints each stale path with its file and line; exits 1 if there is one.
+
+The README's layout table also names every module folder: each tracked
+folder directly under executor/, tools/ and tests/ (but tests/data/'s
+fixtures) has a row of its own, or is named in its parent's row.
 """
 import os
 import re
@@ -47,6 +51,38 @@ def exists(root, md, word):
     return False
 
 
+LAYOUT_PARENTS = ("executor", "tools", "tests")
+
+
+def module_folders(root):
+    out = subprocess.run(["git", "-C", root, "ls-files"] + list(LAYOUT_PARENTS), stdout=subprocess.PIPE,
+                         universal_newlines=True, check=True).stdout
+    return sorted({"/".join(p.split("/")[:2]) for p in out.splitlines() if p.count("/") >= 2})
+
+
+def layout_rows(root):
+    rows = []
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"\| `([^`]+)/` \|(.*)\|\s*$", line)
+            if m:
+                rows.append((m.group(1).rstrip("/"), m.group(2)))
+    return rows
+
+
+def layout_missing(root):
+    rows = layout_rows(root)
+    missing = []
+    for folder in module_folders(root):
+        parent, name = folder.split("/", 1)
+        if any(r == folder or r.startswith(folder + "/") for r, _ in rows):
+            continue
+        if any(r == parent and "`%s/`" % name in text for r, text in rows):
+            continue
+        missing.append(folder)
+    return missing
+
+
 def main():
     root = os.path.abspath(sys.argv[1])
     tops = top_level(root)
@@ -59,7 +95,10 @@ def main():
                         print("%s:%d: `%s` does not exist" % (md, n, word))
                         stale += 1
     print("%d stale path%s" % (stale, "" if stale == 1 else "s"))
-    return 1 if stale else 0
+    missing = layout_missing(root)
+    for folder in missing:
+        print("README.md: the layout table has no row for `%s/`" % folder)
+    return 1 if stale or missing else 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The GPU launch compiler (executor/gpu/launch_compile.c) on the host: for every
- * shipped plan, every rank, sizes at and inside the plan's range (aligned and
- * odd), LL16 and LL8, fp32 and fp16, every compiled entry's operands must lie
+ * The GPU launch compiler (executor/gpu/launch_compile*.c) on the host: for
+ * every shipped plan, every rank, sizes at and inside the plan's range
+ * (aligned and odd), LL16 and LL8, fp32 and fp16, every compiled entry's operands must lie
  * inside their buffers (input, output, this launch's scratch half, the
  * owner's half of a peer's scratch), with the byte counts each kind touches.
  * Whether the compiled program computes what the interpreter computes is
@@ -26,7 +26,7 @@ struct ctx {
     const struct mscx_plan *plan;
     uint32_t rank;
     struct mscx_gpu_args a;
-    struct mscx_program kp;
+    struct mscx_program prog;
     uint64_t own_half; /* this rank's fixed scratch half (0: single buffered) */
     struct mscx_compile_rbuf rb[MAX_RB];
     uint64_t rb_bytes[MAX_RB]; /* usable bytes from the operand base: the owner's half */
@@ -109,7 +109,7 @@ static uint64_t base_bytes(const struct ctx *c, uint32_t base)
 static void check_opnd(const struct ctx *c, const struct mscx_entry *k, uint32_t j, uint64_t bytes,
                        const char *what)
 {
-    const struct mscx_entry_opnd *o = &c->kp.opnd[k->opnd + j];
+    const struct mscx_entry_opnd *o = &c->prog.opnd[k->opnd + j];
     uint64_t have = base_bytes(c, o->base);
     ck_assert_msg((uint64_t)o->off + bytes <= have,
                   "plan %s rank %u op %u (%s, kind %u): operand %u (%s, base %u) [%u, +%llu) past %llu bytes",
@@ -125,19 +125,19 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
                               uint32_t *nfolded_p)
 {
     const struct mscx_gpu *gpu = &c->plan->gpus[c->rank];
-    const struct mscx_program *kp = &c->kp;
+    const struct mscx_program *prog = &c->prog;
     const uint64_t pl = c->a.pkt == MSCX_PKT_LL8 ? 4u : 8u;
     uint32_t generic = 0, compiled = 0;
     for (uint32_t b = 0; b < gpu->ntb; b++) {
-        if (kp->interp_mask & (1u << b))
+        if (prog->interp_mask & (1u << b))
             continue;
-        ck_assert_uint_le(kp->kbegin[b], kp->kbegin[b + 1]);
-        for (uint32_t i = kp->kbegin[b]; i < kp->kbegin[b + 1]; i++) {
-            const struct mscx_entry *k = &kp->entry[i];
+        ck_assert_uint_le(prog->kbegin[b], prog->kbegin[b + 1]);
+        for (uint32_t i = prog->kbegin[b]; i < prog->kbegin[b + 1]; i++) {
+            const struct mscx_entry *k = &prog->entry[i];
             uint64_t n = k->units;
             ck_assert_uint_lt(k->op, gpu->tb[b].nops);
-            ck_assert_uint_ge(k->opnd, kp->pbegin[b]);
-            ck_assert_uint_le((uint32_t)k->opnd + k->nsrc + k->ndst, kp->pbegin[b + 1]);
+            ck_assert_uint_ge(k->opnd, prog->pbegin[b]);
+            ck_assert_uint_le((uint32_t)k->opnd + k->nsrc + k->ndst, prog->pbegin[b + 1]);
             switch (k->kind) {
             case MSCX_ENTRY_PACK:
                 check_opnd(c, k, 0, n * pl, "raw source");
@@ -179,10 +179,10 @@ static uint32_t check_program(const struct ctx *c, uint32_t *ncompiled_p, uint32
                 generic++;
                 continue;
             case MSCX_ENTRY_SKIP:
-                /* fusion's SKIPs are dropped (kp_compact), except one that ends its block */
-                ck_assert_msg(i + 1 == kp->kbegin[b + 1],
+                /* fusion's SKIPs are dropped (prog_compact), except one that ends its block */
+                ck_assert_msg(i + 1 == prog->kbegin[b + 1],
                               "%s rank %u block %u: a SKIP at entry %u of [%u, %u)", c->plan->name, c->rank,
-                              b, i, kp->kbegin[b], kp->kbegin[b + 1]);
+                              b, i, prog->kbegin[b], prog->kbegin[b + 1]);
                 continue;
             default:
                 ck_abort_msg("unknown entry kind %u", k->kind);
@@ -204,7 +204,7 @@ static uint64_t old_kbase(const struct ctx *c, const struct mscx_entry_opnd *d, 
 {
     if (d->base >= MSCX_KB_RBUF) {
         uint32_t k = d->base - MSCX_KB_RBUF;
-        return (uint64_t)(uintptr_t)c->kp.rsc[k] + mscx_scratch_offset(f, c->kp.rhalf[k]) + d->off;
+        return (uint64_t)(uintptr_t)c->prog.rsc[k] + mscx_scratch_offset(f, c->prog.rhalf[k]) + d->off;
     }
     if (d->base == MSCX_KB_SCRATCH)
         return scratch + mscx_scratch_offset(f, c->own_half) + d->off;
@@ -225,14 +225,14 @@ static void check_encoding(const struct ctx *c)
     static char buf[1 << 20];
     const uint64_t scratch = 0x7f0000000000ull, in = 0x7e0000000000ull, out = 0x7d0000000000ull;
     uint32_t stride, km, pm;
-    size_t bytes = mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf,
-                                      sizeof(buf), &stride, &km, &pm);
+    size_t bytes = mscx_gpu_program_encode(&c->prog, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf,
+                                           sizeof(buf), &stride, &km, &pm);
     ck_assert_uint_eq(bytes, (size_t)stride * gpu->ntb);
     ck_assert_uint_eq(stride, 16u * (1u + km + pm));
     /* one byte short: refused, and nothing written (buf, stride, km, pm keep the encoding above) */
     uint32_t stride2 = 0, km2 = 0, pm2 = 0;
-    ck_assert_uint_eq(mscx_gpu_kp_encode(&c->kp, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half, buf,
-                                         bytes - 1, &stride2, &km2, &pm2),
+    ck_assert_uint_eq(mscx_gpu_program_encode(&c->prog, gpu->ntb, (char *)(uintptr_t)scratch, c->own_half,
+                                              buf, bytes - 1, &stride2, &km2, &pm2),
                       0);
     ck_assert_uint_eq(stride2 + km2 + pm2, 0);
     if (bytes > g_max_encoded)
@@ -242,19 +242,19 @@ static void check_encoding(const struct ctx *c)
         const struct mscx_record_head *h = (const struct mscx_record_head *)rec;
         const struct mscx_entry *ko = (const struct mscx_entry *)(rec + 16);
         const struct mscx_tagged_ptr *po = (const struct mscx_tagged_ptr *)(rec + 16u * (1u + km));
-        uint32_t kb = c->kp.kbegin[b], pb = c->kp.pbegin[b];
-        ck_assert_uint_eq(h->nk, c->kp.kbegin[b + 1] - kb);
-        ck_assert_uint_eq(h->np, c->kp.pbegin[b + 1] - pb);
+        uint32_t kb = c->prog.kbegin[b], pb = c->prog.pbegin[b];
+        ck_assert_uint_eq(h->nk, c->prog.kbegin[b + 1] - kb);
+        ck_assert_uint_eq(h->np, c->prog.pbegin[b + 1] - pb);
         ck_assert_uint_le(h->nk, km);
         ck_assert_uint_le(h->np, pm);
-        ck_assert_uint_eq(h->obase, c->kp.obase[b]);
+        ck_assert_uint_eq(h->obase, c->prog.obase[b]);
         for (uint32_t i = 0; i < h->nk; i++) {
-            struct mscx_entry want = c->kp.entry[kb + i];
+            struct mscx_entry want = c->prog.entry[kb + i];
             want.opnd = (uint16_t)(want.opnd - pb);
             ck_assert_int_eq(memcmp(&ko[i], &want, sizeof(want)), 0);
         }
         for (uint32_t i = 0; i < h->np; i++) {
-            const struct mscx_entry_opnd *d = &c->kp.opnd[pb + i];
+            const struct mscx_entry_opnd *d = &c->prog.opnd[pb + i];
             for (uint32_t f = 1; f <= 2; f++) { /* odd, even */
                 uint64_t v0 = po[i].v[0], tag = v0 >> MSCX_TAGGED_TAG_SHIFT, got;
                 if (tag == 0)
@@ -276,7 +276,7 @@ START_TEST(test_compile_shipped_plans)
     mscx_test_plans_begin(&it);
     ck_assert_uint_gt(it.n, 30);
     uint64_t launches = 0, compiled_launches = 0;
-    uint32_t entries = 0, fused_total = 0, packs_merged = 0, folded_total = 0, packet_only = 0;
+    uint32_t entries = 0, fused_total = 0, packs_merged = 0, folded_total = 0, packet_programs = 0;
     for (struct mscx_plan *plan; (plan = mscx_test_plans_next(&it)) != NULL;) {
         uint64_t mn, mx;
         mscx_plan_size_range(plan, &mn, &mx);
@@ -302,7 +302,7 @@ START_TEST(test_compile_shipped_plans)
                         enum mscx_pkt_format pkt = pk ? MSCX_PKT_LL8 : MSCX_PKT_LL16;
                         if (sizes[s] < mn || sizes[s] > mx || setup(c, sizes[s], dt, pkt) != 0)
                             continue;
-                        int on = mscx_gpu_compile(plan, r, img, c->rb, &c->a, &c->kp);
+                        int on = mscx_gpu_compile(plan, r, img, c->rb, &c->a, &c->prog);
                         launches++;
                         if (!on)
                             continue;
@@ -318,8 +318,8 @@ START_TEST(test_compile_shipped_plans)
                          * sizes)
                          */
                         int has_redpkt = 0;
-                        for (uint32_t i = 0; i < c->kp.kbegin[gpu->ntb]; i++)
-                            has_redpkt |= c->kp.entry[i].kind == MSCX_ENTRY_REDPKT;
+                        for (uint32_t i = 0; i < c->prog.kbegin[gpu->ntb]; i++)
+                            has_redpkt |= c->prog.entry[i].kind == MSCX_ENTRY_REDPKT;
                         if (oneshot && r > 0 && has_redpkt)
                             ck_assert_msg(fused > 0, "%s rank %u, %llu bytes: the unpack was not fused",
                                           plan->name, r, (unsigned long long)sizes[s]);
@@ -336,19 +336,19 @@ START_TEST(test_compile_shipped_plans)
                             ck_assert_msg(generic == 0,
                                           "%s rank %u, %llu bytes: %u ops left to the interpreter",
                                           plan->name, r, (unsigned long long)sizes[s], generic);
-                        /* ... and hold packet entries only: the packet-only kernel runs them */
-                        int pkonly = mscx_gpu_kp_packet_only(&c->kp, gpu->ntb);
-                        packet_only += pkonly;
+                        /* ... and hold packet entries only: the packet kernel runs them */
+                        int pkonly = mscx_gpu_program_is_packet(&c->prog, gpu->ntb);
+                        packet_programs += pkonly;
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             ck_assert_msg(pkonly, "%s rank %u, %llu bytes: not packet entries only",
                                           plan->name, r, (unsigned long long)sizes[s]);
                         /*
                          * and each of their blocks sends its slice to every peer from one PACK entry
-                         * (kp_fuse_pack: the put-packets op has a pair per peer)
+                         * (prog_fuse_pack: the put-packets op has a pair per peer)
                          */
                         if (oneshot && (sizes[s] == mn || sizes[s] == mx))
                             for (uint32_t b = 0; b < gpu->ntb; b++) {
-                                const struct mscx_entry *k0 = &c->kp.entry[c->kp.kbegin[b]];
+                                const struct mscx_entry *k0 = &c->prog.entry[c->prog.kbegin[b]];
                                 ck_assert_msg(k0->kind == MSCX_ENTRY_PACK && k0->ndst == plan->nranks - 1,
                                               "%s rank %u block %u, %llu bytes: first entry kind %u with %u "
                                               "destinations",
@@ -368,18 +368,18 @@ START_TEST(test_compile_shipped_plans)
         "%u unpacks fused, %u packs read flat by a reduction, %u one-shot blocks with one PACK to all peers, "
         "largest encoded program %zu bytes, %u programs of packet entries only\n",
         it.n, (unsigned long long)launches, (unsigned long long)compiled_launches, entries, fused_total,
-        folded_total, packs_merged, g_max_encoded, packet_only);
+        folded_total, packs_merged, g_max_encoded, packet_programs);
     ck_assert_uint_gt(compiled_launches, launches / 2);
 }
 END_TEST
 
-/* ---- mscx_gpu_kp_split on hand-made programs ---- */
+/* ---- mscx_gpu_program_split on hand-made programs ---- */
 
 /* Append entry (kind, units, block's next) with operands (base, off) pairs: nsrc sources then ndst. */
-static void kp_add(struct mscx_program *kp, uint32_t *nk, uint32_t *np, uint8_t kind, uint32_t units,
-                   uint8_t nsrc, uint8_t ndst, const uint32_t *bo)
+static void prog_add(struct mscx_program *prog, uint32_t *nk, uint32_t *np, uint8_t kind, uint32_t units,
+                     uint8_t nsrc, uint8_t ndst, const uint32_t *bo)
 {
-    struct mscx_entry *k = &kp->entry[(*nk)++];
+    struct mscx_entry *k = &prog->entry[(*nk)++];
     memset(k, 0, sizeof(*k));
     k->kind = kind;
     k->units = units;
@@ -387,8 +387,8 @@ static void kp_add(struct mscx_program *kp, uint32_t *nk, uint32_t *np, uint8_t 
     k->ndst = ndst;
     k->opnd = (uint16_t)*np;
     for (uint32_t j = 0; j < (uint32_t)nsrc + ndst; j++) {
-        kp->opnd[*np].base = bo[2 * j];
-        kp->opnd[*np].off = bo[2 * j + 1];
+        prog->opnd[*np].base = bo[2 * j];
+        prog->opnd[*np].off = bo[2 * j + 1];
         (*np)++;
     }
 }
@@ -403,89 +403,88 @@ static void kp_add(struct mscx_program *kp, uint32_t *nk, uint32_t *np, uint8_t 
  * reads a range partly written before, 3 a range nothing writes, 4 packets
  * in the user buffer.
  */
-static void kp_hand(struct mscx_program *kp, int variant)
+static void prog_hand(struct mscx_program *prog, int variant)
 {
     uint32_t nk = 0, np = 0;
-    memset(kp, 0, sizeof(*kp));
+    memset(prog, 0, sizeof(*prog));
     for (uint32_t b = 0; b < 2; b++) {
         uint32_t h = 256u * b;
-        kp->kbegin[b] = (uint16_t)nk;
-        kp->pbegin[b] = (uint16_t)np;
+        prog->kbegin[b] = (uint16_t)nk;
+        prog->pbegin[b] = (uint16_t)np;
         uint32_t pack[] = {MSCX_KB_IN, h, MSCX_KB_SCRATCH, 2u * h};
-        kp_add(kp, &nk, &np, MSCX_ENTRY_PACK, 32, 1, 1, pack);
+        prog_add(prog, &nk, &np, MSCX_ENTRY_PACK, 32, 1, 1, pack);
         uint32_t unpack[] = {MSCX_KB_RBUF, 2u * h, variant == 4 && b ? MSCX_KB_IN : MSCX_KB_SCRATCH, 4096};
         if (variant == 4 && b)
-            kp_add(kp, &nk, &np, MSCX_ENTRY_FWD, 16, 1, 1, unpack);
+            prog_add(prog, &nk, &np, MSCX_ENTRY_FWD, 16, 1, 1, unpack);
         unpack[2] = MSCX_KB_OUT;
         unpack[3] = h;
-        kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, variant == 3 && b ? 24 : 32, 1, 1, unpack);
+        prog_add(prog, &nk, &np, MSCX_ENTRY_UNPACK, variant == 3 && b ? 24 : 32, 1, 1, unpack);
         uint32_t rd = variant == 1 && b ? 0 : variant == 2 && b ? h - 16 : h;
         uint32_t red[] = {MSCX_KB_IN, h, MSCX_KB_OUT, rd, MSCX_KB_OUT, h};
-        kp_add(kp, &nk, &np, MSCX_ENTRY_REDUCE, variant == 3 && b ? 12 : 16, 2, 1, red);
+        prog_add(prog, &nk, &np, MSCX_ENTRY_REDUCE, variant == 3 && b ? 12 : 16, 2, 1, red);
     }
-    kp->kbegin[2] = (uint16_t)nk;
-    kp->pbegin[2] = (uint16_t)np;
+    prog->kbegin[2] = (uint16_t)nk;
+    prog->pbegin[2] = (uint16_t)np;
 }
 
-/* mscx_gpu_kp_packet_only: a COPY, a REDUCE or a GENERIC entry anywhere rules the packet-only kernel out */
-START_TEST(test_packet_only)
+/* mscx_gpu_program_is_packet: a COPY, a REDUCE or a GENERIC entry anywhere rules the packet kernel out */
+START_TEST(test_packet_program)
 {
     static const uint8_t other[] = {MSCX_ENTRY_COPY, MSCX_ENTRY_REDUCE, MSCX_ENTRY_GENERIC};
-    struct mscx_program *kp = calloc(1, sizeof(*kp));
-    ck_assert_ptr_nonnull(kp);
-    kp_hand(kp, 0); /* PACK, UNPACK, REDUCE per block */
-    ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 2), 0);
-    ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 0), 1); /* no blocks: nothing to refuse */
+    struct mscx_program *prog = calloc(1, sizeof(*prog));
+    ck_assert_ptr_nonnull(prog);
+    prog_hand(prog, 0); /* PACK, UNPACK, REDUCE per block */
+    ck_assert_int_eq(mscx_gpu_program_is_packet(prog, 2), 0);
+    ck_assert_int_eq(mscx_gpu_program_is_packet(prog, 0), 1); /* no blocks: nothing to refuse */
     for (size_t o = 0; o < sizeof(other) / sizeof(other[0]); o++)
         for (uint32_t at = 0; at < 6; at++) {
             uint8_t kinds[6] = {MSCX_ENTRY_PACK,   MSCX_ENTRY_FWD,  MSCX_ENTRY_REDPKT,
                                 MSCX_ENTRY_UNPACK, MSCX_ENTRY_SKIP, MSCX_ENTRY_REDPKT};
-            memset(kp, 0, sizeof(*kp));
+            memset(prog, 0, sizeof(*prog));
             for (uint32_t i = 0; i < 6; i++)
-                kp->entry[i].kind = i == at ? other[o] : kinds[i];
-            kp->kbegin[1] = 3; /* two blocks of three entries */
-            kp->kbegin[2] = 6;
-            ck_assert_msg(mscx_gpu_kp_packet_only(kp, 2) == 0, "kind %u at entry %u not seen", other[o], at);
-            kp->entry[at].kind = kinds[at];
-            ck_assert_int_eq(mscx_gpu_kp_packet_only(kp, 2), 1);
+                prog->entry[i].kind = i == at ? other[o] : kinds[i];
+            prog->kbegin[1] = 3; /* two blocks of three entries */
+            prog->kbegin[2] = 6;
+            ck_assert_msg(mscx_gpu_program_is_packet(prog, 2) == 0, "kind %u at entry %u not seen", other[o],
+                          at);
+            prog->entry[at].kind = kinds[at];
+            ck_assert_int_eq(mscx_gpu_program_is_packet(prog, 2), 1);
         }
-    free(kp);
+    free(prog);
 }
 END_TEST
 
 /*
- * mscx_gpu_kernel_variant: the packet-only kernel (which sums only and has no trace) runs only whole packet
- * programs whose reduction, if any, is a sum, untraced; every other whole program runs the compiled kernel;
- * the rest the interpreter kernel; blocks of at most 512 threads the 512-thread kernels, and only they fit
- * them.
+ * mscx_gpu_kernel_variant: the packet kernel (which sums only and has no trace) runs only whole packet
+ * programs whose reduction, if any, is a sum, untraced; every other whole program runs the whole-program
+ * kernel; the rest the interpreter kernel; blocks of at most 512 threads the 512-thread kernels, and only
+ * they fit them.
  */
 START_TEST(test_kernel_variant)
 {
     static const struct {
-        uint32_t compiled, packet_only, trace_cap, reduce, op, nthreads;
+        uint32_t whole, packet, trace_cap, reduce, op, nthreads;
         enum mscx_kernel_variant want;
     } cases[] = {
         {0, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_INTERPRETER_1024},
-        {0, 1, 0, 1, MSCX_REDOP_SUM, 1024,
-         MSCX_KERNEL_INTERPRETER_1024}, /* not compiled: packet_only ignored */
-        {1, 0, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_COMPILED_1024},
-        {1, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_COMPILED_512},
-        {1, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_PACKET_ONLY_1024},
-        {1, 1, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_PACKET_ONLY_512},
-        {1, 1, 0, 1, MSCX_REDOP_SUM, 32, MSCX_KERNEL_PACKET_ONLY_512},
-        {1, 1, 0, 0, MSCX_REDOP_MAX, 1024,
-         MSCX_KERNEL_PACKET_ONLY_1024}, /* copy-only: the operator is not used */
-        {1, 1, 0, 1, MSCX_REDOP_PROD, 1024, MSCX_KERNEL_COMPILED_1024},
-        {1, 1, 0, 1, MSCX_REDOP_MIN, 512, MSCX_KERNEL_COMPILED_512},
-        {1, 1, 0, 1, MSCX_REDOP_MAX, 513, MSCX_KERNEL_COMPILED_1024},
-        {1, 1, 64, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_COMPILED_1024}, /* traced */
-        {1, 1, 64, 0, MSCX_REDOP_SUM, 256, MSCX_KERNEL_COMPILED_512},
+        {0, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_INTERPRETER_1024}, /* not whole: packet ignored */
+        {1, 0, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_WHOLE_1024},
+        {1, 0, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_WHOLE_512},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_PACKET_1024},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 512, MSCX_KERNEL_PACKET_512},
+        {1, 1, 0, 1, MSCX_REDOP_SUM, 32, MSCX_KERNEL_PACKET_512},
+        {1, 1, 0, 0, MSCX_REDOP_MAX, 1024, MSCX_KERNEL_PACKET_1024}, /* copy-only: the operator is not used */
+        {1, 1, 0, 1, MSCX_REDOP_PROD, 1024, MSCX_KERNEL_WHOLE_1024},
+        {1, 1, 0, 1, MSCX_REDOP_MIN, 512, MSCX_KERNEL_WHOLE_512},
+        {1, 1, 0, 1, MSCX_REDOP_MAX, 513, MSCX_KERNEL_WHOLE_1024},
+        {1, 1, 64, 1, MSCX_REDOP_SUM, 1024, MSCX_KERNEL_WHOLE_1024}, /* traced */
+        {1, 1, 64, 0, MSCX_REDOP_SUM, 256, MSCX_KERNEL_WHOLE_512},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct mscx_gpu_args a;
         memset(&a, 0, sizeof(a));
-        a.compiled = cases[i].compiled;
-        a.packet_only = cases[i].packet_only;
+        a.whole = cases[i].whole;
+        a.packet = cases[i].packet;
         a.trace_cap = cases[i].trace_cap;
         a.reduce = cases[i].reduce;
         a.op = cases[i].op;
@@ -493,46 +492,46 @@ START_TEST(test_kernel_variant)
         ck_assert_msg(v == cases[i].want, "case %zu: variant %d, want %d", i, (int)v, (int)cases[i].want);
         ck_assert(mscx_gpu_kernel_variant_fits(v, cases[i].nthreads));
     }
-    ck_assert(!mscx_gpu_kernel_variant_fits(MSCX_KERNEL_PACKET_ONLY_512, 513));
-    ck_assert(!mscx_gpu_kernel_variant_fits(MSCX_KERNEL_COMPILED_512, 1024));
-    ck_assert(mscx_gpu_kernel_variant_fits(MSCX_KERNEL_PACKET_ONLY_1024, 1024));
+    ck_assert(!mscx_gpu_kernel_variant_fits(MSCX_KERNEL_PACKET_512, 513));
+    ck_assert(!mscx_gpu_kernel_variant_fits(MSCX_KERNEL_WHOLE_512, 1024));
+    ck_assert(mscx_gpu_kernel_variant_fits(MSCX_KERNEL_PACKET_1024, 1024));
     ck_assert(mscx_gpu_kernel_variant_fits(MSCX_KERNEL_INTERPRETER_1024, 1024));
 }
 END_TEST
 
 START_TEST(test_split_rules)
 {
-    static struct mscx_program kp, orig;
-    kp_hand(&kp, 0);
-    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 1);
+    static struct mscx_program prog, orig;
+    prog_hand(&prog, 0);
+    ck_assert_int_eq(mscx_gpu_program_split(&prog, 2, 8, 512), 1);
     for (uint32_t b = 0; b < 2; b++) {
-        const struct mscx_entry *k = &kp.entry[kp.kbegin[b]];
+        const struct mscx_entry *k = &prog.entry[prog.kbegin[b]];
         /* PACK reads the input (nothing wrote it); UNPACK writes the output */
-        ck_assert_uint_eq(kp.opnd[k[0].opnd].base, MSCX_KB_IN);
-        ck_assert_uint_eq(kp.opnd[k[1].opnd + 1].base, MSCX_KB_OUT);
+        ck_assert_uint_eq(prog.opnd[k[0].opnd].base, MSCX_KB_IN);
+        ck_assert_uint_eq(prog.opnd[k[1].opnd + 1].base, MSCX_KB_OUT);
         /* REDUCE: both sources name bytes the UNPACK wrote before (in place, IN and OUT are one buffer) */
-        ck_assert_uint_eq(kp.opnd[k[2].opnd].base, MSCX_KB_OUT);
-        ck_assert_uint_eq(kp.opnd[k[2].opnd + 1].base, MSCX_KB_OUT);
-        ck_assert_uint_eq(kp.opnd[k[2].opnd + 2].base, MSCX_KB_OUT);
+        ck_assert_uint_eq(prog.opnd[k[2].opnd].base, MSCX_KB_OUT);
+        ck_assert_uint_eq(prog.opnd[k[2].opnd + 1].base, MSCX_KB_OUT);
+        ck_assert_uint_eq(prog.opnd[k[2].opnd + 2].base, MSCX_KB_OUT);
     }
     /* a buffer larger than what is written: refused */
-    kp_hand(&kp, 0);
-    orig = kp;
-    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 528), 0);
-    ck_assert_int_eq(memcmp(&kp, &orig, sizeof(kp)), 0);
+    prog_hand(&prog, 0);
+    orig = prog;
+    ck_assert_int_eq(mscx_gpu_program_split(&prog, 2, 8, 528), 0);
+    ck_assert_int_eq(memcmp(&prog, &orig, sizeof(prog)), 0);
     for (int v = 1; v <= 4; v++) {
-        kp_hand(&kp, v);
-        orig = kp;
-        ck_assert_msg(mscx_gpu_kp_split(&kp, 2, 8, 512) == 0, "variant %d split", v);
-        ck_assert_msg(memcmp(&kp, &orig, sizeof(kp)) == 0, "variant %d: refused but changed", v);
+        prog_hand(&prog, v);
+        orig = prog;
+        ck_assert_msg(mscx_gpu_program_split(&prog, 2, 8, 512) == 0, "variant %d split", v);
+        ck_assert_msg(memcmp(&prog, &orig, sizeof(prog)) == 0, "variant %d: refused but changed", v);
     }
     /* a GENERIC entry or an interpreter block: refused */
-    kp_hand(&kp, 0);
-    kp.entry[1].kind = MSCX_ENTRY_GENERIC;
-    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 0);
-    kp_hand(&kp, 0);
-    kp.interp_mask = 2;
-    ck_assert_int_eq(mscx_gpu_kp_split(&kp, 2, 8, 512), 0);
+    prog_hand(&prog, 0);
+    prog.entry[1].kind = MSCX_ENTRY_GENERIC;
+    ck_assert_int_eq(mscx_gpu_program_split(&prog, 2, 8, 512), 0);
+    prog_hand(&prog, 0);
+    prog.interp_mask = 2;
+    ck_assert_int_eq(mscx_gpu_program_split(&prog, 2, 8, 512), 0);
 }
 END_TEST
 
@@ -546,71 +545,71 @@ END_TEST
  * where the input lies without the COPY before it, 5 an entry writes the
  * input.
  */
-static void kp_hand_ag(struct mscx_program *kp, int variant, uint32_t *ntb_p)
+static void prog_hand_ag(struct mscx_program *prog, int variant, uint32_t *ntb_p)
 {
     uint32_t nk = 0, np = 0;
-    memset(kp, 0, sizeof(*kp));
-    kp->kbegin[0] = 0;
-    kp->pbegin[0] = 0;
+    memset(prog, 0, sizeof(*prog));
+    prog->kbegin[0] = 0;
+    prog->pbegin[0] = 0;
     uint32_t pack[] = {MSCX_KB_IN, 0, MSCX_KB_SCRATCH, 0};
-    kp_add(kp, &nk, &np, MSCX_ENTRY_PACK, 32, 1, 1, pack);
+    prog_add(prog, &nk, &np, MSCX_ENTRY_PACK, 32, 1, 1, pack);
     if (variant != 4) {
         uint32_t copy[] = {MSCX_KB_IN, 0, MSCX_KB_OUT, 256};
-        kp_add(kp, &nk, &np, MSCX_ENTRY_COPY, 16, 1, 1, copy);
+        prog_add(prog, &nk, &np, MSCX_ENTRY_COPY, 16, 1, 1, copy);
     }
     uint32_t unpack[] = {MSCX_KB_RBUF, 0, MSCX_KB_OUT, variant == 1 || variant == 2 ? 256u : 0u};
     if (variant != 3)
-        kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
+        prog_add(prog, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
     if (variant == 2)
-        kp->entry[nk - 1].sync = 1;
+        prog->entry[nk - 1].sync = 1;
     if (variant == 4) {
         uint32_t red[] = {MSCX_KB_OUT, 256, MSCX_KB_OUT, 0, MSCX_KB_OUT, 0};
-        kp_add(kp, &nk, &np, MSCX_ENTRY_REDUCE, 16, 2, 1, red);
+        prog_add(prog, &nk, &np, MSCX_ENTRY_REDUCE, 16, 2, 1, red);
     }
     if (variant == 5) {
         uint32_t wr[] = {MSCX_KB_OUT, 0, MSCX_KB_IN, 0};
-        kp_add(kp, &nk, &np, MSCX_ENTRY_COPY, 16, 1, 1, wr);
+        prog_add(prog, &nk, &np, MSCX_ENTRY_COPY, 16, 1, 1, wr);
     }
     *ntb_p = 1;
     if (variant == 3) {
-        kp->kbegin[1] = (uint16_t)nk;
-        kp->pbegin[1] = (uint16_t)np;
+        prog->kbegin[1] = (uint16_t)nk;
+        prog->pbegin[1] = (uint16_t)np;
         unpack[3] = 256;
-        kp_add(kp, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
-        kp->entry[nk - 1].sync = 1;
+        prog_add(prog, &nk, &np, MSCX_ENTRY_UNPACK, 32, 1, 1, unpack);
+        prog->entry[nk - 1].sync = 1;
         *ntb_p = 2;
     }
-    kp->kbegin[*ntb_p] = (uint16_t)nk;
-    kp->pbegin[*ntb_p] = (uint16_t)np;
+    prog->kbegin[*ntb_p] = (uint16_t)nk;
+    prog->pbegin[*ntb_p] = (uint16_t)np;
 }
 
 START_TEST(test_alias_rules)
 {
-    static struct mscx_program kp;
+    static struct mscx_program prog;
     static const int want[] = {1, 0, 1, 0, 0, 0};
     for (int v = 0; v <= 5; v++) {
         uint32_t ntb;
-        kp_hand_ag(&kp, v, &ntb);
-        ck_assert_msg(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256) == want[v], "variant %d: want %d", v,
-                      want[v]);
+        prog_hand_ag(&prog, v, &ntb);
+        ck_assert_msg(mscx_gpu_program_alias_ok(&prog, ntb, 8, 256, 0, 256) == want[v], "variant %d: want %d",
+                      v, want[v]);
     }
     /* the same program where input and output do not meet (an AllGather of rank 0 would: bytes 0..256) */
     uint32_t ntb;
-    kp_hand_ag(&kp, 1, &ntb);
-    ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 1024, 0, 256), 1);
+    prog_hand_ag(&prog, 1, &ntb);
+    ck_assert_int_eq(mscx_gpu_program_alias_ok(&prog, ntb, 8, 1024, 0, 256), 1);
     /* a GENERIC entry or an interpreter block: never */
-    kp_hand_ag(&kp, 0, &ntb);
-    kp.entry[0].kind = MSCX_ENTRY_GENERIC;
-    ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256), 0);
-    kp_hand_ag(&kp, 0, &ntb);
-    kp.interp_mask = 1;
-    ck_assert_int_eq(mscx_gpu_kp_alias_ok(&kp, ntb, 8, 256, 0, 256), 0);
+    prog_hand_ag(&prog, 0, &ntb);
+    prog.entry[0].kind = MSCX_ENTRY_GENERIC;
+    ck_assert_int_eq(mscx_gpu_program_alias_ok(&prog, ntb, 8, 256, 0, 256), 0);
+    prog_hand_ag(&prog, 0, &ntb);
+    prog.interp_mask = 1;
+    ck_assert_int_eq(mscx_gpu_program_alias_ok(&prog, ntb, 8, 256, 0, 256), 0);
 }
 END_TEST
 
-/* ---- kp_fold_pack: a pack into the rank's own scratch read flat by the reduction ---- */
+/* ---- prog_fold_pack: a pack into the rank's own scratch read flat by the reduction ---- */
 
-/* Compile @p rank of @p plan for @p msg bytes (fp32, @p pkt) into c->kp, as runtime/programs.c would. */
+/* Compile @p rank of @p plan for @p msg bytes (fp32, @p pkt) into c->prog, as runtime/programs.c would. */
 static void compile_rank(struct ctx *c, const struct mscx_plan *plan, uint32_t rank, uint64_t msg,
                          enum mscx_pkt_format pkt)
 {
@@ -623,16 +622,16 @@ static void compile_rank(struct ctx *c, const struct mscx_plan *plan, uint32_t r
     c->plan = plan;
     c->rank = rank;
     ck_assert_int_eq(setup(c, msg, MSCX_DT_FP32, pkt), 0);
-    ck_assert_int_eq(mscx_gpu_compile(plan, rank, img, c->rb, &c->a, &c->kp), 1);
+    ck_assert_int_eq(mscx_gpu_compile(plan, rank, img, c->rb, &c->a, &c->prog), 1);
     free(img);
 }
 
-/* Entries of c->kp's block @p b that came from ops of @p opcode and are of @p kind. */
+/* Entries of c->prog's block @p b that came from ops of @p opcode and are of @p kind. */
 static uint32_t count_kind(const struct ctx *c, uint32_t b, uint32_t opcode, uint32_t kind)
 {
     uint32_t n = 0;
-    for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++)
-        n += c->kp.entry[e].opcode == opcode && c->kp.entry[e].kind == kind;
+    for (uint32_t e = c->prog.kbegin[b]; e < c->prog.kbegin[b + 1]; e++)
+        n += c->prog.entry[e].opcode == opcode && c->prog.entry[e].kind == kind;
     return n;
 }
 
@@ -640,11 +639,11 @@ static uint32_t count_kind(const struct ctx *c, uint32_t b, uint32_t opcode, uin
 static uint32_t own_scratch_packs(const struct ctx *c, uint32_t b)
 {
     uint32_t n = 0;
-    for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++) {
-        const struct mscx_entry *k = &c->kp.entry[e];
+    for (uint32_t e = c->prog.kbegin[b]; e < c->prog.kbegin[b + 1]; e++) {
+        const struct mscx_entry *k = &c->prog.entry[e];
         if (k->kind == MSCX_ENTRY_PACK)
             for (uint32_t j = 0; j < k->ndst; j++)
-                n += c->kp.opnd[k->opnd + 1 + j].base == MSCX_KB_SCRATCH;
+                n += c->prog.opnd[k->opnd + 1 + j].base == MSCX_KB_SCRATCH;
     }
     return n;
 }
@@ -653,8 +652,8 @@ static uint32_t own_scratch_packs(const struct ctx *c, uint32_t b)
  * The shipped 8-rank one-shot AllReduce at 1 KB: rank 1 packs its input
  * into its own slot (cpkt) only to fold that slot back in rank order; its
  * reduction reads the input there instead, and the pack is gone (a SKIP,
- * then dropped by kp_compact). Its puts to the 7 peers are one PACK
- * (kp_fuse_pack). Rank 0 has no such pack and keeps its program.
+ * then dropped by prog_compact). Its puts to the 7 peers are one PACK
+ * (prog_fuse_pack). Rank 0 has no such pack and keeps its program.
  */
 START_TEST(test_fold_pack_oneshot)
 {
@@ -674,8 +673,8 @@ START_TEST(test_fold_pack_oneshot)
             ck_assert_uint_eq(own_scratch_packs(c, b), 0);
             ck_assert_uint_eq(count_kind(c, b, MSCX_OP_COPY_PACKETS, MSCX_ENTRY_SKIP), 0);
             /* the puts to the peers: one PACK with 7 destinations, then the reduction, nothing else */
-            ck_assert_uint_eq(c->kp.kbegin[b + 1] - c->kp.kbegin[b], 2);
-            const struct mscx_entry *p = &c->kp.entry[c->kp.kbegin[b]], *r = p + 1;
+            ck_assert_uint_eq(c->prog.kbegin[b + 1] - c->prog.kbegin[b], 2);
+            const struct mscx_entry *p = &c->prog.entry[c->prog.kbegin[b]], *r = p + 1;
             ck_assert_uint_eq(p->kind, MSCX_ENTRY_PACK);
             ck_assert_uint_eq(p->opcode, MSCX_OP_PUT_PACKETS);
             ck_assert_uint_eq(p->ndst, 7);
@@ -683,18 +682,18 @@ START_TEST(test_fold_pack_oneshot)
             /* src[0] is slot 0's lines (the unpack fused in), src[1] was slot 1: now the input */
             ck_assert_uint_eq(r->lsrc0, 1);
             ck_assert_uint_eq(r->fsrc, 1);
-            const struct mscx_entry_opnd *x = &c->kp.opnd[p->opnd], *f = &c->kp.opnd[r->opnd + r->fsrc];
+            const struct mscx_entry_opnd *x = &c->prog.opnd[p->opnd], *f = &c->prog.opnd[r->opnd + r->fsrc];
             ck_assert_uint_eq(x->base, MSCX_KB_IN);
             ck_assert_uint_eq(f->base, x->base);
             ck_assert_uint_eq(f->off, x->off);
             /* the one destination is that input, in place */
             ck_assert_uint_eq(r->ndst, 1);
-            ck_assert_uint_eq(c->kp.opnd[r->opnd + r->nsrc].off, x->off);
+            ck_assert_uint_eq(c->prog.opnd[r->opnd + r->nsrc].off, x->off);
         }
         compile_rank(c, plan, 0, 1024, pkt);
         for (uint32_t b = 0; b < plan->gpus[0].ntb; b++)
-            for (uint32_t e = c->kp.kbegin[b]; e < c->kp.kbegin[b + 1]; e++) {
-                const struct mscx_entry *k = &c->kp.entry[e];
+            for (uint32_t e = c->prog.kbegin[b]; e < c->prog.kbegin[b + 1]; e++) {
+                const struct mscx_entry *k = &c->prog.entry[e];
                 ck_assert_uint_ne(k->kind, MSCX_ENTRY_SKIP);
                 ck_assert_uint_eq(k->fsrc, 0);
                 ck_assert_uint_eq(k->lsrc0, 0);
@@ -709,11 +708,11 @@ START_TEST(test_fold_pack_oneshot)
      */
     compile_rank(c, plan, 1, 1028, MSCX_PKT_LL16);
     uint32_t generic = 0;
-    for (uint32_t e = 0; e < c->kp.kbegin[plan->gpus[1].ntb]; e++) {
-        generic += c->kp.entry[e].kind == MSCX_ENTRY_GENERIC;
-        ck_assert_uint_eq(c->kp.entry[e].fsrc, 0);
-        if (c->kp.entry[e].opcode == MSCX_OP_COPY_PACKETS)
-            ck_assert_uint_ne(c->kp.entry[e].kind, MSCX_ENTRY_SKIP);
+    for (uint32_t e = 0; e < c->prog.kbegin[plan->gpus[1].ntb]; e++) {
+        generic += c->prog.entry[e].kind == MSCX_ENTRY_GENERIC;
+        ck_assert_uint_eq(c->prog.entry[e].fsrc, 0);
+        if (c->prog.entry[e].opcode == MSCX_OP_COPY_PACKETS)
+            ck_assert_uint_ne(c->prog.entry[e].kind, MSCX_ENTRY_SKIP);
     }
     ck_assert_uint_gt(generic, 0);
     free(c);
@@ -774,8 +773,8 @@ static int hand_folded(const struct mscx_plan *plan)
     ck_assert_ptr_nonnull(c);
     compile_rank(c, plan, 1, 1024, MSCX_PKT_LL16);
     uint32_t folded = 0;
-    for (uint32_t e = 0; e < c->kp.kbegin[plan->gpus[1].ntb]; e++)
-        folded += c->kp.entry[e].fsrc != 0;
+    for (uint32_t e = 0; e < c->prog.kbegin[plan->gpus[1].ntb]; e++)
+        folded += c->prog.entry[e].fsrc != 0;
     /* never one without the other: folded, the cpkt's pack into the own slot is gone */
     ck_assert_uint_eq(folded, !own_scratch_packs(c, 0));
     free(c);
@@ -823,7 +822,7 @@ Suite *mscx_test_suite(void)
     Suite *s = suite_create("launch-compile");
     TCase *tc = mscx_tcase("compile");
     tcase_add_test(tc, test_compile_shipped_plans);
-    tcase_add_test(tc, test_packet_only);
+    tcase_add_test(tc, test_packet_program);
     tcase_add_test(tc, test_kernel_variant);
     tcase_add_test(tc, test_split_rules);
     tcase_add_test(tc, test_alias_rules);

@@ -3,7 +3,7 @@
  * The GPU launch compiler's programs, run on the host: for every shipped
  * plan and every (size, dtype, operator, packet format) at which every rank's
  * program compiles whole (no GENERIC entry, no interpreter block: what a
- * compiled kernel runs), emulate the encoded block records (exactly what a
+ * whole-program kernel runs), emulate the encoded block records (exactly what a
  * kernel stages, see mscx_run_compiled and mscx_entry_run in
  * kernels/exec_ops.cuh) for two consecutive launches (flags 1 and 2, so both
  * scratch halves) and compare every rank's output and input bit for bit with
@@ -50,12 +50,12 @@ struct rank_st {
     struct mscx_compile_rbuf *rb; /* [nrbuf] */
     uint32_t ngeom, geom_rank[MSCX_GPU_MAX_GEOM];
     struct mscx_gpu_args a;
-    struct mscx_program kp;
+    struct mscx_program prog;
     char *rec;
     uint32_t stride, kmax, pmax;
     /* emulation */
     uint32_t launch, flag, left; /* launch running (LAUNCHES: done), its flag, blocks not finished */
-    uint32_t pc[MSCX_KP_MAX_BLOCKS];
+    uint32_t pc[MSCX_PROGRAM_MAX_BLOCKS];
     uint8_t *res_out[LAUNCHES], *res_in[LAUNCHES];
 };
 
@@ -161,7 +161,7 @@ static void emu_plan_fini(struct emu *e)
 /*
  * Compile and encode every rank's program for the current (msg, dt, pkt) as
  * mscx_exec_launch does. @return 1 when every rank's program is whole (what
- * a compiled kernel runs), 0 otherwise (*why_p says what is left).
+ * a whole-program kernel runs), 0 otherwise (*why_p says what is left).
  */
 static int emu_compile(struct emu *e, const char **why_p)
 {
@@ -204,25 +204,25 @@ static int emu_compile(struct emu *e, const char **why_p)
         a->op = e->op;
         if (gpu->ntb == 0)
             continue;
-        if (!mscx_gpu_compile(plan, q, R->img, R->rb, a, &R->kp)) {
+        if (!mscx_gpu_compile(plan, q, R->img, R->rb, a, &R->prog)) {
             *why_p = "program does not fit";
             return 0;
         }
-        if (R->kp.interp_mask) {
+        if (R->prog.interp_mask) {
             *why_p = "interpreter blocks";
             return 0;
         }
-        for (uint32_t i = 0; i < R->kp.kbegin[gpu->ntb]; i++)
-            if (R->kp.entry[i].kind == MSCX_ENTRY_GENERIC) {
+        for (uint32_t i = 0; i < R->prog.kbegin[gpu->ntb]; i++)
+            if (R->prog.entry[i].kind == MSCX_ENTRY_GENERIC) {
                 *why_p = "GENERIC entries";
                 return 0;
             }
-        size_t cap = 16u * (1u + MSCX_KP_MAX_OPS + MSCX_KP_MAX_OPND) * (size_t)gpu->ntb;
+        size_t cap = 16u * (1u + MSCX_PROGRAM_MAX_OPS + MSCX_PROGRAM_MAX_OPND) * (size_t)gpu->ntb;
         free(R->rec);
         R->rec = malloc(cap);
         ck_assert_ptr_nonnull(R->rec);
-        size_t bytes = mscx_gpu_kp_encode(&R->kp, gpu->ntb, R->scratch, R->half, R->rec, cap, &R->stride,
-                                          &R->kmax, &R->pmax);
+        size_t bytes = mscx_gpu_program_encode(&R->prog, gpu->ntb, R->scratch, R->half, R->rec, cap,
+                                               &R->stride, &R->kmax, &R->pmax);
         ck_assert_msg(bytes == (size_t)R->stride * gpu->ntb, "%s: rank %u: encoding failed", e->what, q);
     }
     return 1;
@@ -230,7 +230,7 @@ static int emu_compile(struct emu *e, const char **why_p)
 
 /*
  * The programs emu_compile made, rewritten for an out-of-place call
- * (mscx_gpu_kp_split, as mscx_exec_launch does) and encoded again.
+ * (mscx_gpu_program_split, as mscx_exec_launch does) and encoded again.
  * @return 1 when every rank's program splits
  */
 static int emu_split(struct emu *e)
@@ -241,14 +241,14 @@ static int emu_split(struct emu *e)
         const uint32_t ntb = e->plan->gpus[q].ntb;
         if (ntb == 0)
             continue;
-        kp2 = R->kp;
-        if (!mscx_gpu_kp_split(&kp2, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u, R->a.out_bytes))
+        kp2 = R->prog;
+        if (!mscx_gpu_program_split(&kp2, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u, R->a.out_bytes))
             return 0;
-        ck_assert_msg(memcmp(&kp2, &R->kp, sizeof(kp2)) != 0, "%s: rank %u: split changed nothing", e->what,
+        ck_assert_msg(memcmp(&kp2, &R->prog, sizeof(kp2)) != 0, "%s: rank %u: split changed nothing", e->what,
                       q);
-        size_t cap = 16u * (1u + MSCX_KP_MAX_OPS + MSCX_KP_MAX_OPND) * (size_t)ntb;
-        size_t bytes =
-            mscx_gpu_kp_encode(&kp2, ntb, R->scratch, R->half, R->rec, cap, &R->stride, &R->kmax, &R->pmax);
+        size_t cap = 16u * (1u + MSCX_PROGRAM_MAX_OPS + MSCX_PROGRAM_MAX_OPND) * (size_t)ntb;
+        size_t bytes = mscx_gpu_program_encode(&kp2, ntb, R->scratch, R->half, R->rec, cap, &R->stride,
+                                               &R->kmax, &R->pmax);
         ck_assert_msg(bytes == (size_t)R->stride * ntb, "%s: rank %u: encoding failed", e->what, q);
     }
     return 1;
@@ -626,7 +626,7 @@ static int task_step(struct emu *e, uint32_t q, uint32_t b, char *wait, size_t w
 /* Run both launches of every rank; rotate the visiting order each sweep so that ranks drift apart. */
 static void emu_run(struct emu *e, uint32_t seed)
 {
-    uint32_t ntask = 0, tq[MAXR * MSCX_KP_MAX_BLOCKS], tb[MAXR * MSCX_KP_MAX_BLOCKS];
+    uint32_t ntask = 0, tq[MAXR * MSCX_PROGRAM_MAX_BLOCKS], tb[MAXR * MSCX_PROGRAM_MAX_BLOCKS];
     for (uint32_t q = 0; q < e->n; q++) {
         struct rank_st *R = &e->r[q];
         if (R->scratch)
@@ -779,16 +779,16 @@ static int run_case(struct emu *e, uint64_t msg, enum mscx_dtype dt, enum mscx_r
         }
         e->split = 0;
     }
-    /* an in-place call on an out-of-place plan: where mscx_gpu_kp_alias_ok allows, the programs run as they
-     * are */
+    /* an in-place call on an out-of-place plan: where mscx_gpu_program_alias_ok allows, the programs run as
+     * they are */
     if (!e->plan->inplace && e->plan->coll != MSCX_COLL_TEST) {
         int ok = 1;
         for (uint32_t q = 0; q < e->n && ok; q++) {
             const uint32_t ntb = e->plan->gpus[q].ntb;
             uint64_t in_at = e->plan->coll == MSCX_COLL_ALLGATHER ? q * e->in_bytes : 0;
             uint64_t out_at = e->plan->coll == MSCX_COLL_REDUCESCATTER ? q * e->out_bytes : 0;
-            ok = ntb == 0 || mscx_gpu_kp_alias_ok(&e->r[q].kp, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u, in_at,
-                                                  out_at, e->in_bytes);
+            ok = ntb == 0 || mscx_gpu_program_alias_ok(&e->r[q].prog, ntb, e->pkt == MSCX_PKT_LL8 ? 4u : 8u,
+                                                       in_at, out_at, e->in_bytes);
         }
         if (ok) {
             e->alias = 1;
@@ -823,7 +823,7 @@ static int compiled_allreduce_bit(const struct mscx_plan *plan)
     return lg * 2 + kind;
 }
 
-START_TEST(test_kp_emulate_shipped_plans)
+START_TEST(test_program_emulate_shipped_plans)
 {
     struct mscx_test_plans it;
     mscx_test_plans_begin(&it);
@@ -895,7 +895,8 @@ START_TEST(test_kp_emulate_shipped_plans)
             if (tried && ll < sizeof(line))
                 ll += (size_t)snprintf(line + ll, sizeof(line) - ll, " %llu:%u/%u",
                                        (unsigned long long)sizes[s], ok, tried);
-            /* the compiled kernels' plans: where every chunk is a multiple of 16 bytes, nothing is left */
+            /* the whole-program kernels' plans: where every chunk is a multiple of 16 bytes, nothing is left
+             */
             if (bit >= 0 && sizes[s] % g == 0) {
                 ck_assert_msg(e->nosplit == 0,
                               "plan %s, %llu bytes: the program does not split for "
@@ -934,7 +935,7 @@ START_TEST(test_kp_emulate_shipped_plans)
     ck_assert_msg(compiled_mask == 0x3fu, "one-node AllReduce one-shot/two-phase coverage %#x, want 0x3f",
                   compiled_mask);
     ck_assert_uint_gt(st.skewed, 0);
-    /* the one-shot plans' ranks after 0 read their own input flat in the reduction (kp_fold_pack) */
+    /* the one-shot plans' ranks after 0 read their own input flat in the reduction (prog_fold_pack) */
     ck_assert_uint_gt(st.fsrc, 0);
     ck_assert_uint_gt(st.split, 0);
     ck_assert_uint_gt(st.alias, 0);
@@ -946,7 +947,7 @@ Suite *mscx_test_suite(void)
     Suite *s = suite_create("launch-emulation");
     TCase *tc = mscx_tcase("emulate");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_kp_emulate_shipped_plans);
+    tcase_add_test(tc, test_program_emulate_shipped_plans);
     suite_add_tcase(s, tc);
     return s;
 }

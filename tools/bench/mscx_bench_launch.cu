@@ -13,12 +13,12 @@
 //     the floor of a one-shot packet AllReduce's launch plus one round trip,
 //     with and without PDL (waiting first, then allowing the next launch,
 //     as the executor does).
-//   - the executor's own compiled kernel (mscx_gpu_kernel_launch) running a
+//   - the executor's own whole-program kernel (mscx_gpu_kernel_launch) running a
 //     hand-made compiled program: no entries (launch, prologue and epilogue
 //     only), and one COPY entry per block, against a plain kernel copying
-//     the same bytes; the packet-only kernel on an empty program and on one
+//     the same bytes; the packet kernel on an empty program and on one
 //     PACK entry per block;
-//   - a two-rank 1 KB one-shot AllReduce on the executor's packet-only
+//   - a two-rank 1 KB one-shot AllReduce on the executor's packet
 //     kernel (a hand-made program: one PACK and one REDPKT per block) beside
 //     a hand-written kernel of the same exchange (k_hand), and k_hand with
 //     cold code jumped over between its phases, with programmatic dependent
@@ -251,7 +251,7 @@ __global__ void k_xchg(const __grid_constant__ xchg_args a)
 
 // A two-rank one-shot LL16 AllReduce of X_UNITS 8-byte units, written by
 // hand as tools/bench/ref does it (units spread over the grid, the first input
-// unit loaded beside the flag), beside the executor's packet-only kernel
+// unit loaded beside the flag), beside the executor's packet kernel
 // running the same exchange from a hand-made program (K_X_EXEC).
 #define X_UNITS 128u // 1 KB of fp32
 #define X_SLOT (16u * X_UNITS)
@@ -361,7 +361,7 @@ enum kind {
     K_REAL_PKT_PACK,
     K_COPY,
     K_XCHG,
-    K_X_EXEC,    // the two-rank one-shot (X_UNITS): the executor's packet-only kernel
+    K_X_EXEC,    // the two-rank one-shot (X_UNITS): the executor's packet kernel
     K_X_HAND,    // the same, k_hand
     K_X_HAND_FAR // k_hand<true>: cold code jumped over between its phases
 };
@@ -405,7 +405,8 @@ static void (*small_kernel(enum kind k))(small_args)
     }
 }
 
-// The executor's compiled kernels on the hand-made programs of g_rec_* (K_REAL_*): compiled whole, fp32 sum.
+// The executor's whole-program kernels on the hand-made programs of g_rec_* (K_REAL_*): compiled whole, fp32
+// sum.
 static cudaError_t launch_real(const struct row *r, uint32_t rank)
 {
     struct mscx_gpu_args a;
@@ -419,17 +420,17 @@ static cudaError_t launch_real(const struct row *r, uint32_t rank)
     a.op = MSCX_REDOP_SUM;
     a.pkt = MSCX_PKT_LL16;
     a.reduce = 1;
-    a.kprog = r->k == K_REAL_COPY ? g_rec_copy : r->k == K_REAL_PKT_PACK ? g_rec_pack : g_rec_empty;
-    a.packet_only = r->k == K_REAL_PKT_EMPTY || r->k == K_REAL_PKT_PACK;
+    a.program = r->k == K_REAL_COPY ? g_rec_copy : r->k == K_REAL_PKT_PACK ? g_rec_pack : g_rec_empty;
+    a.packet = r->k == K_REAL_PKT_EMPTY || r->k == K_REAL_PKT_PACK;
     a.kmax_ops = 1;
     a.kmax_opnd = 2;
     a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
-    a.compiled = 1;
+    a.whole = 1;
     int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
     return rc ? (cudaError_t)rc : cudaSuccess;
 }
 
-// The two-rank one-shot on the executor's packet-only kernel (K_X_EXEC).
+// The two-rank one-shot on the executor's packet kernel (K_X_EXEC).
 static cudaError_t launch_x_exec(const struct row *r, uint32_t rank)
 {
     struct mscx_gpu_args a;
@@ -443,12 +444,12 @@ static cudaError_t launch_x_exec(const struct row *r, uint32_t rank)
     a.op = MSCX_REDOP_SUM;
     a.pkt = MSCX_PKT_LL16;
     a.reduce = 1;
-    a.kprog = x_rec[rank];
-    a.packet_only = 1;
+    a.program = x_rec[rank];
+    a.packet = 1;
     a.kmax_ops = 2;
     a.kmax_opnd = 5;
     a.kstride = 16u * (1u + a.kmax_ops + a.kmax_opnd);
-    a.compiled = 1;
+    a.whole = 1;
     a.timeout_ns = 2000000000ull;
     int rc = mscx_gpu_kernel_launch(&a, r->blocks, r->threads, (int)r->pdl, g_st[rank]);
     return rc ? (cudaError_t)rc : cudaSuccess;
@@ -764,15 +765,15 @@ static const struct row g_rows[] = {
     {"executor-like prologue with a stack frame, 7 x 512", K_EXEC_STACK, 1, 7, 512, 0, 0},
     {"executor-like prologue, 144 B local array, 7 x 512", K_EXEC_VOL, 1, 7, 512, 0, 0},
     {"executor-like prologue, 7 x 512, PDL", K_EXEC, 1, 7, 512, 0, 2},
-    {"executor compiled kernel, empty program, 7 x 512", K_REAL_EMPTY, 1, 7, 512, 0, 0},
-    {"executor compiled kernel, empty program, 7 x 512, PDL", K_REAL_EMPTY, 1, 7, 512, 0, 2},
-    {"executor compiled kernel, one 1 KB COPY per block, 7 x 512", K_REAL_COPY, 1, 7, 512, 0, 0},
+    {"executor whole-program kernel, empty program, 7 x 512", K_REAL_EMPTY, 1, 7, 512, 0, 0},
+    {"executor whole-program kernel, empty program, 7 x 512, PDL", K_REAL_EMPTY, 1, 7, 512, 0, 2},
+    {"executor whole-program kernel, one 1 KB COPY per block, 7 x 512", K_REAL_COPY, 1, 7, 512, 0, 0},
     {"plain kernel copying 1 KB per block, 7 x 512", K_COPY, 1, 7, 512, 0, 0},
-    {"executor compiled kernel, one 1 KB COPY per block, 7 x 512, PDL", K_REAL_COPY, 1, 7, 512, 0, 2},
+    {"executor whole-program kernel, one 1 KB COPY per block, 7 x 512, PDL", K_REAL_COPY, 1, 7, 512, 0, 2},
     {"plain kernel copying 1 KB per block, 7 x 512, PDL", K_COPY, 1, 7, 512, 0, 2},
-    {"executor packet-only kernel, empty program, 7 x 512, PDL", K_REAL_PKT_EMPTY, 1, 7, 512, 0, 2},
-    {"executor packet-only kernel, one PACK of 512 B per block (1 KB of lines), 7 x 512, PDL",
-     K_REAL_PKT_PACK, 1, 7, 512, 0, 2},
+    {"executor packet kernel, empty program, 7 x 512, PDL", K_REAL_PKT_EMPTY, 1, 7, 512, 0, 2},
+    {"executor packet kernel, one PACK of 512 B per block (1 KB of lines), 7 x 512, PDL", K_REAL_PKT_PACK, 1,
+     7, 512, 0, 2},
     {"64-step chain, small kernel", K_CODE_SMALL, 1, 7, 512, 0, 0},
     {"64-step chain, last of 32 cases (big kernel)", K_CODE_BIG, 1, 7, 512, 0, 0},
     {"empty, 7 x 512, 8 KB dynamic smem", K_SMEM, 1, 7, 512, 8192, 0},
@@ -791,11 +792,11 @@ static const struct row g_rows[] = {
     {"flag exchange, 8 ranks, 1 x 512", K_XCHG, 8, 1, 512, 0, 0},
     {"flag exchange, 8 ranks, 1 x 512, PDL", K_XCHG, 8, 1, 512, 0, 2},
     {"flag exchange, 8 ranks, 1 x 32", K_XCHG, 8, 1, 32, 0, 0},
-    {"one-shot 1 KB, 2 ranks, executor packet-only kernel (hand-made program), 2 x 1024, PDL", K_X_EXEC, 2, 2,
+    {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 1024, PDL", K_X_EXEC, 2, 2,
      1024, 0, 2},
     {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 1024, PDL", K_X_HAND, 2, 2, 1024, 0, 2},
-    {"one-shot 1 KB, 2 ranks, executor packet-only kernel (hand-made program), 2 x 512, PDL", K_X_EXEC, 2, 2,
-     512, 0, 2},
+    {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 512, PDL", K_X_EXEC, 2, 2, 512,
+     0, 2},
     {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 512, PDL", K_X_HAND, 2, 2, 512, 0, 2},
     {"one-shot 1 KB, 2 ranks, hand-written kernel, 12 KB of cold code jumped over between phases, 2 x 512, "
      "PDL",
@@ -806,11 +807,11 @@ static const struct row g_rows[] = {
      "(again)",
      K_X_HAND_FAR, 2, 2, 512, 0, 2},
     /* without the programmatic overlap: each launch starts after the one ahead has ended */
-    {"one-shot 1 KB, 2 ranks, executor packet-only kernel (hand-made program), 2 x 1024, no PDL", K_X_EXEC, 2,
-     2, 1024, 0, 0},
+    {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 1024, no PDL", K_X_EXEC, 2, 2,
+     1024, 0, 0},
     {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 1024, no PDL", K_X_HAND, 2, 2, 1024, 0, 0},
-    {"one-shot 1 KB, 2 ranks, executor packet-only kernel (hand-made program), 2 x 512, no PDL", K_X_EXEC, 2,
-     2, 512, 0, 0},
+    {"one-shot 1 KB, 2 ranks, executor packet kernel (hand-made program), 2 x 512, no PDL", K_X_EXEC, 2, 2,
+     512, 0, 0},
     {"one-shot 1 KB, 2 ranks, hand-written kernel, 2 x 512, no PDL", K_X_HAND, 2, 2, 512, 0, 0},
 };
 

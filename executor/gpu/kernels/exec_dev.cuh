@@ -4,7 +4,7 @@
  * loads and stores, spin loops with timeout and abort. Everything that is
  * hot is templated on the packet format and nothing indexes a local array.
  * The cold helpers (MSCX_DCOLD) are called in the interpreter kernel and
- * inlined in the compiled kernels (MSCX_COLD_INLINE), which have no stack
+ * inlined in the whole-program kernels (MSCX_COLD_INLINE), which have no stack
  * frame.
  */
 #ifndef MSCX_EXEC_DEV_CUH
@@ -20,7 +20,7 @@
 
 /*
  * MSCX_COLD_INLINE, set by each kernel instance (exec_k.cu.in): 1 in the
- * compiled kernels, whose cold helpers are inlined so that no state is passed
+ * whole-program kernels, whose cold helpers are inlined so that no state is passed
  * by address and needs a stack frame; 0 in the interpreter kernel, which
  * calls them.
  */

@@ -21,10 +21,10 @@ typedef void (*mscx_kernel_fn)(const struct mscx_gpu_args);
     X(f, v, V, int32, MSCX_DT_INT32) X(f, v, V, uint32, MSCX_DT_UINT32) X(f, v, V, copy, MSCX_KERNEL_COPY)
 #define MSCX_KERNEL_EACH(X, f)                                                                               \
     MSCX_KERNEL_EACH_DTYPE(X, f, interpreter_1024, MSCX_KERNEL_INTERPRETER_1024)                             \
-    MSCX_KERNEL_EACH_DTYPE(X, f, compiled_1024, MSCX_KERNEL_COMPILED_1024)                                   \
-    MSCX_KERNEL_EACH_DTYPE(X, f, compiled_512, MSCX_KERNEL_COMPILED_512)                                     \
-    MSCX_KERNEL_EACH_DTYPE(X, f, packet_only_1024, MSCX_KERNEL_PACKET_ONLY_1024)                             \
-    MSCX_KERNEL_EACH_DTYPE(X, f, packet_only_512, MSCX_KERNEL_PACKET_ONLY_512)
+    MSCX_KERNEL_EACH_DTYPE(X, f, whole_1024, MSCX_KERNEL_WHOLE_1024)                                   \
+    MSCX_KERNEL_EACH_DTYPE(X, f, whole_512, MSCX_KERNEL_WHOLE_512)                                     \
+    MSCX_KERNEL_EACH_DTYPE(X, f, packet_1024, MSCX_KERNEL_PACKET_1024)                             \
+    MSCX_KERNEL_EACH_DTYPE(X, f, packet_512, MSCX_KERNEL_PACKET_512)
 /* clang-format on */
 #define MSCX_KERNEL_DECL(f, v, V, d, D) mscx_kernel_fn mscx_kernel_##f##_##v##_##d(void);
 #define MSCX_KERNEL_SET(f, v, V, d, D) t[V][D] = mscx_kernel_##f##_##v##_##d();
@@ -83,7 +83,7 @@ extern "C" int mscx_gpu_kernel_launch(const struct mscx_gpu_args *args, uint32_t
     mscx_kernel_fn fn = mscx_kernel_pick(args, nthreads);
     void *params[1] = {(void *)args};
     /* the interpreter's op staging: none when every block runs the compiled program */
-    int interp = !args->kprog || args->interp_mask != 0;
+    int interp = !args->program || args->interp_mask != 0;
     size_t smem = interp ? (size_t)args->smem_ops * sizeof(struct mscx_dev_op) : 0;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];

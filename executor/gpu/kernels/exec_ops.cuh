@@ -19,6 +19,10 @@
  * chunk's or the buffer's real end, see mscx_dflat) the inner loop is plain
  * pointer arithmetic and wide loads and stores; otherwise the op takes the
  * general path that maps each unit logical->real and clips it.
+ *
+ * This file holds the kernel bodies, the sync ops, the op dispatcher
+ * (mscx_dop_run) and the interpreter; the data ops are in exec_ops_data.cuh,
+ * the compiled program's device side in exec_program.cuh.
  */
 #ifndef MSCX_EXEC_OPS_CUH
 #define MSCX_EXEC_OPS_CUH
@@ -30,8 +34,9 @@
 typedef void (*mscx_kernel_fn)(const struct mscx_gpu_args);
 
 /*
- * What a kernel instance holds (its BODY). The compiled kernels hold only
- * the compiled entries, not the interpreter, so they are a fraction of the
+ * What a kernel instance holds (its BODY). The whole-program kernels
+ * (MSCX_BODY_WHOLE, and MSCX_BODY_PACKET, the packet kernels) hold only
+ * the program entries, not the interpreter, so they are a fraction of the
  * code, registers and stack of the interpreter kernel, and have no stack
  * frame (MSCX_COLD_INLINE); launch and completion cost less with them.
  * mscx_gpu_kernel_variant (launch_abi.h) picks one per launch.
@@ -39,21 +44,21 @@ typedef void (*mscx_kernel_fn)(const struct mscx_gpu_args);
 enum mscx_kernel_body {
     /* the interpreter, and the compiled program of every block the launch does not interpret */
     MSCX_BODY_INTERPRETER,
-    /* programs compiled whole only (args.compiled): every entry kind and operator, the trace */
-    MSCX_BODY_COMPILED,
+    /* programs compiled whole only (args.whole): every entry kind and operator, the trace */
+    MSCX_BODY_WHOLE,
     /*
      * programs compiled whole of the packet entry kinds only (PACK, UNPACK,
-     * FWD, REDPKT, SKIP; args.packet_only), summing, untraced: the packet
+     * FWD, REDPKT, SKIP; args.packet), summing, untraced: the packet
      * programs of the shipped AllReduce, AllGather and ReduceScatter plans
      * with the usual operator, without the operator's branch in the
      * reduction loop
      */
-    MSCX_BODY_PACKET_ONLY,
+    MSCX_BODY_PACKET,
 };
 
 /*
  * Packet lines of different sources one thread loads before it waits for
- * any (compiled REDPKT entries): eight, or two in the compiled kernels for
+ * any (compiled REDPKT entries): eight, or two in the whole-program kernels for
  * blocks of more than MSCX_KERNEL_SMALL_THREADS threads, which have 64
  * registers a thread and no stack frame to hold more.
  */
@@ -61,301 +66,7 @@ template <enum mscx_kernel_body BODY, uint32_t MAX_THREADS>
 constexpr uint32_t
     mscx_line_batch = (BODY != MSCX_BODY_INTERPRETER && MAX_THREADS > MSCX_KERNEL_SMALL_THREADS) ? 2u : 8u;
 
-/* Slice of operands of @p size chunks with slot @p slot, computed once per op. */
-struct mscx_dref {
-    uint32_t size;
-    uint64_t slot, soff, len;
-};
-
-__device__ __forceinline__ void mscx_dref_make(const struct mscx_dev_op *op, uint32_t size, uint64_t slot,
-                                               const struct mscx_dpipe *pp, struct mscx_dref *r)
-{
-    struct mscx_dev_operand o;
-    o.index = 0;
-    o.size = size;
-    uint64_t off, len;
-    mscx_drange(op, &o, slot, pp, &off, &len);
-    r->size = size;
-    r->slot = slot;
-    r->soff = off;
-    r->len = len;
-}
-
-/* Resolve operand @p o and its logical range, reusing @p ref when the shape matches. */
-__device__ __forceinline__ struct mscx_resolved_opnd
-mscx_dat(const struct mscx_dstate *s, const struct mscx_dev_op *op, const struct mscx_dev_operand *o,
-         const struct mscx_dpipe *pp, const struct mscx_dref *ref, uint64_t *off_p, uint64_t *len_p)
-{
-    struct mscx_resolved_opnd r = mscx_dresolve(s, o);
-    if (o->size == ref->size && r.slot == ref->slot) {
-        *off_p = (uint64_t)o->index * r.slot + ref->soff;
-        *len_p = ref->len;
-    } else {
-        mscx_drange(op, o, r.slot, pp, off_p, len_p);
-    }
-    return r;
-}
-
-/* put, get, copy, pws, pwsf: pair i copies src[i] to dst[i]. */
-static __device__ void mscx_dop_copy(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                     const struct mscx_dpipe *pp)
-{
-    uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
-    for (uint32_t i = 0; i < npair; i++) {
-        struct mscx_dref ref;
-        uint64_t soff, slen, doff, dlen;
-        struct mscx_resolved_opnd src = mscx_dresolve(s, &op->src[i]);
-        mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
-        soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
-        slen = ref.len;
-        struct mscx_resolved_opnd dst = mscx_dat(s, op, &op->dst[i], pp, &ref, &doff, &dlen);
-        uint64_t units = (slen < dlen ? slen : dlen) / 16u;
-        if (units == 0)
-            continue;
-        const char *ps = mscx_dflat(&src, soff, units * 16u, 16u);
-        char *pd = mscx_dflat(&dst, doff, units * 16u, 16u);
-        if (ps && pd && units < 0x80000000ull) {
-            uint32_t n = (uint32_t)units;
-            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
-                *(uint4 *)(pd + (uint64_t)u * 16u) = *(const uint4 *)(ps + (uint64_t)u * 16u);
-        } else {
-            for (uint64_t u = threadIdx.x; u < units; u += blockDim.x)
-                mscx_dstore<16>(&dst, doff + u * 16u, mscx_dload<16>(&src, soff + u * 16u));
-        }
-    }
-}
-
-/* re, res, rre, rres: every dst gets src[0] folded with src[1..] in order. */
-template <uint32_t DT>
-static __device__ void mscx_dop_reduce(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                       const struct mscx_dpipe *pp)
-{
-    struct mscx_dref ref;
-    struct mscx_resolved_opnd s0 = mscx_dresolve(s, &op->src[0]);
-    mscx_dref_make(op, op->src[0].size, s0.slot, pp, &ref);
-    uint64_t off0 = (uint64_t)op->src[0].index * s0.slot + ref.soff;
-    uint64_t units = ref.len / 16u;
-    uint32_t nsrc = op->nsrc, ndst = op->ndst, rop = s->rop;
-    if (units == 0)
-        return;
-    {
-        const char *sp[MSCX_MAX_OPERANDS];
-        char *dp[MSCX_MAX_OPERANDS];
-        uint64_t bytes = units * 16u, off, len;
-        int ok = units < 0x80000000ull;
-        sp[0] = mscx_dflat(&s0, off0, bytes, 16u);
-        ok &= sp[0] != NULL;
-        for (uint32_t k = 1; k < nsrc && ok; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
-            sp[k] = mscx_dflat(&r, off, bytes, 16u);
-            ok &= sp[k] != NULL;
-        }
-        for (uint32_t k = 0; k < ndst && ok; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
-            dp[k] = mscx_dflat(&r, off, bytes, 16u);
-            ok &= dp[k] != NULL;
-        }
-        if (ok) {
-            uint32_t n = (uint32_t)units;
-            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-                uint64_t x = (uint64_t)u * 16u;
-                uint4 acc = *(const uint4 *)(sp[0] + x);
-                for (uint32_t k = 1; k < nsrc; k++)
-                    acc = mscx_dreduce<DT, 4>(rop, acc, *(const uint4 *)(sp[k] + x));
-                for (uint32_t k = 0; k < ndst; k++)
-                    *(uint4 *)(dp[k] + x) = acc;
-            }
-            return;
-        }
-    }
-    for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
-        uint64_t x = u * 16u, off, len;
-        uint4 acc = mscx_dload<16>(&s0, off0 + x);
-        for (uint32_t k = 1; k < nsrc; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
-            acc = mscx_dreduce<DT, 4>(rop, acc, mscx_dload<16>(&r, off + x));
-        }
-        for (uint32_t k = 0; k < ndst; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
-            mscx_dstore<16>(&r, off + x, acc);
-        }
-    }
-}
-
-/* cpkt and memory ppkt: pack src[i] into lines at dst[i]. */
-template <uint32_t PKT>
-static __device__ void mscx_dop_pack(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                     const struct mscx_dpipe *pp)
-{
-    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
-    uint32_t npair = op->nsrc < op->ndst ? op->nsrc : op->ndst;
-    uint32_t flag = s->flag;
-    struct mscx_dref ref;
-    ref.size = 0xffffffffu;
-    ref.slot = 0;
-    for (uint32_t i = 0; i < npair; i++) {
-        uint64_t soff, slen, doff, dlen;
-        struct mscx_resolved_opnd src = mscx_dresolve(s, &op->src[i]);
-        if (op->src[i].size != ref.size || src.slot != ref.slot)
-            mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
-        soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
-        slen = ref.len;
-        struct mscx_resolved_opnd dst = mscx_dat(s, op, &op->dst[i], pp, &ref, &doff, &dlen);
-        uint64_t units = (slen < dlen ? slen : dlen) / pl;
-        if (units == 0)
-            continue;
-        char *lines = dst.base + 2u * doff;
-        const char *ps = mscx_dflat(&src, soff, units * pl, pl);
-        if (ps && units < 0x80000000ull) {
-            uint32_t n = (uint32_t)units;
-            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
-                mscx_dline_store<PKT>(lines + 2u * pl * (uint64_t)u, mscx_dvload<pl>(ps + (uint64_t)u * pl),
-                                      flag);
-        } else {
-            for (uint64_t u = threadIdx.x; u < units; u += blockDim.x)
-                mscx_dline_store<PKT>(lines + 2u * pl * u, mscx_dload<pl>(&src, soff + u * pl), flag);
-        }
-    }
-}
-
-/*
- * rppkt, port ppkt and upkt: read the lines of src[i] (src[0] for rppkt) and
- * forward them as lines (or, for upkt, store the payload raw) to dst.
- */
-template <uint32_t PKT>
-static __device__ int mscx_dop_forward(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                       const struct mscx_dpipe *pp, int single_src, int unpack)
-{
-    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
-    uint32_t npass = single_src ? 1u : (op->nsrc < op->ndst ? op->nsrc : op->ndst);
-    uint32_t flag = s->flag;
-    for (uint32_t i = 0; i < npass; i++) {
-        struct mscx_dref ref;
-        struct mscx_resolved_opnd src = mscx_dresolve(s, &op->src[i]);
-        mscx_dref_make(op, op->src[i].size, src.slot, pp, &ref);
-        uint64_t soff = (uint64_t)op->src[i].index * src.slot + ref.soff;
-        uint32_t d0 = single_src ? 0 : i, d1 = single_src ? op->ndst : i + 1;
-        uint64_t units = ref.len / pl;
-        if (units == 0)
-            continue;
-        {
-            char *dp[MSCX_MAX_OPERANDS];
-            int ok = units < 0x80000000ull;
-            for (uint32_t k = d0; k < d1 && ok; k++) {
-                uint64_t off, len;
-                struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
-                dp[k] = unpack ? mscx_dflat(&r, off, units * pl, pl) : r.base + 2u * off;
-                ok &= dp[k] != NULL;
-            }
-            if (ok) {
-                const char *sl = src.base + 2u * soff;
-                uint32_t n = (uint32_t)units;
-                for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-                    uint4 v;
-                    uint64_t x = (uint64_t)u * pl;
-                    if (mscx_dline_read<PKT>(s, sl + 2u * x, &v))
-                        return 1;
-                    for (uint32_t k = d0; k < d1; k++) {
-                        if (unpack)
-                            mscx_dvstore<pl>(dp[k] + x, v);
-                        else
-                            mscx_dline_store<PKT>(dp[k] + 2u * x, v, flag);
-                    }
-                }
-                continue;
-            }
-        }
-        for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
-            uint4 v;
-            if (mscx_dline_read<PKT>(s, src.base + 2u * (soff + u * pl), &v))
-                return 1;
-            for (uint32_t k = d0; k < d1; k++) {
-                uint64_t off, len;
-                struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
-                if (unpack)
-                    mscx_dstore<pl>(&r, off + u * pl, v);
-                else
-                    mscx_dline_store<PKT>(r.base + 2u * (off + u * pl), v, flag);
-            }
-        }
-    }
-    return 0;
-}
-
-/* repkt, respkt, recpkt, recspkt: dst[0] raw = src[0] raw folded with src[1..] lines; dst[1..] lines. */
-template <uint32_t PKT, uint32_t DT>
-static __device__ int mscx_dop_reduce_pkt(const struct mscx_dstate *s, const struct mscx_dev_op *op,
-                                          const struct mscx_dpipe *pp)
-{
-    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
-    const uint32_t nw = pl / 4u;
-    struct mscx_dref ref;
-    struct mscx_resolved_opnd s0 = mscx_dresolve(s, &op->src[0]);
-    mscx_dref_make(op, op->src[0].size, s0.slot, pp, &ref);
-    uint64_t off0 = (uint64_t)op->src[0].index * s0.slot + ref.soff;
-    uint64_t units = ref.len / pl;
-    uint32_t nsrc = op->nsrc, ndst = op->ndst, rop = s->rop, flag = s->flag;
-    if (units == 0)
-        return 0;
-    {
-        const char *sp[MSCX_MAX_OPERANDS];
-        char *dp[MSCX_MAX_OPERANDS];
-        uint64_t off, len;
-        const char *p0 = mscx_dflat(&s0, off0, units * pl, pl);
-        int ok = p0 != NULL && units < 0x80000000ull;
-        for (uint32_t k = 1; k < nsrc && ok; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
-            sp[k] = r.base + 2u * off;
-        }
-        if (ndst > 0 && ok) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[0], pp, &ref, &off, &len);
-            dp[0] = mscx_dflat(&r, off, units * pl, pl);
-            ok &= dp[0] != NULL;
-        }
-        for (uint32_t k = 1; k < ndst && ok; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
-            dp[k] = r.base + 2u * off;
-        }
-        if (ok) {
-            uint32_t n = (uint32_t)units;
-            for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-                uint64_t x = (uint64_t)u * pl;
-                uint4 acc = mscx_dvload<pl>(p0 + x);
-                for (uint32_t k = 1; k < nsrc; k++) {
-                    uint4 v;
-                    if (mscx_dline_read<PKT>(s, sp[k] + 2u * x, &v))
-                        return 1;
-                    acc = mscx_dreduce<DT, nw>(rop, acc, v);
-                }
-                if (ndst > 0)
-                    mscx_dvstore<pl>(dp[0] + x, acc);
-                for (uint32_t k = 1; k < ndst; k++)
-                    mscx_dline_store<PKT>(dp[k] + 2u * x, acc, flag);
-            }
-            return 0;
-        }
-    }
-    for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
-        uint64_t x = u * pl, off, len;
-        uint4 acc = mscx_dload<pl>(&s0, off0 + x);
-        for (uint32_t k = 1; k < nsrc; k++) {
-            uint4 v;
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->src[k], pp, &ref, &off, &len);
-            if (mscx_dline_read<PKT>(s, r.base + 2u * (off + x), &v))
-                return 1;
-            acc = mscx_dreduce<DT, nw>(rop, acc, v);
-        }
-        if (ndst > 0) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[0], pp, &ref, &off, &len);
-            mscx_dstore<pl>(&r, off + x, acc);
-        }
-        for (uint32_t k = 1; k < ndst; k++) {
-            struct mscx_resolved_opnd r = mscx_dat(s, op, &op->dst[k], pp, &ref, &off, &len);
-            mscx_dline_store<PKT>(r.base + 2u * (off + x), acc, flag);
-        }
-    }
-    return 0;
-}
+#include "exec_ops_data.cuh"
 
 /* Release: the block synchronised before this op (MSCX_GPU_OPF_SYNC), so the fence covers its writes. */
 static __device__ void mscx_dop_signal(const struct mscx_dstate *s, const struct mscx_dev_op *op)
@@ -521,216 +232,6 @@ __device__ __forceinline__ int mscx_dop_run(struct mscx_dstate *s, const struct 
     }
 }
 
-/* ---- the compiled program (block records, struct mscx_record_head): offsets resolved by the host ---- */
-
-/*
- * The entries below run a block's slice of @p n units; @p P are the entry's
- * operands (sources, then destinations) resolved for this launch, @p flag the
- * launch's. Their semantics are the interpreter's fast paths. Loops over a
- * packet entry's line destinations are not unrolled: less code between the
- * hot paths.
- */
-
-/* PACK: src[0] flat -> dst[0..ndst) lines; @p first: this thread's first unit, loaded (if @p has_first) */
-template <uint32_t PKT>
-__device__ __forceinline__ void mscx_entry_pack(const struct mscx_entry *k, char *const *P, uint32_t n,
-                                                uint32_t flag, bool has_first, uint4 first)
-{
-    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
-    const char *ps = P[0];
-    const uint32_t nd = k->ndst;
-    for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-        const uint4 v = has_first && u == threadIdx.x ? first : mscx_dvload<pl>(ps + (uint64_t)u * pl);
-#pragma unroll 1
-        for (uint32_t j = 0; j < nd; j++)
-            mscx_dline_store<PKT>(P[1 + j] + 2u * pl * u, v, flag);
-    }
-}
-
-/* UNPACK: src[0] lines -> dst[0] flat. @return non-zero after giving up. */
-template <uint32_t PKT>
-__device__ __forceinline__ int mscx_entry_unpack(const struct mscx_dstate *s, char *const *P, uint32_t n)
-{
-    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
-    const char *sl = P[0];
-    char *pd = P[1];
-    for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-        uint4 v;
-        if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
-            return 1;
-        mscx_dvstore<pl>(pd + (uint64_t)u * pl, v);
-    }
-    return 0;
-}
-
-/* FWD: src[0] lines -> dst[0..ndst) lines. @return non-zero after giving up. */
-template <uint32_t PKT>
-__device__ __forceinline__ int mscx_entry_fwd(const struct mscx_dstate *s, const struct mscx_entry *k,
-                                              char *const *P, uint32_t n, uint32_t flag)
-{
-    const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
-    const char *sl = P[0];
-    uint32_t nd = k->ndst;
-    if (nd == 1) {
-        char *dl = P[1];
-        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-            uint4 v;
-            if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
-                return 1;
-            mscx_dline_store<PKT>(dl + 2u * pl * u, v, flag);
-        }
-        return 0;
-    }
-    for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-        uint4 v;
-        if (mscx_dline_read<PKT>(s, sl + 2u * pl * u, &v))
-            return 1;
-#pragma unroll 1
-        for (uint32_t j = 0; j < nd; j++)
-            mscx_dline_store<PKT>(P[1 + j] + 2u * pl * u, v, flag);
-    }
-    return 0;
-}
-
-/* COPY: src[0] flat -> dst[0] flat, 16-byte units */
-__device__ __forceinline__ void mscx_entry_copy(char *const *P, uint32_t n)
-{
-    const char *ps = P[0];
-    char *pd = P[1];
-    for (uint32_t u = threadIdx.x; u < n; u += blockDim.x)
-        *(uint4 *)(pd + (uint64_t)u * 16u) = *(const uint4 *)(ps + (uint64_t)u * 16u);
-}
-
-/* REDUCE: src[0..] flat folded -> dst[0..] flat, 16-byte units */
-template <uint32_t DT>
-__device__ __forceinline__ void mscx_entry_reduce(const struct mscx_dstate *s, const struct mscx_entry *k,
-                                                  char *const *P, uint32_t n)
-{
-    const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
-    for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-        uint64_t x = (uint64_t)u * 16u;
-        uint4 acc = *(const uint4 *)(P[0] + x);
-        for (uint32_t j = 1; j < ns; j++)
-            acc = mscx_dreduce<DT, 4>(rop, acc, *(const uint4 *)(P[j] + x));
-        for (uint32_t j = 0; j < nd; j++)
-            *(uint4 *)(P[ns + j] + x) = acc;
-    }
-}
-
-/*
- * Run compiled entry @p k (of kind KIND when KIND >= 0, a compile-time
- * constant); @return non-zero after giving up.
- */
-template <uint32_t PKT, uint32_t DT, bool RED, enum mscx_kernel_body BODY, uint32_t MAX_THREADS,
-          int KIND = -1>
-__device__ __forceinline__ int mscx_entry_run(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                              const struct mscx_entry *k, uint32_t obase, char *const *P,
-                                              bool has_first = false, uint4 first = make_uint4(0, 0, 0, 0))
-{
-    const uint32_t n = k->units, flag = s->flag;
-    const uint32_t kind = KIND >= 0 ? (uint32_t)KIND : k->kind;
-    if constexpr (BODY == MSCX_BODY_PACKET_ONLY) {
-        /* the host runs only packet programs that sum here (mscx_gpu_kernel_variant); anything else is a bug,
-           never skipped silently */
-        if (!mscx_entry_is_packet(kind) || (RED && s->rop != MSCX_REDOP_SUM)) {
-            mscx_dfail(s, MSCX_ERR_INTERNAL);
-            return 1;
-        }
-    }
-    switch (kind) {
-    case MSCX_ENTRY_PACK:
-        mscx_entry_pack<PKT>(k, P, n, flag, has_first, first);
-        return 0;
-    case MSCX_ENTRY_UNPACK:
-        return mscx_entry_unpack<PKT>(s, P, n);
-    case MSCX_ENTRY_FWD:
-        return mscx_entry_fwd<PKT>(s, k, P, n, flag);
-    case MSCX_ENTRY_REDPKT: {
-        /*
-         * REDPKT: src[0] flat, or lines if lsrc0, (+) src[1..] lines
-         * (src[fsrc] flat if fsrc) -> dst[0] flat (if ndst), dst[1..] lines;
-         * the packet-only kernel sums. Its code stays in this switch: moved
-         * into a function of its own, it is scheduled differently (ptxas).
-         */
-        if (!RED)
-            return 0;
-        const uint32_t pl = PKT == MSCX_PKT_LL8 ? 4u : 8u;
-        const uint32_t nw = pl / 4u;
-        constexpr uint32_t BATCH = mscx_line_batch<BODY, MAX_THREADS>;
-        const uint32_t ns = k->nsrc, nd = k->ndst, rop = s->rop;
-        /* bit i: source i is read flat, not as lines (fsrc: a pack fused in; 0 when none) */
-        const uint32_t fmask = k->fsrc ? 1u << k->fsrc : 0u;
-        const char *p0 = P[0];
-        const bool l0 = k->lsrc0;
-        for (uint32_t u = threadIdx.x; u < n; u += blockDim.x) {
-            uint64_t x = (uint64_t)u * pl;
-            uint4 acc = make_uint4(0, 0, 0, 0);
-            /*
-             * The lines of up to BATCH sources are loaded at once, then
-             * folded in source order. The flat source (fmask) is loaded where
-             * it is folded, its payload being what its packed line would
-             * carry: loaded with the lines, it gives the compiled kernels a
-             * stack frame; the one-shot's puts have just read the same bytes,
-             * so it should mostly hit in cache.
-             */
-            uint32_t j = l0 ? 0u : 1u;
-            if (!l0)
-                acc = mscx_dvload<pl>(p0 + x);
-            for (; j < ns; j += BATCH) {
-                uint4 raw[BATCH];
-                const uint32_t fb = fmask >> j;
-#pragma unroll
-                for (uint32_t q = 0; q < BATCH; q++)
-                    if (j + q < ns && !(fb & (1u << q)))
-                        raw[q] = mscx_dline_peek<PKT>(P[j + q] + 2u * x);
-#pragma unroll
-                for (uint32_t q = 0; q < BATCH; q++) {
-                    if (j + q >= ns)
-                        break;
-                    uint4 v;
-                    if (fb & (1u << q))
-                        v = mscx_dvload<pl>(P[j + q] + x);
-                    else if (mscx_dline_ready<PKT>(raw[q], flag))
-                        v = mscx_dline_payload<PKT>(raw[q]);
-                    else if (mscx_dline_read<PKT>(s, P[j + q] + 2u * x, &v))
-                        return 1;
-                    if (j + q == 0)
-                        acc = v;
-                    else if constexpr (BODY == MSCX_BODY_PACKET_ONLY)
-                        acc = mscx_dreduce_t<DT, MSCX_REDOP_SUM, nw>(acc, v);
-                    else
-                        acc = mscx_dreduce<DT, nw>(rop, acc, v);
-                }
-            }
-            if (nd > 0)
-                mscx_dvstore<pl>(P[ns] + x, acc);
-#pragma unroll 1
-            for (uint32_t j = 1; j < nd; j++)
-                mscx_dline_store<PKT>(P[ns + j] + 2u * x, acc, flag);
-        }
-        return 0;
-    }
-    case MSCX_ENTRY_COPY:
-        if constexpr (BODY != MSCX_BODY_PACKET_ONLY)
-            mscx_entry_copy(P, n);
-        return 0; /* packet-only: not reached (above) */
-    case MSCX_ENTRY_REDUCE:
-        if (RED && BODY != MSCX_BODY_PACKET_ONLY)
-            mscx_entry_reduce<DT>(s, k, P, n);
-        return 0; /* not reduced here, or not reached (above) */
-    case MSCX_ENTRY_SKIP:
-        return 0;
-    default: { /* GENERIC: the interpreter runs the op from the uploaded table (never in a compiled kernel) */
-        if constexpr (BODY != MSCX_BODY_INTERPRETER) {
-            return 0;
-        } else {
-            struct mscx_dpipe none = {0, 0};
-            return mscx_dop_run<PKT, DT, RED>(s, &a->ops[obase + k->op], &none);
-        }
-    }
-    }
-}
-
 /*
  * Flag wrap only: once every block of the rank is done, clear the whole
  * scratch allocation except the other half of this launch's geometry (the
@@ -851,237 +352,10 @@ __device__ __forceinline__ void mscx_run_interp(struct mscx_dstate *s, const str
     }
 }
 
-/* An operand word of a record as pointers for launches of flag parity 0 and 1 (the same for user buffers). */
-__device__ __forceinline__ void mscx_tagged_ptr(const struct mscx_gpu_args *a, uint4 w, char **p0, char **p1)
-{
-    uint64_t v0 = ((uint64_t)w.y << 32) | w.x, v1 = ((uint64_t)w.w << 32) | w.z;
-    uint64_t tag = v0 >> MSCX_TAGGED_TAG_SHIFT;
-    if (tag == 0) {
-        *p0 = (char *)(uintptr_t)v0;
-        *p1 = (char *)(uintptr_t)v1;
-    } else {
-        *p0 = *p1 = (tag == 1 ? (char *)a->in : (char *)a->out) + (v0 & MSCX_TAGGED_OFF_MASK);
-    }
-}
+#include "exec_program.cuh"
 
 /*
- * One word (16 bytes) of a block's record (struct mscx_record_head), staged
- * in shared memory: the head, an entry, or an operand resolved to a pointer
- * for this launch (scratch half by flag parity, user buffers against in/out).
- */
-__device__ __forceinline__ void mscx_stage_word(const struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                                uint32_t t, uint4 w, struct mscx_record_head *head,
-                                                struct mscx_entry *entry, char **ptr)
-{
-    const uint32_t km = a->kmax_ops;
-    if (t == 0) {
-        *head = *reinterpret_cast<const struct mscx_record_head *>(&w);
-    } else if (t <= km) {
-        entry[t - 1] = *reinterpret_cast<const struct mscx_entry *>(&w);
-    } else {
-        char *p0, *p1;
-        mscx_tagged_ptr(a, w, &p0, &p1);
-        ptr[t - 1 - km] = s->parity ? p1 : p0;
-    }
-}
-
-/*
- * The block shapes that the packet-only kernel runs straight-line (see
- * mscx_run_entries), told apart before the wait from the staged record.
- */
-#define MSCX_SHAPE_ANY 0u                /* the entry loop */
-#define MSCX_SHAPE_PACK_REDPKT 1u        /* the one-shot's */
-#define MSCX_SHAPE_PACK_REDPKT_UNPACK 2u /* the two-phase's */
-
-/* Straight-line: entry @p k, of kind KIND, as the loop of mscx_run_entries runs it untraced. */
-template <uint32_t PKT, uint32_t DT, bool RED, enum mscx_kernel_body BODY, uint32_t MAX_THREADS, int KIND>
-__device__ __forceinline__ void mscx_straight_entry(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                                    const struct mscx_entry *k, uint32_t obase,
-                                                    char *const *sptr, bool has_first = false,
-                                                    uint4 first = make_uint4(0, 0, 0, 0))
-{
-    s->op_index = k->op;
-    s->opcode = k->opcode;
-    if (k->sync)
-        __syncthreads();
-    mscx_entry_run<PKT, DT, RED, BODY, MAX_THREADS, KIND>(s, a, k, obase, &sptr[k->opnd], has_first, first);
-}
-
-/*
- * Entries [0, @p nk) of a block's staged program; @p sptr its operands
- * resolved for this launch. The packet-only kernel runs a block of a known
- * @p shape through straight-line calls whose entry kinds are compile-time
- * constants, with no entry loop, kind guard or switch on that path; every
- * operand, count, sync and flag still comes from the plan, and the entries'
- * code is the loop's.
- */
-template <uint32_t PKT, uint32_t DT, bool RED, enum mscx_kernel_body BODY, uint32_t MAX_THREADS>
-__device__ __forceinline__ void
-mscx_run_entries(struct mscx_dstate *s, const struct mscx_gpu_args *a, struct mscx_dtrace *tr, uint32_t nk,
-                 uint32_t obase, const struct mscx_entry *sentry, char *const *sptr, bool has_first = false,
-                 uint4 first = make_uint4(0, 0, 0, 0), uint32_t shape = MSCX_SHAPE_ANY)
-{
-    if constexpr (BODY == MSCX_BODY_PACKET_ONLY) {
-        if (shape != MSCX_SHAPE_ANY) {
-            /* as the loop below: the error state ends later entries' waits (mscx_dfail) */
-            mscx_straight_entry<PKT, DT, RED, BODY, MAX_THREADS, MSCX_ENTRY_PACK>(s, a, &sentry[0], obase,
-                                                                                  sptr, has_first, first);
-            mscx_straight_entry<PKT, DT, RED, BODY, MAX_THREADS, MSCX_ENTRY_REDPKT>(s, a, &sentry[1], obase,
-                                                                                    sptr);
-            if (shape == MSCX_SHAPE_PACK_REDPKT_UNPACK)
-                mscx_straight_entry<PKT, DT, RED, BODY, MAX_THREADS, MSCX_ENTRY_UNPACK>(s, a, &sentry[2],
-                                                                                        obase, sptr);
-            return;
-        }
-    }
-    for (uint32_t i = 0; i < nk; i++) {
-        const struct mscx_entry *k = &sentry[i];
-        char *const *P = &sptr[k->opnd];
-        s->op_index = k->op;
-        s->opcode = k->opcode;
-        /*
-         * One call site for traced and untraced runs: the entry's code is
-         * inlined once (two sites would double the kernel's code).
-         * Traced: the block's start of the entry to its last thread's end.
-         */
-        const bool traced = BODY != MSCX_BODY_PACKET_ONLY && tr->recs != NULL;
-        if (k->sync || traced)
-            __syncthreads();
-        const uint64_t t0 = traced ? mscx_dtime() : 0;
-        mscx_entry_run<PKT, DT, RED, BODY, MAX_THREADS>(s, a, k, obase, P, has_first && i == 0, first);
-        if (traced) {
-            __syncthreads();
-            mscx_dtrace_rec(tr, k->op, k->opcode, t0);
-        }
-    }
-}
-
-/*
- * The interpreter kernel's compiled block @p blk. The block stages its
- * record in shared memory: every thread loads a different 16-byte word, all
- * loads independent (@p w0, thread t's first word, was loaded at kernel
- * entry beside the block's flag), then one barrier.
- */
-template <uint32_t PKT, uint32_t DT, bool RED, uint32_t MAX_THREADS>
-__device__ __forceinline__ void mscx_run_compiled(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                                  struct mscx_dtrace *tr, uint32_t blk, uint4 w0)
-{
-    __shared__ struct mscx_record_head shead;
-    __shared__ struct mscx_entry sentry[MSCX_KP_MAX_OPS];
-    __shared__ char *sptr[MSCX_KP_MAX_OPND];
-    const uint4 *rec = reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blk * a->kstride);
-    const uint32_t nwords = a->kstride / 16u;
-    if (threadIdx.x < nwords)
-        mscx_stage_word(s, a, threadIdx.x, w0, &shead, sentry, sptr);
-    for (uint32_t t = threadIdx.x + blockDim.x; t < nwords; t += blockDim.x)
-        mscx_stage_word(s, a, t, __ldg(rec + t), &shead, sentry, sptr);
-    __syncthreads();
-    if (tr->recs)
-        mscx_dtrace_rec(tr, 0, MSCX_TRACE_OP_PROLOGUE, tr->t0);
-    mscx_run_entries<PKT, DT, RED, MSCX_BODY_INTERPRETER, MAX_THREADS>(s, a, tr, shead.nk, shead.obase,
-                                                                       sentry, sptr);
-}
-
-/*
- * The compiled kernels stage their record before the programmatic-launch
- * wait, each scratch operand resolved for both flag parities, since nothing
- * in the record depends on the kernel ahead; after the wait only the block's
- * flag is read, and the staging's barrier is off that path.
- */
-struct mscx_staged_record {
-    struct mscx_record_head head;
-    struct mscx_entry entry[MSCX_KP_MAX_OPS];
-    char *ptr[2][MSCX_KP_MAX_OPND]; /* [launch flag parity][operand] */
-};
-
-__device__ __forceinline__ const struct mscx_staged_record *mscx_stage_record(const struct mscx_gpu_args *a,
-                                                                              uint32_t blk, uint4 w0)
-{
-    __shared__ struct mscx_staged_record st;
-    const uint4 *rec = reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blk * a->kstride);
-    const uint32_t nwords = a->kstride / 16u, km = a->kmax_ops;
-    for (uint32_t t = threadIdx.x; t < nwords; t += blockDim.x) {
-        const uint4 w = t == threadIdx.x ? w0 : __ldg(rec + t);
-        if (t == 0)
-            st.head = *reinterpret_cast<const struct mscx_record_head *>(&w);
-        else if (t <= km)
-            st.entry[t - 1] = *reinterpret_cast<const struct mscx_entry *>(&w);
-        else
-            mscx_tagged_ptr(a, w, &st.ptr[0][t - 1 - km], &st.ptr[1][t - 1 - km]);
-    }
-    __syncthreads();
-    return &st;
-}
-
-/*
- * Where a block's program starts with a PACK whose source is the same for
- * both flag parities (a user buffer, not scratch), the address of this
- * thread's first unit of it (NULL: no such start, or no unit here): the
- * packet-only kernel loads that unit right after the wait, beside the
- * block's flag, instead of after it.
- */
-__device__ __forceinline__ const char *mscx_first_unit_src(const struct mscx_staged_record *st, uint32_t pl)
-{
-    if (st->head.nk == 0)
-        return NULL;
-    const struct mscx_entry *k = &st->entry[0];
-    const char *p = st->ptr[0][k->opnd];
-    if (k->kind != MSCX_ENTRY_PACK || p != st->ptr[1][k->opnd] || threadIdx.x >= k->units)
-        return NULL;
-    return p + (uint64_t)threadIdx.x * pl;
-}
-
-/* The block's shape (MSCX_SHAPE_*) for the straight-line run of mscx_run_entries. */
-__device__ __forceinline__ uint32_t mscx_block_shape(const struct mscx_staged_record *st)
-{
-    const uint32_t nk = st->head.nk;
-    if (nk < 2 || nk > 3 || st->entry[0].kind != MSCX_ENTRY_PACK || st->entry[1].kind != MSCX_ENTRY_REDPKT)
-        return MSCX_SHAPE_ANY;
-    if (nk == 2)
-        return MSCX_SHAPE_PACK_REDPKT;
-    return st->entry[2].kind == MSCX_ENTRY_UNPACK ? MSCX_SHAPE_PACK_REDPKT_UNPACK : MSCX_SHAPE_ANY;
-}
-
-/* The load of mscx_first_unit_src, kept after the wait and before the flag's load (asm volatile). */
-template <uint32_t PKT> __device__ __forceinline__ uint4 mscx_first_unit_load(const char *p)
-{
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (PKT == MSCX_PKT_LL8)
-        asm volatile("ld.global.u32 %0, [%1];" : "=r"(v.x) : "l"(p) : "memory");
-    else
-        asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
-    return v;
-}
-
-/* The block's state for this launch, once the flag of its last launch @p prev is known. */
-__device__ __forceinline__ void mscx_dstate_init(struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                                 uint32_t prev, uint32_t rop)
-{
-    s->a = a;
-    s->ctx = a->ctx;
-    s->flag = mscx_flag_next(prev);
-    s->parity = s->flag & 1u;
-    s->so = mscx_scratch_offset(s->flag, a->scratch_half);
-    s->op_index = 0;
-    s->opcode = 0;
-    s->rop = rop;
-}
-
-/* The end of a block's launch: the wrap's clearing, then the trace position and the block's flag. */
-__device__ __forceinline__ void mscx_block_end(const struct mscx_dstate *s, const struct mscx_gpu_args *a,
-                                               const struct mscx_dtrace *tr)
-{
-    if (mscx_gpu_wrap_clear(s->flag) && a->scratch)
-        mscx_dwrap_clear(s);
-    if (threadIdx.x == 0) {
-        if (tr->recs)
-            a->trace_n[blockIdx.x] = tr->n;
-        *(volatile uint32_t *)&a->bflag[blockIdx.x] = s->flag;
-    }
-}
-
-/*
- * The compiled kernels' launch (args.compiled: every block compiled, no
+ * The whole-program kernels' launch (args.whole: every block compiled, no
  * GENERIC entry, no proxy, nothing published). The record's first word is
  * loaded before the wait for the kernel ahead on the stream (programmatic
  * dependent launch; a no-op without it), and the whole record staged: the
@@ -1097,8 +371,8 @@ __device__ __forceinline__ void mscx_kernel_compiled(const struct mscx_gpu_args 
     struct mscx_dstate s;
     struct mscx_dtrace tr;
     uint4 w0 = make_uint4(0, 0, 0, 0);
-    if (a->kprog && threadIdx.x < a->kstride / 16u)
-        w0 = __ldg(reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blockIdx.x * a->kstride) +
+    if (a->program && threadIdx.x < a->kstride / 16u)
+        w0 = __ldg(reinterpret_cast<const uint4 *>(a->program + (uint64_t)blockIdx.x * a->kstride) +
                    threadIdx.x);
     const struct mscx_staged_record *staged = mscx_stage_record(a, blockIdx.x, w0);
     uint32_t *bfp = a->bflag + blockIdx.x;
@@ -1107,21 +381,21 @@ __device__ __forceinline__ void mscx_kernel_compiled(const struct mscx_gpu_args 
     const char *first_src = NULL;
     uint4 first = make_uint4(0, 0, 0, 0);
     uint32_t shape = MSCX_SHAPE_ANY;
-    if constexpr (BODY == MSCX_BODY_PACKET_ONLY)
+    if constexpr (BODY == MSCX_BODY_PACKET)
         shape = mscx_block_shape(staged);
-    if constexpr (BODY == MSCX_BODY_PACKET_ONLY)
+    if constexpr (BODY == MSCX_BODY_PACKET)
         first_src = mscx_first_unit_src(staged, PKT == MSCX_PKT_LL8 ? 4u : 8u);
     mscx_pdl_wait();
     mscx_pdl_allow();
     if (first_src)
         first = mscx_first_unit_load<PKT>(first_src);
-    if constexpr (BODY != MSCX_BODY_PACKET_ONLY)
+    if constexpr (BODY != MSCX_BODY_PACKET)
         mscx_dtrace_begin(a, &tr);
     else
         tr.recs = NULL; /* the host does not pick this kernel while tracing */
     const uint32_t prev = *(volatile uint32_t *)bfp;
     mscx_dstate_init(&s, a, prev, rop);
-    if (BODY != MSCX_BODY_PACKET_ONLY && tr.recs)
+    if (BODY != MSCX_BODY_PACKET && tr.recs)
         mscx_dtrace_rec(&tr, 0, MSCX_TRACE_OP_PROLOGUE, tr.t0);
     mscx_run_entries<PKT, DT, RED, BODY, MAX_THREADS>(&s, a, &tr, staged->head.nk, staged->head.obase,
                                                       staged->entry, staged->ptr[s.parity], first_src != NULL,
@@ -1140,10 +414,10 @@ __device__ __forceinline__ void mscx_kernel_interpreter(const struct mscx_gpu_ar
 {
     struct mscx_dstate s;
     struct mscx_dtrace tr;
-    const bool block_compiled = a->kprog && !((a->interp_mask >> blockIdx.x) & 1u);
+    const bool block_compiled = a->program && !((a->interp_mask >> blockIdx.x) & 1u);
     uint4 w0 = make_uint4(0, 0, 0, 0);
     if (block_compiled && threadIdx.x < a->kstride / 16u)
-        w0 = __ldg(reinterpret_cast<const uint4 *>(a->kprog + (uint64_t)blockIdx.x * a->kstride) +
+        w0 = __ldg(reinterpret_cast<const uint4 *>(a->program + (uint64_t)blockIdx.x * a->kstride) +
                    threadIdx.x);
     uint32_t *bfp = a->bflag + blockIdx.x;
     uint32_t rop = a->op;
@@ -1178,7 +452,7 @@ __global__ void __launch_bounds__(MAX_THREADS, 1)
 {
     static_assert(
         MSCX_COLD_INLINE == (BODY != MSCX_BODY_INTERPRETER),
-        "a compiled kernel inlines its cold helpers, the interpreter kernel calls them (exec_k.cu.in)");
+        "a whole-program kernel inlines its cold helpers, the interpreter kernel calls them (exec_k.cu.in)");
     if constexpr (BODY == MSCX_BODY_INTERPRETER)
         mscx_kernel_interpreter<PKT, DT, REDUCE, MAX_THREADS>(&args);
     else

@@ -180,12 +180,12 @@ static void plan_release(struct mscx_exec *ex, uint32_t id)
         cudaFree(gp->d_ctx);
     free(gp->recs);
     free(gp->h_ops);
-    free(gp->kp_rbuf);
-    free(gp->kp_tmp);
-    if (gp->kp_dev)
-        cudaFree(gp->kp_dev);
-    if (gp->kp_pin)
-        cudaFreeHost(gp->kp_pin);
+    free(gp->prog_rbuf);
+    free(gp->prog_tmp);
+    if (gp->prog_dev)
+        cudaFree(gp->prog_dev);
+    if (gp->prog_pin)
+        cudaFreeHost(gp->prog_pin);
 }
 
 /* Free everything of @p ex (its kernels ended, or told to stop and its memory no longer read). */

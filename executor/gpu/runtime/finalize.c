@@ -274,14 +274,14 @@ static mscx_status_t keep_for_compiler(struct gpu_plan *gp, const struct mscx_gp
 {
     const struct mscx_gpu_rbuf *rb = (const struct mscx_gpu_rbuf *)(img + gp->off_rbuf);
     gp->h_ops = malloc((gpu->nops ? gpu->nops : 1) * sizeof(struct mscx_dev_op));
-    gp->kp_rbuf = calloc(gpu->nrbuf ? gpu->nrbuf : 1, sizeof(struct mscx_compile_rbuf));
-    if (!gp->h_ops || !gp->kp_rbuf)
+    gp->prog_rbuf = calloc(gpu->nrbuf ? gpu->nrbuf : 1, sizeof(struct mscx_compile_rbuf));
+    if (!gp->h_ops || !gp->prog_rbuf)
         return MSCX_ERR_NO_MEMORY;
     memcpy(gp->h_ops, img + gp->off_ops, (size_t)gpu->nops * sizeof(struct mscx_dev_op));
     for (uint32_t i = 0; i < gpu->nrbuf; i++) {
-        gp->kp_rbuf[i].ptr = rb[i].kind == MSCX_GPU_RBUF_SCRATCH ? (char *)rb[i].ptr : NULL;
-        gp->kp_rbuf[i].geom = rb[i].geom;
-        gp->kp_rbuf[i].half = rb[i].half;
+        gp->prog_rbuf[i].ptr = rb[i].kind == MSCX_GPU_RBUF_SCRATCH ? (char *)rb[i].ptr : NULL;
+        gp->prog_rbuf[i].geom = rb[i].geom;
+        gp->prog_rbuf[i].half = rb[i].half;
     }
     return MSCX_OK;
 }

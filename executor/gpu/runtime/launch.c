@@ -255,14 +255,14 @@ static mscx_status_t args_cache(struct mscx_exec *ex, struct gpu_plan *gp, uint6
 }
 
 /*
- * The compiled program a call runs (an index in gp->kp_ent, -1: none) and
+ * The compiled program a call runs (an index in gp->prog_slot, -1: none) and
  * whether its buffers are staged (*staged_p). A call whose placement
  * differs from the plan's is staged (alias_adapt), unless the compiled
  * program can serve it directly: an out-of-place call on an in-place
  * AllReduce plan runs the program split to read the send and write the
- * receive buffer (mscx_gpu_kp_split); an in-place call on an out-of-place
+ * receive buffer (mscx_gpu_program_split); an in-place call on an out-of-place
  * plan runs the program as it is where it never reads an input byte after
- * something overwrote it (mscx_gpu_kp_alias_ok). Both need what the fast
+ * something overwrote it (mscx_gpu_program_alias_ok). Both need what the fast
  * kernel needs, and 16-byte aligned buffers.
  */
 static int pick_program(struct mscx_exec *ex, struct gpu_plan *gp, const void *sendbuf, void *recvbuf,
@@ -270,7 +270,7 @@ static int pick_program(struct mscx_exec *ex, struct gpu_plan *gp, const void *s
 {
     struct mscx_gpu_args *a = &gp->c_args;
     int kent = gp->c_kent, staged = 1;
-    if (kent >= 0 && gp->kp_ent[kent].whole && !gp->port && !gp->publish && !gp->peer_bufs &&
+    if (kent >= 0 && gp->prog_slot[kent].whole && !gp->port && !gp->publish && !gp->peer_bufs &&
         (((uintptr_t)sendbuf | (uintptr_t)recvbuf) & 15u) == 0 &&
         call_is_inplace(gp, ex->bs.rank, sendbuf, recvbuf) != (int)gp->plan->inplace) {
         if (gp->plan->inplace && gp->plan->coll == MSCX_COLL_ALLREDUCE) {
@@ -281,7 +281,7 @@ static int pick_program(struct mscx_exec *ex, struct gpu_plan *gp, const void *s
                 kent = gp->c_kent_split;
                 staged = 0;
             }
-        } else if (!gp->plan->inplace && gp->kp_ent[kent].alias) {
+        } else if (!gp->plan->inplace && gp->prog_slot[kent].alias) {
             staged = 0;
         }
     }
@@ -294,19 +294,19 @@ static mscx_status_t args_program(struct mscx_exec *ex, struct gpu_plan *gp, int
                                   const struct alias_plan *ap)
 {
     struct mscx_gpu_args *a = &gp->c_args;
-    a->kprog = NULL;
-    a->compiled = 0;
-    a->packet_only = 0;
+    a->program = NULL;
+    a->whole = 0;
+    a->packet = 0;
     if (kent >= 0 && (((uintptr_t)ap->in | (uintptr_t)ap->out) & 15u) == 0) {
-        struct kp_ent *e = &gp->kp_ent[kent];
+        struct prog_slot *e = &gp->prog_slot[kent];
         MSCX_CHECK(mscx_progcache_upload(ex, gp, e));
-        a->kprog = gp->kp_dev + e->off;
+        a->program = gp->prog_dev + e->off;
         a->kstride = e->stride;
         a->kmax_ops = e->kmax_ops;
         a->kmax_opnd = e->kmax_opnd;
         a->interp_mask = e->interp_mask;
-        a->compiled = e->whole && !gp->port && !gp->publish && !gp->peer_bufs;
-        a->packet_only = a->compiled && e->packet;
+        a->whole = e->whole && !gp->port && !gp->publish && !gp->peer_bufs;
+        a->packet = a->whole && e->packet;
     }
     return MSCX_OK;
 }

@@ -12,26 +12,27 @@
 int mscx_progcache_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t rank, uint64_t msg,
                         int dtype, int pkt, int split, const struct mscx_gpu_args *a)
 {
-    for (uint32_t i = 0; i < gp->kp_nent; i++) {
-        const struct kp_ent *e = &gp->kp_ent[i];
+    for (uint32_t i = 0; i < gp->prog_nslot; i++) {
+        const struct prog_slot *e = &gp->prog_slot[i];
         if (e->msg == msg && e->dtype == dtype && e->pkt == pkt && e->split == split)
             return e->usable ? (int)i : -1;
     }
-    if (!gp->kp_tmp || !mscx_gpu_compile(plan, rank, gp->h_ops, gp->kp_rbuf, a, gp->kp_tmp))
+    if (!gp->prog_tmp || !mscx_gpu_compile(plan, rank, gp->h_ops, gp->prog_rbuf, a, gp->prog_tmp))
         return -1;
-    struct kp_ent e = {msg, dtype, pkt, gp->kp_used, 0, 0, 0, gp->kp_tmp->interp_mask, split, 1, 0, 0, 0, 0};
+    struct prog_slot e = {msg, dtype, pkt, gp->prog_used, 0, 0, 0, gp->prog_tmp->interp_mask, split, 1, 0,
+                          0,   0,     0};
     e.whole = e.interp_mask == 0;
-    for (uint32_t i = 0; i < gp->kp_tmp->kbegin[gp->ntb]; i++)
-        if (gp->kp_tmp->entry[i].kind == MSCX_ENTRY_GENERIC)
+    for (uint32_t i = 0; i < gp->prog_tmp->kbegin[gp->ntb]; i++)
+        if (gp->prog_tmp->entry[i].kind == MSCX_ENTRY_GENERIC)
             e.whole = 0;
-    if (split &&
-        !(e.whole && mscx_gpu_kp_split(gp->kp_tmp, gp->ntb, pkt == MSCX_PKT_LL8 ? 4u : 8u, a->out_bytes))) {
+    if (split && !(e.whole && mscx_gpu_program_split(gp->prog_tmp, gp->ntb, pkt == MSCX_PKT_LL8 ? 4u : 8u,
+                                                     a->out_bytes))) {
         /* remembered, so that calls of this shape do not compile again; no arena bytes */
-        if (gp->kp_nent >= MSCX_GPU_KP_ENTRIES)
+        if (gp->prog_nslot >= MSCX_GPU_PROGRAM_SLOTS)
             return -1;
         e.usable = 0;
         e.off = 0;
-        gp->kp_ent[gp->kp_nent++] = e;
+        gp->prog_slot[gp->prog_nslot++] = e;
         return -1;
     }
     if (!plan->inplace && e.whole) {
@@ -40,33 +41,33 @@ int mscx_progcache_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint3
             in_at = (uint64_t)rank * a->in_bytes;
         else if (plan->coll == MSCX_COLL_REDUCESCATTER)
             out_at = (uint64_t)rank * a->out_bytes;
-        e.alias = mscx_gpu_kp_alias_ok(gp->kp_tmp, gp->ntb, pkt == MSCX_PKT_LL8 ? 4u : 8u, in_at, out_at,
-                                       a->in_bytes);
+        e.alias = mscx_gpu_program_alias_ok(gp->prog_tmp, gp->ntb, pkt == MSCX_PKT_LL8 ? 4u : 8u, in_at,
+                                            out_at, a->in_bytes);
     }
-    e.packet = e.whole && mscx_gpu_kp_packet_only(gp->kp_tmp, gp->ntb); /* after the split: what runs */
+    e.packet = e.whole && mscx_gpu_program_is_packet(gp->prog_tmp, gp->ntb); /* after the split: what runs */
     size_t bytes = 0;
-    if (gp->kp_nent < MSCX_GPU_KP_ENTRIES)
-        bytes =
-            mscx_gpu_kp_encode(gp->kp_tmp, gp->ntb, gp->scratch, gp->scratch_half, gp->kp_pin + gp->kp_used,
-                               gp->kp_cap - gp->kp_used, &e.stride, &e.kmax_ops, &e.kmax_opnd);
+    if (gp->prog_nslot < MSCX_GPU_PROGRAM_SLOTS)
+        bytes = mscx_gpu_program_encode(gp->prog_tmp, gp->ntb, gp->scratch, gp->scratch_half,
+                                        gp->prog_pin + gp->prog_used, gp->prog_cap - gp->prog_used, &e.stride,
+                                        &e.kmax_ops, &e.kmax_opnd);
     if (bytes == 0) {
-        if (!gp->kp_full_said)
+        if (!gp->prog_full_said)
             MSCX_INFO(MSCX_SUB_EXEC,
                       "plan %s: compiled programs of %u sizes kept, %zu bytes; new sizes run the "
                       "interpreter",
-                      plan->name, gp->kp_nent, gp->kp_used);
-        gp->kp_full_said = 1;
+                      plan->name, gp->prog_nslot, gp->prog_used);
+        gp->prog_full_said = 1;
         return -1;
     }
-    gp->kp_used += (bytes + 255u) & ~(size_t)255u;
+    gp->prog_used += (bytes + 255u) & ~(size_t)255u;
     MSCX_INFO(MSCX_SUB_EXEC, "plan %s rank %u: program for %llu bytes%s compiled, %s (%zu bytes)", plan->name,
               rank, (unsigned long long)msg, split ? " (split)" : "",
               e.packet  ? "whole, packet entries only: the packet kernel runs it (sums, untraced)"
-              : e.whole ? "whole: the lean kernel runs it"
+              : e.whole ? "whole: the whole-program kernel runs it"
                         : "partly: some blocks interpret",
               bytes);
-    gp->kp_ent[gp->kp_nent] = e;
-    return (int)gp->kp_nent++;
+    gp->prog_slot[gp->prog_nslot] = e;
+    return (int)gp->prog_nslot++;
 }
 
 /*
@@ -79,7 +80,7 @@ int mscx_progcache_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint3
  * would add a node to each launch of every graph whose sizes were first
  * seen in capture.)
  */
-mscx_status_t mscx_progcache_upload(struct mscx_exec *ex, struct gpu_plan *gp, struct kp_ent *e)
+mscx_status_t mscx_progcache_upload(struct mscx_exec *ex, struct gpu_plan *gp, struct prog_slot *e)
 {
     if (e->uploaded)
         return MSCX_OK;
@@ -91,7 +92,7 @@ mscx_status_t mscx_progcache_upload(struct mscx_exec *ex, struct gpu_plan *gp, s
     if (!ex->ustream && (rc = cudaStreamCreateWithFlags(&ex->ustream, cudaStreamNonBlocking)) != cudaSuccess)
         ex->ustream = NULL;
     if (rc == cudaSuccess)
-        rc = cudaMemcpyAsync(gp->kp_dev + e->off, gp->kp_pin + e->off, bytes, cudaMemcpyHostToDevice,
+        rc = cudaMemcpyAsync(gp->prog_dev + e->off, gp->prog_pin + e->off, bytes, cudaMemcpyHostToDevice,
                              ex->ustream);
     if (rc == cudaSuccess)
         rc = cudaStreamSynchronize(ex->ustream);

@@ -32,8 +32,8 @@
 #define MSCX_GPU_MAX_PLANS 64
 
 /* compiled programs kept per plan context (sizes, dtypes and packet formats seen) and their arena */
-#define MSCX_GPU_KP_ENTRIES 64
-#define MSCX_GPU_KP_ARENA (256u * 1024u)
+#define MSCX_GPU_PROGRAM_SLOTS 64
+#define MSCX_GPU_PROGRAM_ARENA (256u * 1024u)
 
 #define MSCX_TRACE_CAP 8192u /* MSCX_TRACE: records kept per thread block (the latest ones) */
 
@@ -51,16 +51,17 @@ struct gpu_rec {
 };
 
 /* One compiled program of a plan context (programs.c). */
-struct kp_ent {
+struct prog_slot {
     uint64_t msg;
     int dtype, pkt;
     size_t off;
     uint32_t stride, kmax_ops, kmax_opnd, interp_mask;
-    int split;  /* for out-of-place calls on an in-place AllReduce plan (mscx_gpu_kp_split) */
+    int split;  /* for out-of-place calls on an in-place AllReduce plan (mscx_gpu_program_split) */
     int usable; /* 0: a split program that cannot be had at this shape (remembered, not retried) */
-    int alias;  /* out-of-place plan: the program may run an in-place call as it is (mscx_gpu_kp_alias_ok) */
-    int whole;  /* every block compiled, no GENERIC entry */
-    int packet; /* whole, and every entry a packet kind (mscx_gpu_kp_packet_only) */
+    int alias; /* out-of-place plan: the program may run an in-place call as it is (mscx_gpu_program_alias_ok)
+                */
+    int whole; /* every block compiled, no GENERIC entry */
+    int packet;   /* whole, and every entry a packet kind (mscx_gpu_program_is_packet) */
     int uploaded; /* copied outside capture (a copy captured in a graph runs only with it) */
 };
 
@@ -87,22 +88,22 @@ struct gpu_plan {
     int ident;              /* one rank, the identity program (mscx_gpu_onerank_identity): no kernel either */
     int pdl;                /* launch with programmatic dependent launch (pdl_usable) */
     int publish, sys_scope; /* copies of the context's flags (kernel arguments) */
-    struct mscx_dev_op *h_ops;         /* the uploaded op image (sync marks set), for the launch compiler */
-    struct mscx_compile_rbuf *kp_rbuf; /* [nrbuf] remote buffers as the compiler sees them */
+    struct mscx_dev_op *h_ops;           /* the uploaded op image (sync marks set), for the launch compiler */
+    struct mscx_compile_rbuf *prog_rbuf; /* [nrbuf] remote buffers as the compiler sees them */
     /*
      * Compiled programs, one per (size, dtype, packet format) seen, appended
      * to an arena in device memory (and its pinned mirror, the copy source)
      * and never freed before the context: a captured graph keeps pointing at
      * its program. When the arena is full, new sizes run the interpreter.
      */
-    struct mscx_program *kp_tmp; /* the compiler's output before encoding */
-    char *kp_dev, *kp_pin;
-    size_t kp_cap, kp_used;
-    uint32_t kp_nent;
-    int kp_full_said;
-    struct kp_ent kp_ent[MSCX_GPU_KP_ENTRIES];
+    struct mscx_program *prog_tmp; /* the compiler's output before encoding */
+    char *prog_dev, *prog_pin;
+    size_t prog_cap, prog_used;
+    uint32_t prog_nslot;
+    int prog_full_said;
+    struct prog_slot prog_slot[MSCX_GPU_PROGRAM_SLOTS];
     int c_pkt;
-    int c_kent;                     /* the cached launch's program: kp_ent index, -1: none */
+    int c_kent;                     /* the cached launch's program: prog_slot index, -1: none */
     int c_kent_split;               /* its out-of-place split form: index, -1: none, -2: not looked up */
     struct mscx_trace_rec *d_trace; /* MSCX_TRACE: [ntb][MSCX_TRACE_CAP] device records */
     uint32_t *d_trace_n;            /* [ntb] ring positions */
@@ -213,14 +214,14 @@ mscx_status_t mscx_gpu_plan_finalize(struct mscx_exec *ex, struct gpu_plan *gp);
  * The compiled program for (@p msg, @p dtype, @p pkt, @p split) of this
  * rank's part of the plan, with the launch arguments @p a: an entry of the
  * context's arena, compiled and encoded on first use.
- * @return its index in gp->kp_ent, or -1 when the program does not compile
+ * @return its index in gp->prog_slot, or -1 when the program does not compile
  *         or the arena is full (the interpreter runs)
  */
 int mscx_progcache_find(struct gpu_plan *gp, const struct mscx_plan *plan, uint32_t rank, uint64_t msg,
                         int dtype, int pkt, int split, const struct mscx_gpu_args *a);
 
 /** Make entry @p e's program visible to a kernel on any stream (copied once; see programs.c). */
-mscx_status_t mscx_progcache_upload(struct mscx_exec *ex, struct gpu_plan *gp, struct kp_ent *e);
+mscx_status_t mscx_progcache_upload(struct mscx_exec *ex, struct gpu_plan *gp, struct prog_slot *e);
 
 /* order.c */
 

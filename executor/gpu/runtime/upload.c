@@ -221,12 +221,12 @@ static mscx_status_t plan_alloc(const struct mscx_exec *ex, struct gpu_plan *gp,
     if (gp->tmp_bytes)
         MSCX_CHECK(CU(cudaMalloc((void **)&gp->tmp, gp->tmp_bytes)));
     if (gp->ntb) {
-        gp->kp_tmp = malloc(sizeof(*gp->kp_tmp));
-        if (!gp->kp_tmp)
+        gp->prog_tmp = malloc(sizeof(*gp->prog_tmp));
+        if (!gp->prog_tmp)
             return MSCX_ERR_NO_MEMORY;
-        gp->kp_cap = MSCX_GPU_KP_ARENA;
-        MSCX_CHECK(CU(cudaMalloc((void **)&gp->kp_dev, gp->kp_cap)));
-        MSCX_CHECK(CU(cudaHostAlloc((void **)&gp->kp_pin, gp->kp_cap, cudaHostAllocDefault)));
+        gp->prog_cap = MSCX_GPU_PROGRAM_ARENA;
+        MSCX_CHECK(CU(cudaMalloc((void **)&gp->prog_dev, gp->prog_cap)));
+        MSCX_CHECK(CU(cudaHostAlloc((void **)&gp->prog_pin, gp->prog_cap, cudaHostAllocDefault)));
     }
     gp->c_kent = -1;
     gp->c_kent_split = -2;
@@ -246,11 +246,11 @@ static void plan_alloc_undo(struct gpu_plan *gp)
         cudaFree(gp->scratch);
     if (gp->d_ctx)
         cudaFree(gp->d_ctx);
-    free(gp->kp_tmp);
-    if (gp->kp_dev)
-        cudaFree(gp->kp_dev);
-    if (gp->kp_pin)
-        cudaFreeHost(gp->kp_pin);
+    free(gp->prog_tmp);
+    if (gp->prog_dev)
+        cudaFree(gp->prog_dev);
+    if (gp->prog_pin)
+        cudaFreeHost(gp->prog_pin);
     memset(gp, 0, sizeof(*gp));
 }
 

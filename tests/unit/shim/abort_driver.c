@@ -24,21 +24,13 @@
 #include <time.h>
 #include <unistd.h>
 #include <nccl.h>
+#include "shim_check.h"
 
 #define FAKE_IMPORT __attribute__((visibility("default")))
 FAKE_IMPORT int mscxFakeDevSpin(int ms);
 FAKE_IMPORT long long mscxFakeDevLastStopNs(void);
 
 #define SLACK_NS 1000000000LL
-
-static int failures;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
 
 static long long now_ns(void)
 {

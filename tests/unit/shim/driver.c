@@ -25,19 +25,12 @@
 #include <string.h>
 
 #include "driver.h"
+#include "shim_check.h"
 
 static const char *log_path;
-static int failures;
 static int mode_unavailable = -1;
 static const char *want_msg;
 static ncclResult_t want_result;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
 
 void *drv_mem(struct drv *d, int k)
 {

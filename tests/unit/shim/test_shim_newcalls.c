@@ -122,6 +122,14 @@ static void mode_config_routed(void)
     if (ncclAllGatherConfig(sendb, recvb, 256, ncclFloat32, comm, STREAM, &hints) != ncclSuccess)
         FAIL("ncclAllGatherConfig failed");
     check_routed("allgather config", line, 1);
+    /* a count whose size overflows is NCCL's argument error, as with the plain call */
+    fake_log_clear();
+    ncclResult_t r = ncclAllReduceConfig(sendb, recvb, ((size_t)1 << 62) + 256, ncclFloat32, ncclSum, comm,
+                                         STREAM, &hints);
+    const char *e = ncclGetLastError(comm);
+    if (r != ncclInvalidArgument || !e || !*e)
+        FAIL("an overflowing ncclAllReduceConfig: %d '%s', expected ncclInvalidArgument and a reason", (int)r,
+             e ? e : "(null)");
     if (ncclCommDestroy(comm) != ncclSuccess)
         FAIL("ncclCommDestroy failed");
     static const char *const has[] = {"allreduce<=1K routed 3 fallback 0",

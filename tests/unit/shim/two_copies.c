@@ -27,15 +27,8 @@
 #include <nccl.h>
 
 #include "copyb/fake_copyb.h"
+#include "shim_check.h"
 
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
-
-static int failures;
 static const char *a_log;
 
 /* The shim's log (MSCX_DEBUG_FILE) must contain @p text. */

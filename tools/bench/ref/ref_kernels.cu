@@ -160,7 +160,7 @@ __device__ __forceinline__ void ref_wait(void)
 // this launch does not run), so every block of every rank agrees on it
 // whatever the grid. The kernels load their first unit of input between
 // ref_wait and this, so that the two loads overlap. The executor's
-// packet-only kernel does the same (mscx_first_unit_src, exec_ops.cuh).
+// packet kernel does the same (mscx_first_unit_src, exec_ops.cuh).
 __device__ __forceinline__ uint32_t ref_flag(const ref_kargs &a)
 {
     __shared__ uint32_t s_f;

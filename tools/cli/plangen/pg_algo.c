@@ -181,7 +181,7 @@ static int pg_ar_twophase(struct pg_plan *p, uint32_t N, uint32_t T)
  *     scattered that row (block q % G for the q-th peer), so each input row
  *     is read and written by one block: an out-of-place call can run the
  *     program split (reads from the input, writes to the output,
- *     mscx_gpu_kp_split) instead of staging a copy first. Same ops per
+ *     mscx_gpu_program_split) instead of staging a copy first. Same ops per
  *     block as rows.
  *   cols: block b handles column b alone, a two-phase allreduce of the
  *     contiguous piece [b * N, (b + 1) * N) with one block per rank: it
