@@ -216,6 +216,19 @@ int shim_rdv_marked(const ncclUniqueId *id)
     return id && mark_read(id, &m);
 }
 
+enum shim_rdv_id shim_rdv_id_kind(const ncclUniqueId *id)
+{
+    if (shim_rdv_marked(id))
+        return SHIM_RDV_ID_MARKED;
+    const uint8_t *b = (const uint8_t *)id->internal;
+    for (size_t i = MARK_OFF; i < ID_BYTES; i++)
+        if (b[i])
+            return SHIM_RDV_ID_FOREIGN;
+    sa_family_t fam;
+    memcpy(&fam, b + HANDLE_ADDR_OFF, sizeof(fam));
+    return fam == AF_INET || fam == AF_INET6 ? SHIM_RDV_ID_BARE : SHIM_RDV_ID_FOREIGN;
+}
+
 uint32_t shim_rdv_bound_ms(const struct mscx_config *cfg)
 {
     uint64_t b = SHIM_RDV_DEFAULT_BOUND_MS;

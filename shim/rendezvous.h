@@ -55,6 +55,16 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms);
 /** 1 when @p id carries a marker. */
 int shim_rdv_marked(const ncclUniqueId *id);
 
+/** What an id tells of the process that made it. */
+enum shim_rdv_id {
+    SHIM_RDV_ID_MARKED,  /* made through the shim: its ranks meet at the rendezvous */
+    SHIM_RDV_ID_BARE,    /* NCCL's layout, its tail empty: made without the shim, or left unmarked */
+    SHIM_RDV_ID_FOREIGN, /* another layout (a tail in use, no socket address): it tells nothing */
+};
+
+/** The kind of @p id (not NULL). */
+enum shim_rdv_id shim_rdv_id_kind(const ncclUniqueId *id);
+
 /**
  * Rank @p rank of @p nranks gathers every rank's @p bytes from @p mine into
  * @p all ([nranks][bytes], rank order; NULL: the table is read and dropped,
