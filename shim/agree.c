@@ -13,6 +13,7 @@
 #include <sys/random.h>
 
 #include "comm_int.h"
+#include "rendezvous.h"
 #include "mscx/env.h"
 #include "mscx/log.h"
 
@@ -165,24 +166,78 @@ void shim_agree_vote_warn(ncclComm_t comm, uint32_t rank, uint32_t nranks, const
                   nranks, why);
 }
 
+/* The ranks named in @p a, as "1,3,7 ..." into @p buf. */
+static void absent_str(const struct shim_rdv_absent *a, char *buf, size_t n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < a->n && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%u", i ? "," : "", a->rank[i]);
+    if (a->count > a->n && at < n)
+        snprintf(buf + at, n - at, " and %u more", a->count - a->n);
+}
+
+/* The one warning of an exchange that did not complete (@p st) on @p comm. */
+static void exchange_warn(ncclComm_t comm, uint32_t nranks, const struct shim_join *j, mscx_status_t st,
+                          const struct shim_rdv_absent *absent)
+{
+    char ranks[160];
+    if (j->kind == SHIM_JOIN_RDV && st == MSCX_ERR_REMOTE) {
+        absent_str(absent, ranks, sizeof(ranks));
+        shim_warn_once("agree:absent",
+                       "mscx: comm %p of %u ranks: rank(s) %s did not reach the setup rendezvous in time "
+                       "(a process without the shim, or one far behind); every rank falls back to NCCL on "
+                       "this communicator",
+                       (void *)comm, nranks, ranks);
+    } else if (j->kind == SHIM_JOIN_RDV) {
+        shim_warn_once("agree:rdv",
+                       "mscx: comm %p of %u ranks: the setup rendezvous failed here (%s); every rank falls "
+                       "back to NCCL on this communicator",
+                       (void *)comm, nranks, mscx_status_str(st));
+    } else {
+        MSCX_WARN("mscx: the agreement exchange failed on comm %p: %s; calls go to NCCL", (void *)comm,
+                  mscx_status_str(st));
+    }
+}
+
+/*
+ * The fixed exchange of @p mine into @p all (NULL: not read), as @p j says:
+ * at the id's rendezvous, or over the communicator through @p bs.
+ */
+static mscx_status_t agree_exchange(const struct shim_join *j, struct mscx_bootstrap *bs, uint32_t rank,
+                                    uint32_t nranks, const struct agree_record *mine,
+                                    struct agree_record *all, struct shim_rdv_absent *absent)
+{
+    if (j->kind == SHIM_JOIN_RDV)
+        return shim_rdv_gather(&j->id, rank, nranks, mine, sizeof(*mine), all, absent);
+    return shim_boot_fixed(bs, mine, all);
+}
+
 /*
  * The fixed exchange for rank @p rank of @p nranks that has no bootstrap:
  * a "fall back" vote with this process's settings (so that the others see
  * the vote, not a difference), without reading the others' records.
+ * @return MSCX_OK when every rank took part
  */
-void shim_agree_vote_only(int prof, ncclComm_t comm, const struct mscx_config *cfg, uint32_t rank,
-                          uint32_t nranks, int device)
+mscx_status_t shim_agree_vote_only(int prof, ncclComm_t comm, const struct shim_join *j,
+                                   const struct mscx_config *cfg, uint32_t rank, uint32_t nranks, int device)
 {
     struct agree_record mine;
+    struct shim_rdv_absent absent = {0};
     agree_fill(&mine, cfg, rank, nranks, 0);
     mine.vote = 0;
-    mscx_status_t st = shim_boot_fixed_vote(comm, prof, rank, nranks, device, &mine);
-    if (st != MSCX_OK && st != MSCX_ERR_UNSUPPORTED)
+    mscx_status_t st = j->kind == SHIM_JOIN_RDV
+                           ? agree_exchange(j, NULL, rank, nranks, &mine, NULL, &absent)
+                           : shim_boot_fixed_vote(comm, prof, rank, nranks, device, &mine);
+    if (st != MSCX_OK && j->kind == SHIM_JOIN_RDV)
+        exchange_warn(comm, nranks, j, st, &absent);
+    else if (st != MSCX_OK && st != MSCX_ERR_UNSUPPORTED)
         MSCX_WARN(
             "mscx: comm %p rank %u/%u could not take part in the agreement exchange either (%s); the other "
             "ranks may wait for it",
             (void *)comm, rank, nranks, mscx_status_str(st));
     explicit_bzero(&mine, sizeof(mine));
+    return st;
 }
 
 /*
@@ -190,14 +245,18 @@ void shim_agree_vote_only(int prof, ncclComm_t comm, const struct mscx_config *c
  * whatever its settings, plans or MSCX_DISABLE, so that no rank waits in an
  * exchange another skipped. It carries a hash of each routing-relevant
  * setting, the plan set, the library version, a vote and the host identity;
- * rank 0 adds the connection secret. @p bs is the communicator's bootstrap
- * (NULL with one rank). @return 1 when every rank may go on to route (then
- * *rpn_p and @p secret are set), 0 when all fall back (the same on every rank).
+ * rank 0 adds the connection secret. The ranks meet as @p j says; @p bs is
+ * the communicator's bootstrap (NULL with one rank, or at a rendezvous).
+ * @return 1 when every rank may go on to route (then *rpn_p and @p secret
+ * are set), 0 when all fall back (the same on every rank), -1 when the
+ * exchange did not complete (some rank may not run the shim).
  */
-int shim_agree(ncclComm_t comm, struct mscx_bootstrap *bs, const struct mscx_config *cfg, uint32_t rank,
-               uint32_t nranks, uint64_t plan_hash, uint32_t *rpn_p, uint8_t secret[SHIM_SECRET_BYTES])
+int shim_agree(ncclComm_t comm, struct mscx_bootstrap *bs, const struct shim_join *j,
+               const struct mscx_config *cfg, uint32_t rank, uint32_t nranks, uint64_t plan_hash,
+               uint32_t *rpn_p, uint8_t secret[SHIM_SECRET_BYTES])
 {
     struct agree_record mine, *all = NULL;
+    struct shim_rdv_absent absent = {0};
     char *ids = NULL;
     int ok = 0;
     agree_fill(&mine, cfg, rank, nranks, plan_hash);
@@ -212,17 +271,18 @@ int shim_agree(ncclComm_t comm, struct mscx_bootstrap *bs, const struct mscx_con
     if (!all || !ids) {
         shim_agree_vote_warn(comm, rank, nranks, "out of memory for the agreement", 1);
         mine.vote = 0;
-        if (nranks > 1)
-            shim_boot_fixed(bs, &mine, NULL); /* take part all the same; the others' records are not needed */
+        /* take part all the same; the others' records are not needed */
+        if (nranks > 1 && agree_exchange(j, bs, rank, nranks, &mine, NULL, &absent) != MSCX_OK)
+            ok = -1;
         goto out;
     }
     if (nranks == 1) {
         all[0] = mine;
     } else {
-        mscx_status_t st = shim_boot_fixed(bs, &mine, all);
+        mscx_status_t st = agree_exchange(j, bs, rank, nranks, &mine, all, &absent);
         if (st != MSCX_OK) {
-            MSCX_WARN("mscx: the agreement exchange failed on comm %p: %s; calls go to NCCL", (void *)comm,
-                      mscx_status_str(st));
+            exchange_warn(comm, nranks, j, st, &absent);
+            ok = -1;
             goto out;
         }
     }

@@ -21,8 +21,6 @@
 
 #define NSTAT_COLL SHIM_NSTAT_COLL
 
-#define NSTAT_COLL SHIM_NSTAT_COLL
-
 struct shim_comm {
     atomic_int refs; /* 0: on the free list or being set up; first, outside what setup clears */
     /* what every call reads, on the first cache line */
@@ -40,8 +38,9 @@ struct shim_comm {
     uint32_t *exec_id; /* [nroute] */
     /* the rest */
     struct shim_comm *next_free;
-    int prof;        /* of the init, for a deferred setup's calls of the real NCCL */
-    const char *how; /* how it was created, for a deferred setup's messages */
+    int prof;              /* of the init, for a deferred setup's calls of the real NCCL */
+    struct shim_join join; /* how a deferred setup's ranks meet */
+    const char *how;       /* how it was created, for a deferred setup's messages */
     uint32_t rank;
     int device;
     struct mscx_bootstrap *bs;
@@ -96,15 +95,21 @@ SHIM_HOT static inline void shim_comm_unref(struct shim_comm *c)
 /* ---- agree.c: the fixed first exchange ---- */
 
 /**
- * The fixed first exchange of a blocking communicator. @p bs: its bootstrap
- * (NULL with one rank). @return 1 when every rank may go on to route (then
- * *rpn_p and @p secret are set), 0 when all fall back (the same on every rank)
+ * The fixed first exchange of a blocking communicator, its ranks meeting as
+ * @p j says. @p bs: its bootstrap (NULL with one rank, or at a rendezvous).
+ * @return 1 when every rank may go on to route (then *rpn_p and @p secret
+ * are set), 0 when all fall back (the same on every rank), -1 when the
+ * exchange did not complete
  */
-int shim_agree(ncclComm_t comm, struct mscx_bootstrap *bs, const struct mscx_config *cfg, uint32_t rank,
-               uint32_t nranks, uint64_t plan_hash, uint32_t *rpn_p, uint8_t secret[SHIM_SECRET_BYTES]);
-/** The fixed exchange without a bootstrap: a "fall back" vote, the others' records unread. */
-void shim_agree_vote_only(int prof, ncclComm_t comm, const struct mscx_config *cfg, uint32_t rank,
-                          uint32_t nranks, int device);
+int shim_agree(ncclComm_t comm, struct mscx_bootstrap *bs, const struct shim_join *j,
+               const struct mscx_config *cfg, uint32_t rank, uint32_t nranks, uint64_t plan_hash,
+               uint32_t *rpn_p, uint8_t secret[SHIM_SECRET_BYTES]);
+/**
+ * The fixed exchange without a bootstrap: a "fall back" vote, the others'
+ * records unread. @return MSCX_OK when every rank took part
+ */
+mscx_status_t shim_agree_vote_only(int prof, ncclComm_t comm, const struct shim_join *j,
+                                   const struct mscx_config *cfg, uint32_t rank, uint32_t nranks, int device);
 /** What made this rank vote "fall back": a WARN when @p warn (news), else INFO. */
 void shim_agree_vote_warn(ncclComm_t comm, uint32_t rank, uint32_t nranks, const char *why, int warn);
 
@@ -112,17 +117,20 @@ void shim_agree_vote_warn(ncclComm_t comm, uint32_t rank, uint32_t nranks, const
 
 /**
  * The setup of @p c (from shim_comm_new()): the plans, the fixed exchange
- * when @p exchange, the executor, the routing windows. @p stop (NULL: none)
+ * with its ranks meeting as @p j says (NULL: none), the executor, the
+ * routing windows. @p stop (NULL: none)
  * ends the exchanges' waits when it becomes non-zero. @return ncclSuccess,
  * or an error (strict mode) after which @p c is released
  */
-ncclResult_t shim_comm_build(struct shim_comm *c, const struct mscx_config *cfg, int exchange,
+ncclResult_t shim_comm_build(struct shim_comm *c, const struct mscx_config *cfg, const struct shim_join *j,
                              const int *stop);
-/** MSCX_DISABLE or a bad setting: no state, but the fixed exchange joined with a "fall back" vote. */
-void shim_comm_setup_disabled(int prof, ncclComm_t comm, const struct mscx_config *cfg);
-/** A rank whose setup failed locally (@p why) joins the fixed exchange voting "fall back". */
+/** MSCX_DISABLE or a bad setting: no state, but the fixed exchange joined (as @p j says) voting "fall back".
+ */
+void shim_comm_setup_disabled(int prof, ncclComm_t comm, const struct mscx_config *cfg,
+                              const struct shim_join *j);
+/** A rank whose setup failed locally (@p why) joins the fixed exchange (as @p j says) voting "fall back". */
 void shim_comm_vote_fall_back(int prof, ncclComm_t comm, const struct mscx_config *cfg, const char *why,
-                              int warn);
+                              int warn, const struct shim_join *j);
 
 /* ---- route_call.c ---- */
 

@@ -18,7 +18,7 @@ int shim_comm_deferred_disabled(void)
     return atomic_load_explicit(&deferred_disabled, memory_order_relaxed);
 }
 
-ncclResult_t shim_comm_defer_setup(int prof, ncclComm_t comm, const char *how)
+ncclResult_t shim_comm_defer_setup(int prof, ncclComm_t comm, const char *how, const struct shim_join *j)
 {
     const struct mscx_config *cfg = shim_config();
     if (!shim_config_lenient() || !comm)
@@ -27,6 +27,7 @@ ncclResult_t shim_comm_defer_setup(int prof, ncclComm_t comm, const char *how)
     struct shim_comm *c = shim_comm_new(prof, comm, how, cfg);
     if (!c)
         return ncclSuccess;
+    c->join = *j;
     atomic_store_explicit(&c->deferred, disabled ? DEFER_DISABLED : DEFER_SETUP, memory_order_relaxed);
     if (disabled)
         atomic_store_explicit(&deferred_disabled, 1, memory_order_relaxed);
@@ -92,10 +93,10 @@ static struct shim_comm *deferred_build(struct shim_comm *p)
     struct shim_comm *c = cfg ? shim_comm_new(p->prof, p->comm, p->how, cfg) : NULL;
     if (!c) {
         if (cfg)
-            shim_comm_vote_fall_back(p->prof, p->comm, cfg, "out of memory for its state", 1);
+            shim_comm_vote_fall_back(p->prof, p->comm, cfg, "out of memory for its state", 1, &p->join);
         return NULL;
     }
-    if (shim_comm_build(c, cfg, 1, &p->stopped) != ncclSuccess) {
+    if (shim_comm_build(c, cfg, &p->join, &p->stopped) != ncclSuccess) {
         MSCX_WARN("%s; comm %p stays on NCCL", shim_err_text(), (void *)p->comm);
         shim_err_clear();
         return NULL;
@@ -139,7 +140,7 @@ struct shim_comm *shim_comm_setup_deferred(struct shim_comm *p)
     if (kind == DEFER_DISABLED) {
         const struct mscx_config *lenient = shim_config_lenient();
         if (lenient)
-            shim_comm_setup_disabled(p->prof, p->comm, lenient);
+            shim_comm_setup_disabled(p->prof, p->comm, lenient, &p->join);
         atomic_store_explicit(&p->deferred, DEFER_NONE, memory_order_relaxed);
         placeholder_drop(p);
         return NULL;

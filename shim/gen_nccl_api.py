@@ -31,7 +31,7 @@ INTERCEPTED = [
     'ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadcast', 'ncclBcast', 'ncclAlltoAll',
     'ncclSend', 'ncclRecv',
     'ncclGroupStart', 'ncclGroupEnd', 'ncclGroupSimulateEnd', 'ncclCommGetAsyncError', 'ncclGetLastError',
-    'ncclGetErrorString', 'ncclGetVersion', 'ncclRedOpCreatePreMulSum', 'ncclRedOpDestroy',
+    'ncclGetErrorString', 'ncclGetVersion', 'ncclGetUniqueId', 'ncclRedOpCreatePreMulSum', 'ncclRedOpDestroy',
     'ncclCommWindowRegister', 'ncclCommWindowDeregister',
     'ncclAllReduceConfig', 'ncclAllGatherConfig', 'ncclReduceScatterConfig', 'ncclBroadcastConfig',
     'ncclAlltoAllConfig', 'ncclCommGrow', 'ncclCommSuspend', 'ncclCommResume',

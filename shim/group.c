@@ -39,6 +39,7 @@
 
 static __thread int group_depth;
 static __thread ncclComm_t group_pending[GROUP_MAX_PENDING];
+static __thread struct shim_join group_joins[GROUP_MAX_PENDING]; /* of group_pending */
 static __thread int group_npending;
 static __thread int group_overflow;
 
@@ -249,12 +250,14 @@ int shim_group_simulated(void)
     return simulated;
 }
 
-void shim_group_defer(ncclComm_t comm)
+void shim_group_defer(ncclComm_t comm, const struct shim_join *j)
 {
-    if (group_npending < GROUP_MAX_PENDING)
+    if (group_npending < GROUP_MAX_PENDING) {
+        group_joins[group_npending] = *j;
         group_pending[group_npending++] = comm;
-    else
+    } else {
         group_overflow = 1;
+    }
 }
 
 /* After the outermost ncclGroupEnd succeeded: set up the communicators created in the group. */
@@ -274,7 +277,7 @@ static ncclResult_t flush_pending(int prof)
         }
         return res;
     }
-    return shim_comm_setup_several(prof, group_pending, n, "in a group");
+    return shim_comm_setup_several(prof, group_pending, group_joins, n, "in a group");
 }
 
 static void note_err(ncclResult_t r)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "mscx/log.h"
+#include "rendezvous.h"
 #include "shim_int.h"
 
 SHIM_HOT int shim_coll_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
@@ -240,7 +241,7 @@ static int nonblocking(const ncclConfig_t *config)
  * its first collective outside a group (shim_comm_setup_deferred()).
  */
 static ncclResult_t after_init(int prof, ncclResult_t res, ncclComm_t comm, const char *how,
-                               const ncclConfig_t *config)
+                               const ncclConfig_t *config, const struct shim_join *j)
 {
     int nb = nonblocking(config);
     /* under MSCX_DISABLE or a bad setting too: comm_setup still joins the agreement */
@@ -249,21 +250,23 @@ static ncclResult_t after_init(int prof, ncclResult_t res, ncclComm_t comm, cons
     if (nb) {
         /* in a group, with others of this thread maybe: statistics only, calls go to NCCL */
         ncclResult_t r = shim_group_depth() > 0 ? shim_comm_setup_nonblocking(prof, comm, how)
-                                                : shim_comm_defer_setup(prof, comm, how);
+                                                : shim_comm_defer_setup(prof, comm, how, j);
         return r != ncclSuccess ? r : res;
     }
     if (shim_group_depth() > 0) {
-        shim_group_defer(comm);
+        shim_group_defer(comm, j);
         return res;
     }
-    return shim_comm_setup(prof, comm, how);
+    return shim_comm_setup(prof, comm, how, j);
 }
 
 ncclResult_t shim_ncclCommInitRank(int prof, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
 {
     REAL_OR_FAIL(fn, prof, ncclCommInitRank);
     ncclResult_t res = fn(comm, nranks, commId, rank);
-    return after_init(prof, res, comm ? *comm : NULL, "by ncclCommInitRank", NULL);
+    struct shim_join j;
+    shim_join_by_id(&j, &commId);
+    return after_init(prof, res, comm ? *comm : NULL, "by ncclCommInitRank", NULL, &j);
 }
 
 ncclResult_t shim_ncclCommInitRankConfig(int prof, ncclComm_t *comm, int nranks, ncclUniqueId commId,
@@ -271,7 +274,9 @@ ncclResult_t shim_ncclCommInitRankConfig(int prof, ncclComm_t *comm, int nranks,
 {
     REAL_OR_FAIL(fn, prof, ncclCommInitRankConfig);
     ncclResult_t res = fn(comm, nranks, commId, rank, config);
-    return after_init(prof, res, comm ? *comm : NULL, "by ncclCommInitRankConfig", config);
+    struct shim_join j;
+    shim_join_by_id(&j, &commId);
+    return after_init(prof, res, comm ? *comm : NULL, "by ncclCommInitRankConfig", config, &j);
 }
 
 #ifdef SHIM_HAVE_ncclCommInitRankScalable
@@ -280,7 +285,9 @@ ncclResult_t shim_ncclCommInitRankScalable(int prof, ncclComm_t *newcomm, int nr
 {
     REAL_OR_FAIL(fn, prof, ncclCommInitRankScalable);
     ncclResult_t res = fn(newcomm, nranks, myrank, nId, commIds, config);
-    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommInitRankScalable", config);
+    struct shim_join j; /* every rank holds all nId ids: the first is everyone's */
+    shim_join_by_id(&j, nId > 0 ? commIds : NULL);
+    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommInitRankScalable", config, &j);
 }
 #endif
 
@@ -290,7 +297,7 @@ ncclResult_t shim_ncclCommInitAll(int prof, ncclComm_t *comm, int ndev, const in
     ncclResult_t res = fn(comm, ndev, devlist);
     if (res != ncclSuccess || !comm || !shim_routing_on())
         return res;
-    return shim_comm_setup_several(prof, comm, ndev, "by ncclCommInitAll");
+    return shim_comm_setup_several(prof, comm, NULL, ndev, "by ncclCommInitAll");
 }
 
 ncclResult_t shim_ncclCommSplit(int prof, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
@@ -298,7 +305,9 @@ ncclResult_t shim_ncclCommSplit(int prof, ncclComm_t comm, int color, int key, n
 {
     REAL_OR_FAIL(fn, prof, ncclCommSplit);
     ncclResult_t res = fn(comm, color, key, newcomm, config);
-    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommSplit", config);
+    struct shim_join j;
+    shim_join_by_parent(&j, comm);
+    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommSplit", config, &j);
 }
 
 #ifdef SHIM_HAVE_ncclCommGrow
@@ -312,13 +321,17 @@ ncclResult_t shim_ncclCommGrow(int prof, ncclComm_t comm, int nRanks, const nccl
 {
     REAL_OR_FAIL(fn, prof, ncclCommGrow);
     ncclResult_t res = fn(comm, nRanks, uniqueId, rank, newcomm, config);
-    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommGrow", config);
+    struct shim_join j; /* the parent's ranks but its root hold no id: over the communicator */
+    shim_join_over_comm(&j);
+    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommGrow", config, &j);
 }
 #endif
 
 ncclResult_t shim_comm_after_resume(int prof, ncclResult_t res, ncclComm_t comm)
 {
-    return after_init(prof, res, comm, "by ncclCommResume", NULL);
+    struct shim_join j;
+    shim_join_by_parent(&j, comm);
+    return after_init(prof, res, comm, "by ncclCommResume", NULL, &j);
 }
 
 #ifdef SHIM_HAVE_ncclCommShrink
@@ -330,7 +343,9 @@ ncclResult_t shim_ncclCommShrink(int prof, ncclComm_t comm, int *excludeRanksLis
     struct shim_comm *c = shrinkFlags & NCCL_SHRINK_ABORT ? shim_comm_stop(comm) : NULL;
     ncclResult_t res = fn(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
     shim_comm_stop_finish(c, "shrink");
-    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommShrink", config);
+    struct shim_join j;
+    shim_join_by_parent(&j, comm);
+    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommShrink", config, &j);
 }
 #endif
 
@@ -345,6 +360,7 @@ ncclResult_t shim_ncclCommDestroy(int prof, ncclComm_t comm)
 {
     REAL_OR_FAIL(fn, prof, ncclCommDestroy);
     shim_comm_teardown(comm, 0);
+    shim_join_forget(comm);
     return fn(comm);
 }
 
@@ -357,6 +373,7 @@ ncclResult_t shim_ncclCommAbort(int prof, ncclComm_t comm)
 {
     REAL_OR_FAIL(fn, prof, ncclCommAbort);
     struct shim_comm *c = shim_comm_stop(comm);
+    shim_join_forget(comm);
     ncclResult_t res = fn(comm);
     shim_comm_stop_finish(c, "abort");
     return res;
@@ -438,4 +455,18 @@ ncclResult_t shim_ncclGetVersion(int prof, int *version)
     /* Always the real NCCL's version: applications gate features on it. */
     REAL_OR_FAIL(fn, prof, ncclGetVersion);
     return fn(version);
+}
+
+ncclResult_t shim_ncclGetUniqueId(int prof, ncclUniqueId *uniqueId)
+{
+    /*
+     * NCCL's id, with our rendezvous marker in its unused tail (rendezvous.c);
+     * under MSCX_DISABLE, or where it cannot be marked, exactly NCCL's.
+     */
+    REAL_OR_FAIL(fn, prof, ncclGetUniqueId);
+    ncclResult_t res = fn(uniqueId);
+    const struct mscx_config *cfg = shim_config_lenient();
+    if (res == ncclSuccess && uniqueId && !(cfg && cfg->disable))
+        (void)shim_rdv_mark(uniqueId, shim_rdv_bound_ms(cfg));
+    return res;
 }

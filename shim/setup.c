@@ -140,7 +140,8 @@ out:
  * several ranks still joins the fixed exchange, voting "fall back", so that
  * ranks where the shim is enabled do not wait for this one.
  */
-void shim_comm_setup_disabled(int prof, ncclComm_t comm, const struct mscx_config *cfg)
+void shim_comm_setup_disabled(int prof, ncclComm_t comm, const struct mscx_config *cfg,
+                              const struct shim_join *j)
 {
     struct shim_comm probe;
     struct mscx_bootstrap *bs = NULL;
@@ -148,16 +149,20 @@ void shim_comm_setup_disabled(int prof, ncclComm_t comm, const struct mscx_confi
     uint8_t secret[SHIM_SECRET_BYTES];
 
     memset(&probe, 0, sizeof(probe));
-    if (query(prof, comm, &probe) != 0 || probe.nranks < 2)
+    if (!j || j->kind == SHIM_JOIN_NONE || query(prof, comm, &probe) != 0 || probe.nranks < 2)
         return;
-    if (shim_boot_create(comm, prof, probe.rank, probe.nranks, probe.device, &bs) != MSCX_OK) {
-        shim_agree_vote_only(prof, comm, cfg, probe.rank, probe.nranks, probe.device);
+    if (j->kind == SHIM_JOIN_COMM &&
+        shim_boot_create(comm, prof, probe.rank, probe.nranks, probe.device, &bs) != MSCX_OK) {
+        if (shim_agree_vote_only(prof, comm, j, cfg, probe.rank, probe.nranks, probe.device) == MSCX_OK)
+            shim_join_vouch(comm);
         return;
     }
-    shim_agree(comm, bs, cfg, probe.rank, probe.nranks, 0, &rpn,
-               secret); /* no plans read under MSCX_DISABLE */
+    /* no plans read under MSCX_DISABLE */
+    if (shim_agree(comm, bs, j, cfg, probe.rank, probe.nranks, 0, &rpn, secret) >= 0)
+        shim_join_vouch(comm);
     explicit_bzero(secret, sizeof(secret));
-    shim_boot_destroy(bs);
+    if (bs)
+        shim_boot_destroy(bs);
 }
 
 /*
@@ -167,14 +172,15 @@ void shim_comm_setup_disabled(int prof, ncclComm_t comm, const struct mscx_confi
  * @p warn: whether @p why is news (a WARN), or was warned of already.
  */
 void shim_comm_vote_fall_back(int prof, ncclComm_t comm, const struct mscx_config *cfg, const char *why,
-                              int warn)
+                              int warn, const struct shim_join *j)
 {
     struct shim_comm probe;
     memset(&probe, 0, sizeof(probe));
-    if (query(prof, comm, &probe) != 0 || probe.nranks < 2)
+    if (!j || j->kind == SHIM_JOIN_NONE || query(prof, comm, &probe) != 0 || probe.nranks < 2)
         return;
     shim_agree_vote_warn(comm, probe.rank, probe.nranks, why, warn);
-    shim_agree_vote_only(prof, comm, cfg, probe.rank, probe.nranks, probe.device);
+    if (shim_agree_vote_only(prof, comm, j, cfg, probe.rank, probe.nranks, probe.device) == MSCX_OK)
+        shim_join_vouch(comm);
 }
 
 /*
@@ -201,13 +207,13 @@ static void p2p_track(struct shim_comm *c)
 }
 
 /*
- * The setup of @p c (from shim_comm_new()): the plans, the fixed exchange when
- * @p exchange, the executor, the routing windows. @p stop (NULL: none) ends
- * a wait of the exchanges for a non-blocking NCCL call when it becomes
- * non-zero. @return ncclSuccess, or an error (strict mode) after which
- * @p c is released
+ * The setup of @p c (from shim_comm_new()): the plans, the fixed exchange
+ * with its ranks meeting as @p j says (NULL: none), the executor, the routing
+ * windows. @p stop (NULL: none) ends a wait of the exchanges for a
+ * non-blocking NCCL call when it becomes non-zero. @return ncclSuccess, or
+ * an error (strict mode) after which @p c is released
  */
-ncclResult_t shim_comm_build(struct shim_comm *c, const struct mscx_config *cfg, int exchange,
+ncclResult_t shim_comm_build(struct shim_comm *c, const struct mscx_config *cfg, const struct shim_join *j,
                              const int *stop)
 {
     int prof = c->prof;
@@ -220,6 +226,8 @@ ncclResult_t shim_comm_build(struct shim_comm *c, const struct mscx_config *cfg,
     int queried = query(prof, comm, c) == 0;
     for (size_t i = 0; queried && i < nplans; i++)
         ncand += plans[i].route.nranks == c->nranks;
+    /* a rank alone has nobody to meet, however it was created */
+    int exchange = j && (j->kind != SHIM_JOIN_NONE || (queried && c->nranks == 1));
     /*
      * Queried, with an exchange: the fixed exchange, on every rank alike (a
      * rank without a bootstrap is one without a device, the same
@@ -236,11 +244,15 @@ ncclResult_t shim_comm_build(struct shim_comm *c, const struct mscx_config *cfg,
             char why[96];
             snprintf(why, sizeof(why), "its bootstrap could not be set up (%s)", mscx_status_str(st));
             shim_agree_vote_warn(comm, c->rank, c->nranks, why, 1);
-            if (c->nranks > 1)
-                shim_agree_vote_only(prof, comm, cfg, c->rank, c->nranks, c->device);
+            if (c->nranks > 1 &&
+                shim_agree_vote_only(prof, comm, j, cfg, c->rank, c->nranks, c->device) == MSCX_OK)
+                shim_join_vouch(comm);
         } else {
             shim_boot_watch(c->bs, stop);
-            agreed = shim_agree(comm, c->bs, cfg, c->rank, c->nranks, hash, &c->rpn, c->secret);
+            agreed = shim_agree(comm, c->bs, j, cfg, c->rank, c->nranks, hash, &c->rpn, c->secret);
+            if (agreed >= 0)
+                shim_join_vouch(comm);
+            agreed = agreed > 0;
         }
     }
     if (cfg->strict && nfailed)
@@ -253,8 +265,8 @@ ncclResult_t shim_comm_build(struct shim_comm *c, const struct mscx_config *cfg,
             return strict_fail(prof, c, why);
         }
     } else if (ncand && !exchange) {
-        MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s: no exchange there, its calls go to NCCL", (void *)comm,
-                  c->how);
+        MSCX_INFO(MSCX_SUB_SHIM, "comm %p created %s: %s; its calls go to NCCL", (void *)comm, c->how,
+                  j && j->why ? j->why : "no exchange there");
     }
     if (!c->exec && c->bs) {
         shim_boot_destroy(c->bs); /* nothing left to exchange */
@@ -273,40 +285,38 @@ ncclResult_t shim_comm_build(struct shim_comm *c, const struct mscx_config *cfg,
     return ncclSuccess;
 }
 
-static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, int exchange)
+/* The setup of @p comm, its ranks meeting as @p j says (NULL: no exchange, statistics only). */
+static ncclResult_t comm_setup(int prof, ncclComm_t comm, const char *how, const struct shim_join *j)
 {
     const struct mscx_config *cfg = shim_config(), *lenient = shim_config_lenient();
     if (!lenient || !comm)
         return ncclSuccess;
     if (!cfg || cfg->disable) {
         /* disabled or degraded (a bad setting): no state; the agreement is joined with a "fall back" vote */
-        if (exchange)
-            shim_comm_setup_disabled(prof, comm, lenient);
+        shim_comm_setup_disabled(prof, comm, lenient, j);
         return ncclSuccess;
     }
     struct shim_comm *c = shim_comm_new(prof, comm, how, cfg);
     if (!c) {
-        if (exchange)
-            shim_comm_vote_fall_back(prof, comm, cfg, "out of memory for its state", 1);
+        shim_comm_vote_fall_back(prof, comm, cfg, "out of memory for its state", 1, j);
         return ncclSuccess;
     }
-    c->p2p_counted = exchange; /* set up at its init: no send or recv can have come before */
+    c->p2p_counted = j != NULL; /* set up at its init: no send or recv can have come before */
     if (shim_comm_publish(c) != 0) {
-        if (exchange)
-            shim_comm_vote_fall_back(prof, comm, cfg, "the communicator table is full", 0);
+        shim_comm_vote_fall_back(prof, comm, cfg, "the communicator table is full", 0, j);
         return ncclSuccess;
     }
-    return shim_comm_build(c, cfg, exchange, NULL);
+    return shim_comm_build(c, cfg, j, NULL);
 }
 
-ncclResult_t shim_comm_setup(int prof, ncclComm_t comm, const char *how)
+ncclResult_t shim_comm_setup(int prof, ncclComm_t comm, const char *how, const struct shim_join *j)
 {
-    return comm_setup(prof, comm, how, 1);
+    return comm_setup(prof, comm, how, j);
 }
 
 ncclResult_t shim_comm_setup_nonblocking(int prof, ncclComm_t comm, const char *how)
 {
-    return comm_setup(prof, comm, how, 0);
+    return comm_setup(prof, comm, how, NULL);
 }
 
 /* ---- several communicators created together on one thread ---- */
@@ -322,6 +332,7 @@ struct several_one {
     struct several_gate *gate;
     int prof;
     ncclComm_t comm;
+    struct shim_join join;
     const char *how;
     ncclResult_t res;
     char err[1024];
@@ -340,7 +351,7 @@ static void *several_main(void *arg)
     int dev = -1;
     if (exchange && cu_device && cu_device(o->comm, &dev) == ncclSuccess)
         shim_boot_use_device(dev); /* the current device of this thread: the executor's memory, peer access */
-    o->res = comm_setup(o->prof, o->comm, o->how, exchange);
+    o->res = comm_setup(o->prof, o->comm, o->how, exchange ? &o->join : NULL);
     if (o->res != ncclSuccess)
         snprintf(o->err, sizeof(o->err), "%s", shim_err_text());
     return NULL;
@@ -371,23 +382,27 @@ static int several_start(struct several_gate *g, struct several_one *one, pthrea
  * are left as they are), and all are joined. Each ends as if set up alone;
  * a failure in one makes it and its peers fall back (the agreement rounds).
  */
-ncclResult_t shim_comm_setup_several(int prof, const ncclComm_t *comms, int n, const char *how)
+ncclResult_t shim_comm_setup_several(int prof, const ncclComm_t *comms, const struct shim_join *joins, int n,
+                                     const char *how)
 {
+    struct shim_join over_comm;
+    shim_join_over_comm(&over_comm);
     if (n <= 1)
-        return n == 1 ? comm_setup(prof, comms[0], how, 1) : ncclSuccess;
+        return n == 1 ? comm_setup(prof, comms[0], how, joins ? &joins[0] : &over_comm) : ncclSuccess;
     struct several_gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
     struct several_one *one = calloc((size_t)n, sizeof(*one));
     pthread_t *tid = calloc((size_t)n, sizeof(*tid));
     int started = 0;
     for (int i = 0; one && tid && i < n; i++)
-        one[i] = (struct several_one){.gate = &g, .prof = prof, .comm = comms[i], .how = how};
+        one[i] = (struct several_one){
+            .gate = &g, .prof = prof, .comm = comms[i], .join = joins ? joins[i] : over_comm, .how = how};
     if (one && tid)
         started = several_start(&g, one, tid, n);
     for (int i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
     ncclResult_t res = ncclSuccess;
     for (int i = 0; i < n; i++) {
-        ncclResult_t r = i < started ? one[i].res : comm_setup(prof, comms[i], how, 0);
+        ncclResult_t r = i < started ? one[i].res : comm_setup(prof, comms[i], how, NULL);
         if (r != ncclSuccess && res == ncclSuccess)
             res = i < started ? shim_err_set(r, "%s", one[i].err) : r;
     }

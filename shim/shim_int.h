@@ -296,11 +296,37 @@ struct shim_comm;
 /** The state of @p comm or NULL; the caller must shim_comm_put() it. Lock-free. */
 struct shim_comm *shim_comm_get(ncclComm_t comm);
 void shim_comm_put(struct shim_comm *c);
+/* ---- join.c: how the ranks of a new communicator meet for its fixed exchange ---- */
+
+enum shim_join_kind {
+    SHIM_JOIN_NONE, /* not at all: some rank may run without the shim (why says how); calls go to NCCL */
+    SHIM_JOIN_COMM, /* over the communicator: every rank is known to run the shim */
+    SHIM_JOIN_RDV,  /* at the rendezvous named in the id the communicator was created with */
+};
+
+struct shim_join {
+    enum shim_join_kind kind;
+    const char *why; /* SHIM_JOIN_NONE: the reason, for the log */
+    ncclUniqueId id; /* SHIM_JOIN_RDV */
+};
+
+/** The join of a communicator created with @p id (NULL: none known). */
+void shim_join_by_id(struct shim_join *j, const ncclUniqueId *id);
+/** The join of a communicator made from @p parent (split, shrink) or resumed (@p parent itself). */
+void shim_join_by_parent(struct shim_join *j, ncclComm_t parent);
+/** Over the communicator: its ranks are this process's (ncclCommInitAll), or must all run the shim. */
+void shim_join_over_comm(struct shim_join *j);
+/** Every rank of @p comm took part in its exchange: what is made from it may exchange over it. */
+void shim_join_vouch(ncclComm_t comm);
+/** @p comm is destroyed or aborted: its handle may come back for another communicator. */
+void shim_join_forget(ncclComm_t comm);
+
 /**
- * Set up our state beside a freshly initialised real communicator.
- * @return ncclSuccess, or an error (strict mode) after which the real comm was destroyed
+ * Set up our state beside a freshly initialised real communicator whose
+ * ranks meet as @p j says. @return ncclSuccess, or an error (strict mode)
+ * after which the real comm was destroyed
  */
-ncclResult_t shim_comm_setup(int prof, ncclComm_t comm, const char *how);
+ncclResult_t shim_comm_setup(int prof, ncclComm_t comm, const char *how, const struct shim_join *j);
 /**
  * As shim_comm_setup() without the collective exchange: state for statistics only, calls go to NCCL
  * (a non-blocking communicator created in a group, comms a group could not keep).
@@ -310,7 +336,7 @@ ncclResult_t shim_comm_setup_nonblocking(int prof, ncclComm_t comm, const char *
  * A non-blocking communicator outside a group, whose init may still run: a placeholder (statistics
  * only) whose setup shim_comm_setup_deferred() runs at its first collective.
  */
-ncclResult_t shim_comm_defer_setup(int prof, ncclComm_t comm, const char *how);
+ncclResult_t shim_comm_defer_setup(int prof, ncclComm_t comm, const char *how, const struct shim_join *j);
 /**
  * The first collective on a deferred communicator (@p c referenced, its setup deferred): outside a
  * group and once the real ncclCommGetAsyncError says the init completed, its full setup runs here,
@@ -325,16 +351,18 @@ struct shim_comm *shim_comm_setup_deferred(struct shim_comm *c);
 int shim_comm_deferred_disabled(void);
 /**
  * Set up @p n communicators that this thread created together (ncclCommInitAll,
- * several inits in one group). @return the first error, as shim_comm_setup()
+ * several inits in one group), each joining as @p joins[i] says (NULL: all
+ * over the communicator). @return the first error, as shim_comm_setup()
  */
-ncclResult_t shim_comm_setup_several(int prof, const ncclComm_t *comms, int n, const char *how);
+ncclResult_t shim_comm_setup_several(int prof, const ncclComm_t *comms, const struct shim_join *joins, int n,
+                                     const char *how);
 
 /* ---- group.c: ncclGroupStart/End on this thread ---- */
 
 /** Thread-local group depth (outermost ncclGroupStart). */
 int shim_group_depth(void);
-/** Comms initialised inside a group: set up after the outermost ncclGroupEnd. */
-void shim_group_defer(ncclComm_t comm);
+/** Comms initialised inside a group (joining as @p j says): set up after the outermost ncclGroupEnd. */
+void shim_group_defer(ncclComm_t comm, const struct shim_join *j);
 void shim_group_enter(void);
 /**
  * After the real ncclGroupEnd (or ncclGroupSimulateEnd) returned @p res:

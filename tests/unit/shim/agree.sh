@@ -8,19 +8,31 @@
 #         ranks then fall back without agreeing); "TEXT0|TEXT1|..." gives
 #         each rank its own, "-" for none (that rank falls back without a
 #         warning)
-#   ENVr  space-separated VAR=value settings of rank r ("" for none)
+#   ENVr  space-separated VAR=value settings of rank r ("" for none);
+#         "LD_PRELOAD=" runs that rank without the shim
+# AGREE_ARGS (environment) replaces the driver's arguments (--expect-shim
+# --lifecycle, less --expect-shim for a rank without the shim); with WANT
+# "agree", AGREE_TIMES (1) is how many exchanges each rank agrees in.
+# With AGREE_ID=1 the ranks share the id rank 0 makes (DRV_ID_FILE).
 # Fails on a hang (a rank waiting in an exchange another skipped: the fake
 # ends it with status 99), a second warning, or ranks that decide differently.
 driver=$1 work=$2 want=$3
 shift 3
 n=$#
+times=${AGREE_TIMES:-1}
 rm -rf "$work" && mkdir -p "$work/world" || exit 1
+idfile=
+[ "${AGREE_ID:-0}" = 1 ] && idfile="$work/id"
 r=0
 for extra in "$@"; do
-    # shellcheck disable=SC2086 # word splitting of the settings is intended
+    case " $extra " in
+    *" LD_PRELOAD= "*) args=${AGREE_ARGS:---lifecycle} args=${args#--expect-shim } ;;
+    *) args=${AGREE_ARGS:---expect-shim --lifecycle} ;;
+    esac
+    # shellcheck disable=SC2086 # word splitting of the settings and arguments is intended
     env FAKE_NCCL_WORLD="$work/world" FAKE_NCCL_RANK=$r FAKE_NCCL_NRANKS=$n FAKE_NCCL_WAIT_MS=10000 \
         FAKE_NCCL_LOG="$work/fake$r.log" MSCX_DEBUG=INFO MSCX_DEBUG_SUBSYS=SHIM MSCX_DEBUG_FILE="$work/shim$r.txt" \
-        $extra "$driver" --expect-shim --lifecycle >"$work/out$r.txt" 2>&1 &
+        ${idfile:+DRV_ID_FILE=$idfile FAKE_NCCL_ID_INET=1} $extra "$driver" $args >"$work/out$r.txt" 2>&1 &
     eval "pid$r=\$!"
     r=$((r + 1))
 done
@@ -40,8 +52,8 @@ while [ $r -lt $n ]; do
     warns=$(grep -c 'WARN' "$work/shim$r.txt")
     reached=$(grep -c 'ranks agree on their settings' "$work/shim$r.txt")
     if [ "$want" = agree ]; then
-        if [ "$warns" -ne 0 ] || [ "$reached" -ne 1 ]; then
-            echo "rank $r: $warns warnings, agreed $reached times; expected 0 and 1"; fail=1
+        if [ "$warns" -ne 0 ] || [ "$reached" -ne "$times" ]; then
+            echo "rank $r: $warns warnings, agreed $reached times; expected 0 and $times"; fail=1
         fi
     else
         case $want in

@@ -17,12 +17,19 @@
  *   --strict             with --lifecycle: init must fail with ncclInvalidUsage and the comm be destroyed
  *   --log-has=TEXT       afterwards the shim's MSCX_DEBUG_FILE must contain TEXT (repeatable)
  *   --no-destroy         with --lifecycle: leave the comm alive (the summary is written at exit)
+ *   --split              with --lifecycle: also split the comm, run a collective on the child, destroy it
+ *
+ * With DRV_ID_FILE set, --lifecycle's id is shared by the processes of a
+ * world (FAKE_NCCL_RANK): rank 0 takes it from ncclGetUniqueId and writes
+ * it there, the others read it; otherwise it is a constant.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "driver.h"
 #include "shim_check.h"
@@ -231,13 +238,65 @@ static int log_has(const char *text)
     return has;
 }
 
+/* The id of --lifecycle's comm: shared through DRV_ID_FILE by a world's processes, else a constant. */
+static int lifecycle_id(ncclUniqueId *id)
+{
+    const char *path = getenv("DRV_ID_FILE"), *rank = getenv("FAKE_NCCL_RANK");
+    memset(id, 7, sizeof(*id));
+    if (!path)
+        return 0;
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if (!rank || atoi(rank) == 0) {
+        FILE *f = NULL;
+        if (ncclGetUniqueId(id) != ncclSuccess || !(f = fopen(tmp, "wb")) ||
+            fwrite(id, sizeof(*id), 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
+            FAIL("cannot write the id to %s", path);
+            return -1;
+        }
+        return 0;
+    }
+    for (int waited = 0; waited < 20000; waited += 10) {
+        FILE *f = fopen(path, "rb");
+        size_t got = f ? fread(id, sizeof(*id), 1, f) : 0;
+        if (f)
+            fclose(f);
+        if (got == 1)
+            return 0;
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    FAIL("no id in %s after 20 s", path);
+    return -1;
+}
+
+/* A child of @p comm by ncclCommSplit: a collective on it and its destroy reach the fake. */
+static void run_split(ncclComm_t comm)
+{
+    ncclComm_t child = NULL;
+    float buf[256];
+    memset(buf, 0, sizeof(buf));
+    drv_before(NULL);
+    if (ncclCommSplit(comm, 0, 0, &child, NULL) != ncclSuccess || !child || !log_has("ncclCommSplit ")) {
+        FAIL("ncclCommSplit did not reach the fake");
+        return;
+    }
+    drv_before(NULL);
+    if (ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, child, NULL) != ncclSuccess ||
+        !log_has("ncclAllReduce "))
+        FAIL("ncclAllReduce on the child did not reach the fake");
+    drv_before(NULL);
+    if (ncclCommDestroy(child) != ncclSuccess || !log_has("ncclCommDestroy "))
+        FAIL("ncclCommDestroy of the child did not reach the fake");
+}
+
 /* A comm's life under the shim: every call still reaches the fake. */
-static void run_lifecycle(int strict, int destroy)
+static void run_lifecycle(int strict, int destroy, int split)
 {
     ncclUniqueId id;
     ncclComm_t comm = NULL;
     float buf[256];
-    memset(&id, 7, sizeof(id));
+    if (lifecycle_id(&id) != 0)
+        return;
     drv_before(NULL);
     ncclResult_t r = ncclCommInitRank(&comm, 2, id, 0);
     if (strict) {
@@ -265,6 +324,8 @@ static void run_lifecycle(int strict, int destroy)
     if (ncclBroadcast(buf, buf, 4000, ncclFloat32, 1, comm, NULL) != ncclSuccess ||
         !log_has("ncclBroadcast "))
         FAIL("ncclBroadcast did not reach the fake");
+    if (split)
+        run_split(comm);
     if (!destroy)
         return;
     drv_before(NULL);
@@ -301,7 +362,7 @@ static void check_no_cuda_mapped(void)
 int main(int argc, char **argv)
 {
     int fidelity = 0, checks = 0, disabled = 0, expect_shim = 0, version = -1, lifecycle = 0, strict = 0;
-    int destroy = 1;
+    int destroy = 1, split = 0;
     const char *texts[8];
     int ntexts = 0;
     log_path = getenv("FAKE_NCCL_LOG");
@@ -327,6 +388,8 @@ int main(int argc, char **argv)
             lifecycle = 1;
         else if (!strcmp(argv[i], "--no-destroy"))
             destroy = 0;
+        else if (!strcmp(argv[i], "--split"))
+            split = 1;
         else if (!strcmp(argv[i], "--strict"))
             strict = 1;
         else if (!strncmp(argv[i], "--log-has=", 10) && ntexts < 8)
@@ -361,7 +424,7 @@ int main(int argc, char **argv)
     if (disabled)
         check_no_cuda_mapped();
     if (lifecycle)
-        run_lifecycle(strict, destroy);
+        run_lifecycle(strict, destroy, split);
     if (ntexts)
         check_debug_file(texts, ntexts);
     if (failures) {

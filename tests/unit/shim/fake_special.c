@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The fake libnccl's log, result and output-writing hooks (see fake_nccl.h). */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,8 +166,16 @@ void fake_hook_ncclGetVersion(int *version)
 
 void fake_hook_ncclGetUniqueId(ncclUniqueId *uniqueId)
 {
-    if (uniqueId)
-        memset(uniqueId->internal, 0x5a, sizeof(uniqueId->internal));
+    if (!uniqueId)
+        return;
+    memset(uniqueId->internal, 0x5a, sizeof(uniqueId->internal));
+    if (env_int("FAKE_NCCL_ID_INET", 0)) {
+        /* as NCCL's: a 64-bit magic, the root's IPv4 address (127.0.0.1:7), zeros */
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(7)};
+        sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        memset(uniqueId->internal + 8, 0, sizeof(uniqueId->internal) - 8);
+        memcpy(uniqueId->internal + 8, &sin, sizeof(sin));
+    }
 }
 
 void fake_hook_ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
