@@ -2,7 +2,7 @@
 /*
  * The state beside each real communicator (struct shim_comm), shared by the
  * files that set it up (setup.c, deferred.c, agree.c), route its calls
- * (route_call.c, sendrecv.c), count them (stats.c) and end it (teardown.c).
+ * (route_call.c, p2p.c), count them (stats.c) and end it (teardown.c).
  * Its lifetime and the rules for reading it are in comm.c.
  */
 #ifndef MSCX_SHIM_COMM_INT_H

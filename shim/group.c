@@ -18,7 +18,7 @@
  * first stream waits for the others (an event recorded on each), every call
  * launches on it, and the others wait for it.
  * The sends and recvs of a group that keeps no collective and forwards
- * nothing are kept by sendrecv.c and decided before NCCL's group ends
+ * nothing are kept by p2p.c and decided before NCCL's group ends
  * (shim_group_before_end): one kept AlltoAll, or NCCL.
  * A group that ends in ncclGroupSimulateEnd runs nothing: its kept calls
  * go to NCCL's simulation first.

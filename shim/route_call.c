@@ -80,7 +80,7 @@ SHIM_HOT static int decide(const struct shim_comm *c, const struct shim_coll_cal
     return pick;
 }
 
-/* decide(), out of line for the vote on a send/recv group (sendrecv.c). */
+/* decide(), out of line for the vote on a send/recv group (p2p.c). */
 int shim_comm_decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
                      enum shim_reason *why_p)
 {
@@ -160,7 +160,7 @@ SHIM_HOT static mscx_status_t comm_error(struct shim_comm *c)
     return (mscx_status_t)atomic_load_explicit(&c->err, memory_order_relaxed);
 }
 
-/* comm_error(), out of line for sendrecv.c and teardown.c. */
+/* comm_error(), out of line for p2p.c and teardown.c. */
 mscx_status_t shim_comm_error(struct shim_comm *c)
 {
     return comm_error(c);

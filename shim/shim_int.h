@@ -407,7 +407,7 @@ int shim_group_p2p_open(void);
 /** Make room for one more kept call. @return 0, or -1 without memory */
 int shim_group_reserve(void);
 
-/* ---- sendrecv.c: ncclSend and ncclRecv, and send/recv groups of an alltoall's shape ---- */
+/* ---- p2p.c: ncclSend and ncclRecv, and send/recv groups of an alltoall's shape ---- */
 
 /** One ncclSend (sendbuf) or ncclRecv (recvbuf). */
 struct shim_p2p_call {
@@ -485,14 +485,14 @@ struct shim_coll_call {
  * 0 when it must go to NCCL.
  */
 int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
-/* sendrecv.c: the positions of a communicator and its vote on a send/recv group */
+/* p2p.c: the positions of a communicator and its vote on a send/recv group */
 /** A send (@p is_send) or recv with @p peer on @p comm was handed to NCCL: count it in the positions. */
 void shim_comm_p2p_count(ncclComm_t comm, int is_send, int peer);
 /** Rank, size and device of @p comm when its sends and recvs are counted (a blocking setup). @return 0, or -1
  */
 int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p, int *device_p);
 /**
- * Whether the AlltoAll @p a2a, made of one send/recv group whose local
+ * Whether the AlltoAll @p alltoall, made of one send/recv group whose local
  * conditions are @p yes (self included, one contiguous buffer per side,
  * under capture when ranks > 1), runs on our executor: with one rank, when
  * a plan takes it; with more, when every rank agrees (p2p_agree.c) on the
@@ -500,7 +500,7 @@ int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p,
  * counted as an AlltoAll that fell back (reason "sendrecv") and the caller
  * forwards the sends and recvs.
  */
-int shim_comm_p2p_agree(const struct shim_coll_call *a2a, int yes);
+int shim_comm_p2p_agree(const struct shim_coll_call *alltoall, int yes);
 /**
  * The shim's answer to a collective call, plain or nccl<Coll>Config (intercept.c): an overflowing
  * count is NCCL's argument error; otherwise shim_comm_try_route(). @return 1 when answered (*@p res_p).

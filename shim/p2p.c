@@ -123,7 +123,7 @@ ncclResult_t shim_p2p_call(const struct shim_p2p_call *p)
 
 /* What a kept set is: the AlltoAll it would be, and whether this rank can run it. */
 struct shape {
-    struct shim_coll_call a2a;
+    struct shim_coll_call alltoall;
     int yes; /* self included, one contiguous buffer per side, no overlap, captured with ranks > 1 */
 };
 
@@ -190,7 +190,7 @@ static int shape_of(uint32_t rank, uint32_t nranks, struct shape *s)
     uint64_t span = bytes * nranks;
     int self = nsend[rank] == 1;
     int apart = sbase + span <= rbase || rbase + span <= sbase;
-    s->a2a = (struct shim_coll_call){
+    s->alltoall = (struct shim_coll_call){
         .fn = "ncclSend/ncclRecv",
         .api = SHIM_FN_ncclAlltoAll,
         .prof = first->prof,
@@ -221,10 +221,10 @@ ncclResult_t shim_p2p_group_end(void)
     /* room for the AlltoAll first: once the ranks agree, it must run */
     if (shim_group_reserve() != 0)
         s.yes = 0;
-    if (!shim_comm_p2p_agree(&s.a2a, s.yes))
+    if (!shim_comm_p2p_agree(&s.alltoall, s.yes))
         return shim_p2p_to_nccl();
     nkept = 0;
-    shim_group_keep(&s.a2a, device);
+    shim_group_keep(&s.alltoall, device);
     return ncclSuccess;
 }
 #else
@@ -289,8 +289,8 @@ static uint64_t now_ms(void)
     return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-/* The vote of this rank on @p a2a's group. @return 1 when every rank runs it */
-static int p2p_vote(struct shim_comm *c, const struct shim_coll_call *a2a, uint64_t msg, int yes)
+/* The vote of this rank on @p alltoall's group. @return 1 when every rank runs it */
+static int p2p_vote(struct shim_comm *c, const struct shim_coll_call *alltoall, uint64_t msg, int yes)
 {
     uint64_t sent[SHIM_P2P_AGREE_MAX_RANKS], received[SHIM_P2P_AGREE_MAX_RANKS];
     for (uint32_t j = 0; j < c->nranks; j++) {
@@ -302,7 +302,7 @@ static int p2p_vote(struct shim_comm *c, const struct shim_coll_call *a2a, uint6
         return 0; /* the others, waiting for this rank's vote, give up in time */
     struct shim_p2p_point pt = {
         .bytes = msg / c->nranks,
-        .dtype = (int32_t)a2a->dtype,
+        .dtype = (int32_t)alltoall->dtype,
         .yes = yes && !c->p2p_gave_up,
         .sent = sent,
         .received = received,
@@ -319,24 +319,24 @@ static int p2p_vote(struct shim_comm *c, const struct shim_coll_call *a2a, uint6
     return run;
 }
 
-int shim_comm_p2p_agree(const struct shim_coll_call *a2a, int yes)
+int shim_comm_p2p_agree(const struct shim_coll_call *alltoall, int yes)
 {
-    struct shim_comm *c = shim_comm_get(a2a->comm);
+    struct shim_comm *c = shim_comm_get(alltoall->comm);
     if (!c)
         return 0;
     int run = 0;
     if (c->p2p_sent) {
-        uint64_t msg = (uint64_t)a2a->count * shim_dtype_bytes(a2a->dtype) * c->nranks;
+        uint64_t msg = (uint64_t)alltoall->count * shim_dtype_bytes(alltoall->dtype) * c->nranks;
         enum shim_reason why = SHIM_WHY_SENDRECV;
-        int pick = shim_comm_decide(c, a2a, msg, &why);
+        int pick = shim_comm_decide(c, alltoall, msg, &why);
 #ifdef SHIM_HAVE_ncclAlltoAll
         /* a launch the executor refuses goes to NCCL's AlltoAll, the same on every rank */
-        yes = yes && shim_real_fn(a2a->prof ? SHIM_FN_pncclAlltoAll : SHIM_FN_ncclAlltoAll);
+        yes = yes && shim_real_fn(alltoall->prof ? SHIM_FN_pncclAlltoAll : SHIM_FN_ncclAlltoAll);
 #else
         yes = 0;
 #endif
         yes = yes && pick >= 0 && shim_comm_error(c) == MSCX_OK;
-        run = c->nranks == 1 ? yes : p2p_vote(c, a2a, msg, yes);
+        run = c->nranks == 1 ? yes : p2p_vote(c, alltoall, msg, yes);
         if (run) {
             for (uint32_t j = 0; j < c->nranks; j++) {
                 atomic_fetch_add_explicit(&c->p2p_sent[j], j != c->rank, memory_order_relaxed);
