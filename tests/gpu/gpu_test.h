@@ -14,15 +14,7 @@
 #include <unistd.h>
 #include <cuda_runtime_api.h>
 
-/* The failures reported so far: the program exits non-zero when there is one. */
-static int failures __attribute__((unused));
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
+#include "../common/fail.h"
 
 /* A CUDA call the test cannot go on without: its failure ends the program. */
 #define CK(call)                                                                                             \

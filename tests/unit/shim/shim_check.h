@@ -16,14 +16,7 @@
 #define SHIM_CHECK_FILE_MAX (1 << 18)
 #endif
 
-static int failures;
-
-#define FAIL(...)                                                                                            \
-    do {                                                                                                     \
-        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                               \
-        fputc('\n', stderr);                                                                                 \
-        failures++;                                                                                          \
-    } while (0)
+#include "../../common/fail.h"
 
 /* The text of the file @p path, empty when there is none; each call reuses one buffer. */
 static inline char *read_file(const char *path)
