@@ -5,14 +5,13 @@
  * synchronisation of that stream. Used only at communicator setup, never
  * during capture.
  *
- * Host memory instead of device memory where the real library is the test
- * suite's fake NCCL, which exports mscxFakeNcclHostMemory() and moves host
- * bytes between its ranks (with or without a GPU, with or without CUDA in
- * the build). A real NCCL never exports it; without it and without a device
- * every bootstrap is unsupported and the shim forwards everything.
+ * Its buffers, stream and device are devops.c's: host memory instead of
+ * device memory where the real library is the test suite's fake NCCL, which
+ * moves host bytes between its ranks (with or without a GPU, with or
+ * without CUDA in the build). A real NCCL never does; without it and
+ * without a device every bootstrap is unsupported and the shim forwards
+ * everything.
  */
-#define _GNU_SOURCE
-#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -22,23 +21,16 @@
 #include "mscx/log.h"
 #include "shim_int.h"
 
-#ifdef MSCX_SHIM_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 struct shim_boot {
     struct mscx_bootstrap bs;        /* first: the executor holds a pointer to this */
     struct shim_boot *next_deferred; /* on the list of shim_boot_destroy_deferred */
     ncclComm_t comm;
     int prof;
     int device;
-    int host; /* buffers are host memory (the fake NCCL) */
-#ifdef MSCX_SHIM_CUDA
-    cudaStream_t stream;
-#endif
-    const int *stop; /* non-zero: stop waiting for a non-blocking call (NULL: never) */
-    void *dhead;     /* [nranks + 1] slots of SHIM_BOOT_FIXED_BYTES, allocated at create */
-    uint64_t rounds; /* header rounds run */
+    cudaStream_t stream; /* the boot stream; NULL: the legacy stream, or host memory */
+    const int *stop;     /* non-zero: stop waiting for a non-blocking call (NULL: never) */
+    void *dhead;         /* [nranks + 1] slots of SHIM_BOOT_FIXED_BYTES, allocated at create */
+    uint64_t rounds;     /* header rounds run */
 };
 
 /* Every exchange starts with a round of these, so a rank that cannot take part says so. */
@@ -48,132 +40,50 @@ struct boot_head {
 };
 _Static_assert(sizeof(struct boot_head) <= SHIM_BOOT_FIXED_BYTES, "head slot");
 
-/* 1 when the real library is the fake NCCL that moves host memory. */
-static int fake_host_memory(void)
+/* The operations on the buffers, streams and device of a bootstrap. */
+static const struct shim_dev_setup_ops *dev(void)
 {
-    int (*fn)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mscxFakeNcclHostMemory");
-    if (!fn) /* the real library loaded by us, RTLD_LOCAL (the shim opened by path, as ctypes does) */
-        fn = (int (*)(void))shim_real_sym("mscxFakeNcclHostMemory");
-    return fn && fn();
-}
-
-int shim_boot_fault(const char *point)
-{
-    int (*fn)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "mscxFakeNcclSetupFault");
-    if (!fn)
-        fn = (int (*)(const char *))shim_real_sym("mscxFakeNcclSetupFault");
-    return fn && fn(point);
+    return &shim_dev_ops()->setup;
 }
 
 /* ---- buffers: device memory, or host memory under the fake NCCL ---- */
 
-static int buf_alloc(const struct shim_boot *b, void **p, size_t n)
+static void buf_free(void *p)
 {
-    if (b->host)
-        return (*p = malloc(n)) != NULL;
-#ifdef MSCX_SHIM_CUDA
-    if (cudaMalloc(p, n) == cudaSuccess)
-        return 1;
-    cudaGetLastError();
-#endif
-    *p = NULL;
-    return 0;
-}
-
-static void buf_free(const struct shim_boot *b, void *p)
-{
-    if (!p)
-        return;
-    if (b->host) {
-        free(p);
-        return;
-    }
-#ifdef MSCX_SHIM_CUDA
-    cudaFree(p);
-#endif
+    if (p)
+        dev()->free(p);
 }
 
 /* Host bytes into a buffer (ordered before the next gather on the boot stream). */
 static int buf_put(const struct shim_boot *b, void *dst, const void *src, size_t n)
 {
-    if (b->host) {
-        memcpy(dst, src, n);
-        return 1;
-    }
-#ifdef MSCX_SHIM_CUDA
-    return cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, b->stream) == cudaSuccess;
-#else
-    return 0;
-#endif
+    return dev()->put(dst, src, n, b->stream);
 }
 
 /* A buffer's bytes into host memory, after everything enqueued before. */
 static int buf_get(const struct shim_boot *b, void *dst, const void *src, size_t n)
 {
-    if (b->host) {
-        memcpy(dst, src, n);
-        return 1;
-    }
-#ifdef MSCX_SHIM_CUDA
-    return cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, b->stream) == cudaSuccess &&
-           cudaStreamSynchronize(b->stream) == cudaSuccess;
-#else
-    return 0;
-#endif
+    return dev()->get(dst, src, n, b->stream);
 }
 
-static void *boot_stream(const struct shim_boot *b)
-{
-#ifdef MSCX_SHIM_CUDA
-    return b->host ? NULL : (void *)b->stream;
-#else
-    (void)b;
-    return NULL;
-#endif
-}
-
-/*
- * Where the bootstrap runs: its device current and the thread in relaxed
- * capture mode, as in NCCL's own setup, so that its allocations and
- * synchronisations never invalidate a graph capture of any thread.
+/* Enter @p b's scope (shim_dev_scope); leave it with dev_leave() whatever this returns. @return 1 on success
  */
-struct boot_scope {
-    int prev_dev; /* the caller's device, -1: unknown or unchanged */
-#ifdef MSCX_SHIM_CUDA
-    enum cudaStreamCaptureMode mode;
-    int mode_set;
-#endif
-};
-
-/* Enter @p b's scope; leave it with dev_leave() whatever this returns. @return 1 on success. */
-static int dev_enter(const struct shim_boot *b, struct boot_scope *sc)
+static int dev_enter(const struct shim_boot *b, struct shim_dev_scope *sc)
 {
-    sc->prev_dev = -1;
-#ifdef MSCX_SHIM_CUDA
-    sc->mode_set = 0;
-    if (b->host)
-        return 1;
-    sc->mode = cudaStreamCaptureModeRelaxed;
-    sc->mode_set = cudaThreadExchangeStreamCaptureMode(&sc->mode) == cudaSuccess;
-    return cudaGetDevice(&sc->prev_dev) == cudaSuccess && cudaSetDevice(b->device) == cudaSuccess;
-#else
-    return b->host;
-#endif
+    return dev()->enter(b->device, sc);
 }
 
-static void dev_leave(const struct shim_boot *b, const struct boot_scope *sc)
+static void dev_leave(const struct shim_dev_scope *sc)
 {
-    (void)b;
-#ifdef MSCX_SHIM_CUDA
-    if (sc->prev_dev >= 0)
-        cudaSetDevice(sc->prev_dev);
-    if (sc->mode_set) {
-        enum cudaStreamCaptureMode m = sc->mode;
-        cudaThreadExchangeStreamCaptureMode(&m);
-    }
-#else
-    (void)sc;
-#endif
+    dev()->leave(sc);
+}
+
+/* The device runtime's last error (cleared) as the cause of a failed exchange; nothing without a runtime. */
+static void warn_device_error(void)
+{
+    const char *(*text)(void) = shim_dev_ops()->error_text;
+    if (text)
+        MSCX_WARN("mscx: bootstrap exchange: CUDA error %s", text());
 }
 
 /* ---- exchanges ---- */
@@ -204,14 +114,10 @@ static ncclResult_t wait_done(const struct shim_boot *b, ncclResult_t r)
 /* The end of everything enqueued on the boot stream. */
 static mscx_status_t buf_sync(const struct shim_boot *b)
 {
-#ifdef MSCX_SHIM_CUDA
-    if (!b->host && cudaStreamSynchronize(b->stream) != cudaSuccess) {
-        MSCX_WARN("mscx: bootstrap exchange: CUDA error %s", cudaGetErrorString(cudaGetLastError()));
+    if (!dev()->sync(b->stream)) {
+        warn_device_error();
         return MSCX_ERR_CUDA;
     }
-#else
-    (void)b;
-#endif
     return MSCX_OK;
 }
 
@@ -227,9 +133,7 @@ static mscx_status_t gather(struct shim_boot *b, void *dmine, void *dall, void *
     if (!ag)
         return MSCX_ERR_SYSTEM;
     ncclResult_t r =
-        b->bs.nranks == 1
-            ? ncclSuccess
-            : wait_done(b, ag(dmine, dall, bytes, ncclUint8, b->comm, (cudaStream_t)boot_stream(b)));
+        b->bs.nranks == 1 ? ncclSuccess : wait_done(b, ag(dmine, dall, bytes, ncclUint8, b->comm, b->stream));
     if (r != ncclSuccess) {
         MSCX_WARN("mscx: bootstrap ncclAllGather of %zu bytes failed: %d", bytes, (int)r);
         return MSCX_ERR_SYSTEM;
@@ -237,9 +141,7 @@ static mscx_status_t gather(struct shim_boot *b, void *dmine, void *dall, void *
     if (!all)
         return buf_sync(b);
     if (!buf_get(b, all, b->bs.nranks == 1 ? dmine : dall, bytes * b->bs.nranks)) {
-#ifdef MSCX_SHIM_CUDA
-        MSCX_WARN("mscx: bootstrap exchange: CUDA error %s", cudaGetErrorString(cudaGetLastError()));
-#endif
+        warn_device_error();
         return MSCX_ERR_CUDA;
     }
     return MSCX_OK;
@@ -276,48 +178,19 @@ out:
 }
 
 /*
- * Whether an exchange's buffer is stream-ordered on the boot stream
- * (cudaMallocAsync/cudaFreeAsync, where the device has memory pools):
- * cudaFree would wait for all the device's work, the caller's included.
+ * One exchange's buffer: stream-ordered on the boot stream where the device
+ * has memory pools (cudaMallocAsync/cudaFreeAsync), since cudaFree would
+ * wait for all the device's work, the caller's included.
  */
-#ifdef MSCX_SHIM_CUDA
-static int xbuf_pooled(const struct shim_boot *b)
-{
-    int pools = 0;
-    if (b->host || !b->stream)
-        return 0;
-    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, b->device) == cudaSuccess)
-        return pools != 0;
-    (void)cudaGetLastError();
-    return 0;
-}
-#endif
-
-/* One exchange's buffer: stream-ordered where xbuf_pooled, else buf_alloc. */
 static int xbuf_alloc(const struct shim_boot *b, void **p, size_t n)
 {
-#ifdef MSCX_SHIM_CUDA
-    if (xbuf_pooled(b)) {
-        if (cudaMallocAsync(p, n, b->stream) == cudaSuccess)
-            return 1;
-        (void)cudaGetLastError();
-        *p = NULL;
-        return 0;
-    }
-#endif
-    return buf_alloc(b, p, n);
+    return dev()->alloc_ordered(p, n, b->stream, b->device);
 }
 
 static void xbuf_free(const struct shim_boot *b, void *p)
 {
-#ifdef MSCX_SHIM_CUDA
-    if (p && xbuf_pooled(b)) {
-        if (cudaFreeAsync(p, b->stream) != cudaSuccess)
-            (void)cudaGetLastError();
-        return;
-    }
-#endif
-    buf_free(b, p);
+    if (p)
+        dev()->free_ordered(p, b->stream, b->device);
 }
 
 static mscx_status_t boot_allgather(void *ctx, const void *mine, void *all, size_t bytes)
@@ -325,11 +198,11 @@ static mscx_status_t boot_allgather(void *ctx, const void *mine, void *all, size
     struct shim_boot *b = ctx;
     size_t total = bytes * b->bs.nranks;
     void *dbuf = NULL;
-    struct boot_scope scope;
+    struct shim_dev_scope scope;
     mscx_status_t st;
 
     if (!dev_enter(b, &scope)) {
-        dev_leave(b, &scope);
+        dev_leave(&scope);
         return MSCX_ERR_CUDA; /* cannot happen after create; nothing to take part with */
     }
     /* Allocate before the header round, so that a failure is announced, not a hang. */
@@ -348,36 +221,36 @@ out:
         MSCX_INFO(MSCX_SUB_SHIM, "mscx: a rank could not take part in a bootstrap exchange of %zu bytes",
                   bytes);
     xbuf_free(b, dbuf);
-    dev_leave(b, &scope);
+    dev_leave(&scope);
     return st;
 }
 
 mscx_status_t shim_boot_fixed(struct mscx_bootstrap *bs, const void *mine, void *all)
 {
     struct shim_boot *b = bs->ctx;
-    struct boot_scope scope;
+    struct shim_dev_scope scope;
     if (!dev_enter(b, &scope)) {
-        dev_leave(b, &scope);
+        dev_leave(&scope);
         return MSCX_ERR_CUDA;
     }
     char *dmine = (char *)b->dhead + (size_t)b->bs.nranks * SHIM_BOOT_FIXED_BYTES;
     mscx_status_t st = MSCX_ERR_CUDA;
     if (buf_put(b, dmine, mine, SHIM_BOOT_FIXED_BYTES))
         st = gather(b, dmine, b->dhead, all, SHIM_BOOT_FIXED_BYTES);
-    dev_leave(b, &scope);
+    dev_leave(&scope);
     return st;
 }
 
 mscx_status_t shim_boot_agree(struct mscx_bootstrap *bs, int ok)
 {
     struct shim_boot *b = bs->ctx;
-    struct boot_scope scope;
+    struct shim_dev_scope scope;
     if (!dev_enter(b, &scope)) {
-        dev_leave(b, &scope);
+        dev_leave(&scope);
         return MSCX_ERR_CUDA;
     }
     mscx_status_t st = head_round(b, ok, 0);
-    dev_leave(b, &scope);
+    dev_leave(&scope);
     return st;
 }
 
@@ -387,39 +260,20 @@ uint64_t shim_boot_rounds(const struct mscx_bootstrap *bs)
     return b->rounds;
 }
 
-/* 1 when this process has a CUDA device; 0 otherwise (also without CUDA). */
-static int have_device(void)
-{
-#ifdef MSCX_SHIM_CUDA
-    int count = 0;
-    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0)
-        return 1;
-    cudaGetLastError(); /* clear the sticky "no device" */
-#endif
-    return 0;
-}
-
 /* The device, buffer and stream of @p b. @return MSCX_OK or MSCX_ERR_CUDA (logged). */
 static mscx_status_t boot_resources(struct shim_boot *b)
 {
-    struct boot_scope scope;
+    struct shim_dev_scope scope;
     size_t bytes = ((size_t)b->bs.nranks + 1) * SHIM_BOOT_FIXED_BYTES;
-    if (!dev_enter(b, &scope) || shim_boot_fault("boot") || !buf_alloc(b, &b->dhead, bytes)) {
-#ifdef MSCX_SHIM_CUDA
-        MSCX_INFO(MSCX_SUB_SHIM, "bootstrap on device %d: %s", b->device,
-                  cudaGetErrorString(cudaGetLastError()));
-#endif
-        dev_leave(b, &scope);
+    if (!dev_enter(b, &scope) || shim_boot_fault("boot") || !dev()->alloc(&b->dhead, bytes)) {
+        if (shim_dev_ops()->error_text)
+            MSCX_INFO(MSCX_SUB_SHIM, "bootstrap on device %d: %s", b->device, shim_dev_ops()->error_text());
+        dev_leave(&scope);
         return MSCX_ERR_CUDA;
     }
-#ifdef MSCX_SHIM_CUDA
-    if (!b->host && cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking) != cudaSuccess) {
-        /* the legacy stream still serves: failing here would leave the other ranks waiting */
-        cudaGetLastError();
-        b->stream = 0;
-    }
-#endif
-    dev_leave(b, &scope);
+    /* NULL: the legacy stream still serves; failing here would leave the other ranks waiting */
+    b->stream = dev()->stream_create();
+    dev_leave(&scope);
     return MSCX_OK;
 }
 
@@ -428,9 +282,8 @@ static void deferred_reap(void);
 mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
                                struct mscx_bootstrap **bs_p)
 {
-    /* the fake NCCL moves host bytes only, on a machine with a GPU too */
-    int host = fake_host_memory();
-    if (!host && !have_device())
+    /* under the fake NCCL host memory serves, on a machine with a GPU too */
+    if (!dev()->have_device())
         return MSCX_ERR_UNSUPPORTED;
     deferred_reap();
     struct shim_boot *b = calloc(1, sizeof(*b));
@@ -443,7 +296,6 @@ mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_
     b->comm = comm;
     b->prof = prof;
     b->device = cuda_device;
-    b->host = host;
     if (boot_resources(b) != MSCX_OK) {
         free(b);
         return MSCX_ERR_CUDA;
@@ -457,35 +309,27 @@ mscx_status_t shim_boot_create(ncclComm_t comm, int prof, uint32_t rank, uint32_
  * (which the device reaches through unified addressing), so that a rank
  * whose device is full still takes part. *pinned_p: which one it is.
  */
-static int vote_alloc(const struct shim_boot *b, void **p, size_t n, int *pinned_p)
+static int vote_alloc(void **p, size_t n, int *pinned_p)
 {
     *pinned_p = 0;
-    if (buf_alloc(b, p, n))
+    if (dev()->alloc(p, n))
         return 1;
-#ifdef MSCX_SHIM_CUDA
-    if (!b->host && cudaMallocHost(p, n) == cudaSuccess) {
+    if (dev()->alloc_pinned(p, n)) {
         *pinned_p = 1;
         return 1;
     }
-    (void)cudaGetLastError();
-#endif
-    *p = NULL;
     return 0;
 }
 
-static void vote_free(struct shim_boot *b, void *p, int pinned)
+static void vote_free(const struct shim_boot *b, void *p, int pinned)
 {
-#ifdef MSCX_SHIM_CUDA
     if (pinned) {
-        cudaFreeHost(p);
+        dev()->free_pinned(p);
         p = NULL;
     }
-    if (!b->host && b->stream)
-        cudaStreamDestroy(b->stream);
-#else
-    (void)pinned;
-#endif
-    buf_free(b, p);
+    if (b->stream)
+        dev()->stream_destroy(b->stream);
+    buf_free(p);
 }
 
 mscx_status_t shim_boot_fixed_vote(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
@@ -498,22 +342,16 @@ mscx_status_t shim_boot_fixed_vote(ncclComm_t comm, int prof, uint32_t rank, uin
     b.comm = comm;
     b.prof = prof;
     b.device = cuda_device;
-    b.host = fake_host_memory();
-    if (!b.host && !have_device())
+    if (!dev()->have_device())
         return MSCX_ERR_UNSUPPORTED;
-    struct boot_scope scope;
+    struct shim_dev_scope scope;
     int pinned = 0;
     void *buf = NULL;
     mscx_status_t st = MSCX_ERR_CUDA;
     size_t bytes = ((size_t)nranks + 1) * SHIM_BOOT_FIXED_BYTES;
-    if (!dev_enter(&b, &scope) || !vote_alloc(&b, &buf, bytes, &pinned))
+    if (!dev_enter(&b, &scope) || !vote_alloc(&buf, bytes, &pinned))
         goto out;
-#ifdef MSCX_SHIM_CUDA
-    if (!b.host && cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking) != cudaSuccess) {
-        (void)cudaGetLastError();
-        b.stream = 0;
-    }
-#endif
+    b.stream = dev()->stream_create();
     char *dmine = (char *)buf + (size_t)nranks * SHIM_BOOT_FIXED_BYTES;
     if (pinned)
         memcpy(dmine, mine, SHIM_BOOT_FIXED_BYTES);
@@ -522,7 +360,7 @@ mscx_status_t shim_boot_fixed_vote(ncclComm_t comm, int prof, uint32_t rank, uin
 out:
     if (buf)
         vote_free(&b, buf, pinned);
-    dev_leave(&b, &scope);
+    dev_leave(&scope);
     return st;
 }
 
@@ -534,12 +372,7 @@ void shim_boot_watch(struct mscx_bootstrap *bs, const int *stop)
 
 void shim_boot_use_device(int device)
 {
-#ifdef MSCX_SHIM_CUDA
-    if (device >= 0 && !fake_host_memory() && cudaSetDevice(device) != cudaSuccess)
-        (void)cudaGetLastError(); /* the setup's own device calls say what is wrong */
-#else
-    (void)device;
-#endif
+    dev()->use_device(device); /* on an error the setup's own device calls say what is wrong */
 }
 
 /*
@@ -554,15 +387,7 @@ static void boot_free(struct shim_boot *b);
 /* 1 when nothing is left on @p b's stream (a query, which never waits). */
 static int boot_idle(const struct shim_boot *b)
 {
-#ifdef MSCX_SHIM_CUDA
-    cudaError_t rc = b->stream ? cudaStreamQuery(b->stream) : cudaSuccess;
-    if (rc != cudaSuccess && rc != cudaErrorNotReady)
-        (void)cudaGetLastError();
-    return rc == cudaSuccess;
-#else
-    (void)b;
-    return 1;
-#endif
+    return !b->stream || dev()->stream_idle(b->stream);
 }
 
 /* Free at most two stopped bootstraps whose streams are idle: a small cost per setup, and the list shrinks.
@@ -596,7 +421,7 @@ void shim_boot_destroy_deferred(struct mscx_bootstrap *bs)
     if (!bs)
         return;
     struct shim_boot *b = bs->ctx;
-    if (b->host) {
+    if (dev()->host) {
         boot_free(b); /* host memory: nothing waits on a device */
         return;
     }
@@ -624,10 +449,8 @@ void shim_boot_destroy(struct mscx_bootstrap *bs)
 
 static void boot_free(struct shim_boot *b)
 {
-#ifdef MSCX_SHIM_CUDA
-    if (!b->host && b->stream)
-        cudaStreamDestroy(b->stream);
-#endif
-    buf_free(b, b->dhead);
+    if (b->stream)
+        dev()->stream_destroy(b->stream);
+    buf_free(b->dhead);
     free(b);
 }

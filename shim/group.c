@@ -30,10 +30,6 @@
 #include "mscx/log.h"
 #include "shim_int.h"
 
-#ifdef MSCX_SHIM_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #define GROUP_MAX_PENDING 64
 #define GROUP_MAX_DEVICES 8
 
@@ -68,105 +64,14 @@ static __thread int simulated;      /* the group ends in ncclGroupSimulateEnd: i
 static __thread ncclResult_t
     group_err; /* the first error of a call forwarded in the group or launched before its end */
 
-/* ---- the stream operations of a join: the CUDA runtime, or the test suite's fake NCCL ---- */
-
-struct stream_ops {
-    int (*event_create)(int device, void **ev_p); /* an event without timing on @p device; 0 on success */
-    void (*event_destroy)(void *ev);
-    int (*record)(void *ev, void *stream);
-    int (*wait)(void *stream, void *ev);
-    int (*get_device)(void); /* the current device, -1 when unknown; NULL: no devices to switch */
-    void (*set_device)(int device);
-};
-
-#ifdef MSCX_SHIM_CUDA
-static int cuda_event_create(int device, void **ev_p)
-{
-    int prev = -1;
-    cudaEvent_t ev;
-    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
-        cudaGetLastError();
-        return -1;
-    }
-    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    cudaSetDevice(prev);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return -1;
-    }
-    *ev_p = ev;
-    return 0;
-}
-
-static void cuda_event_destroy(void *ev)
-{
-    cudaEventDestroy((cudaEvent_t)ev);
-}
-
-static int cuda_record(void *ev, void *stream)
-{
-    return cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream) == cudaSuccess ? 0 : -1;
-}
-
-static int cuda_wait(void *stream, void *ev)
-{
-    return cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)ev, 0) == cudaSuccess ? 0 : -1;
-}
-
-static int cuda_get_device(void)
-{
-    int dev = -1;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        cudaGetLastError();
-        return -1;
-    }
-    return dev;
-}
-
-static void cuda_set_device(int device)
-{
-    if (device >= 0 && cudaSetDevice(device) != cudaSuccess)
-        cudaGetLastError();
-}
-
-static const struct stream_ops cuda_ops = {
-    .event_create = cuda_event_create,
-    .event_destroy = cuda_event_destroy,
-    .record = cuda_record,
-    .wait = cuda_wait,
-    .get_device = cuda_get_device,
-    .set_device = cuda_set_device,
-};
-#endif
-
-static struct stream_ops fake_ops;
-static const struct stream_ops *chosen_ops;
-static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
-
 /*
- * The fake NCCL of the test suite exports its own event functions, which
- * record what a join does (boot.c likewise moves host bytes under it).
- * Without those and without CUDA in the build there is no join: keeping a
- * call on a second stream of a communicator then fails.
+ * The stream operations of a join (devops.c): CUDA's, or the test suite's
+ * fake NCCL's, which record what a join does. Without either there is no
+ * event: keeping a call on a second stream of a communicator then fails.
  */
-static void choose_ops(void)
+static const struct shim_dev_join_ops *join_ops(void)
 {
-    fake_ops.event_create = (int (*)(int, void **))shim_real_sym("mscxFakeCudaEventCreate");
-    fake_ops.event_destroy = (void (*)(void *))shim_real_sym("mscxFakeCudaEventDestroy");
-    fake_ops.record = (int (*)(void *, void *))shim_real_sym("mscxFakeCudaEventRecord");
-    fake_ops.wait = (int (*)(void *, void *))shim_real_sym("mscxFakeCudaStreamWaitEvent");
-    if (fake_ops.event_create && fake_ops.event_destroy && fake_ops.record && fake_ops.wait)
-        chosen_ops = &fake_ops;
-#ifdef MSCX_SHIM_CUDA
-    else
-        chosen_ops = &cuda_ops;
-#endif
-}
-
-static const struct stream_ops *stream_ops(void)
-{
-    pthread_once(&ops_once, choose_ops);
-    return chosen_ops;
+    return &shim_dev_ops()->join;
 }
 
 /* ---- per-thread storage: the kept calls and one event per device, released at thread exit ---- */
@@ -186,8 +91,8 @@ static __thread int key_armed;
 static void thread_exit(void *unused)
 {
     (void)unused;
-    const struct stream_ops *ops = stream_ops();
-    for (int i = 0; i < nevents && ops; i++)
+    const struct shim_dev_join_ops *ops = join_ops();
+    for (int i = 0; i < nevents; i++)
         ops->event_destroy(events[i].ev);
     nevents = 0;
     free(kept);
@@ -215,9 +120,8 @@ static void *group_event(int device)
     for (int i = 0; i < nevents; i++)
         if (events[i].device == device)
             return events[i].ev;
-    const struct stream_ops *ops = stream_ops();
     void *ev = NULL;
-    if (!ops || nevents == GROUP_MAX_DEVICES || ops->event_create(device, &ev) != 0)
+    if (nevents == GROUP_MAX_DEVICES || join_ops()->event_create(device, &ev) != 0)
         return NULL;
     arm_exit();
     events[nevents].device = device;
@@ -397,9 +301,9 @@ void shim_group_before_simulate(void)
  * *@p cur is the current one as far as the group's end knows it (-1:
  * unknown): a device already current is not set again.
  */
-static void use_device(const struct stream_ops *ops, int *cur, int device)
+static void use_device(const struct shim_dev_join_ops *ops, int *cur, int device)
 {
-    if (!ops || !ops->set_device || device < 0 || device == *cur)
+    if (!ops->set_device || device < 0 || device == *cur)
         return;
     ops->set_device(device);
     *cur = device;
@@ -436,7 +340,7 @@ static void plan_joins(int from, int to)
 }
 
 /* Make the lead streams wait for the other streams of their communicators. */
-static void join_in(int from, int to, const struct stream_ops *ops, int *cur)
+static void join_in(int from, int to, const struct shim_dev_join_ops *ops, int *cur)
 {
     for (int i = from; i < to; i++) {
         struct kept *k = &kept[i], *lead = &kept[k->lead];
@@ -444,14 +348,14 @@ static void join_in(int from, int to, const struct stream_ops *ops, int *cur)
             continue;
         void *ev = group_event(k->device);
         use_device(ops, cur, k->device);
-        if (!ev || ops->record(ev, (void *)k->call.stream) != 0 ||
-            ops->wait((void *)lead->call.stream, ev) != 0)
+        if (!ev || ops->event_record(ev, (void *)k->call.stream) != 0 ||
+            ops->stream_wait((void *)lead->call.stream, ev) != 0)
             lead->join_failed = 1;
     }
 }
 
 /* Make the other streams of each communicator wait for its lead stream. @return 0, or -1 when one failed */
-static int join_out(int from, int to, const struct stream_ops *ops, int *cur)
+static int join_out(int from, int to, const struct shim_dev_join_ops *ops, int *cur)
 {
     int failed = 0;
     for (int l = from; l < to; l++) {
@@ -465,9 +369,9 @@ static int join_out(int from, int to, const struct stream_ops *ops, int *cur)
             if (!recorded) {
                 ev = group_event(kept[l].device);
                 use_device(ops, cur, kept[l].device);
-                recorded = ev && ops->record(ev, (void *)kept[l].call.stream) == 0 ? 1 : -1;
+                recorded = ev && ops->event_record(ev, (void *)kept[l].call.stream) == 0 ? 1 : -1;
             }
-            if (recorded < 0 || ops->wait((void *)kept[i].call.stream, ev) != 0)
+            if (recorded < 0 || ops->stream_wait((void *)kept[i].call.stream, ev) != 0)
                 failed = 1;
         }
     }
@@ -480,12 +384,11 @@ static ncclResult_t launch_kept(int from, int to)
 {
     if (from >= to)
         return ncclSuccess;
-    const struct stream_ops *ops = stream_ops();
-    int prev = ops && ops->get_device ? ops->get_device() : -1, cur = prev;
+    const struct shim_dev_join_ops *ops = join_ops();
+    int prev = ops->get_device ? ops->get_device() : -1, cur = prev;
     ncclResult_t res = ncclSuccess;
     plan_joins(from, to);
-    if (ops)
-        join_in(from, to, ops, &cur);
+    join_in(from, to, ops, &cur);
     for (int i = from; i < to; i++) {
         const struct kept *lead = &kept[kept[i].lead];
         use_device(ops, &cur, kept[i].device);
@@ -499,7 +402,7 @@ static ncclResult_t launch_kept(int from, int to)
                                "mscx: joining the streams of a group on comm %p failed (a CUDA event record "
                                "or wait); none of its calls in that group ran",
                                (void *)kept[l].call.comm);
-    if (ops && join_out(from, to, ops, &cur) != 0)
+    if (join_out(from, to, ops, &cur) != 0)
         res = shim_err_set(ncclUnhandledCudaError, "mscx: making the streams of a group wait for its calls "
                                                    "failed (a CUDA event record or wait)");
     use_device(ops, &cur, prev);

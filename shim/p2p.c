@@ -24,10 +24,6 @@
 #include "comm_int.h"
 #include "mscx/log.h"
 
-#ifdef MSCX_SHIM_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 /* Two calls per rank of the largest agreement (SHIM_P2P_AGREE_MAX_RANKS). */
 #define P2P_MAX_KEPT 128
 
@@ -127,29 +123,6 @@ struct shape {
     int yes; /* self included, one contiguous buffer per side, no overlap, captured with ranks > 1 */
 };
 
-static int stream_capturing(cudaStream_t stream)
-{
-    static int (*fake)(void *, int *);
-    static int looked;
-    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-        fake = (int (*)(void *, int *))shim_real_sym("mscxFakeCudaStreamIsCapturing");
-        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
-    }
-    int on = 0;
-    if (fake)
-        return fake((void *)stream, &on) == 0 && on;
-#ifdef MSCX_SHIM_CUDA
-    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &st) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return st == cudaStreamCaptureStatusActive;
-#else
-    return 0;
-#endif
-}
-
 /* Block @p j's address as base + j x @p bytes: the base, or 0 when it does not fit. */
 static uintptr_t base_of(const void *p, int j, uint64_t bytes)
 {
@@ -205,7 +178,8 @@ static int shape_of(uint32_t rank, uint32_t nranks, struct shape *s)
     };
     /* in place is an AlltoAll's meaning only for a rank alone: its one block stays where it is */
     int in_place = nranks == 1 && sbase == rbase;
-    s->yes = self && contiguous && (apart || in_place) && (nranks == 1 || stream_capturing(first->stream));
+    s->yes = self && contiguous && (apart || in_place) &&
+             (nranks == 1 || shim_dev_ops()->capturing(first->stream));
     return 1;
 }
 

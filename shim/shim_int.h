@@ -522,6 +522,91 @@ ncclResult_t shim_coll_config_forward(const struct shim_coll_call *call);
  */
 ncclResult_t shim_comm_after_resume(int prof, ncclResult_t res, ncclComm_t comm);
 
+/* ---- devops.c: the device operations, from CUDA, the test suite's fake NCCL, or none ---- */
+
+/**
+ * Where a bootstrap runs (shim_dev_setup_ops.enter): its device current and
+ * the thread in relaxed capture mode, as in NCCL's own setup, so that its
+ * allocations and synchronisations never invalidate a graph capture of any
+ * thread. What leave() restores:
+ */
+struct shim_dev_scope {
+    int prev_dev; /* the caller's device, -1: unknown or unchanged */
+    int mode;     /* the caller's capture mode (enum cudaStreamCaptureMode) */
+    int mode_set; /* mode was exchanged: restore it */
+};
+
+/** A bootstrap's buffers, streams and device (boot.c). Every int result is 1 on success, 0 on failure. */
+struct shim_dev_setup_ops {
+    int host; /* buffers are host memory (the fake NCCL): nothing waits on a device */
+    /** 1 when there is a device to set up on (always under host memory). */
+    int (*have_device)(void);
+    /** A buffer of @p n bytes in *@p p (NULL on failure). */
+    int (*alloc)(void **p, size_t n);
+    void (*free)(void *p);
+    /** As alloc, but ordered on @p stream where @p device has memory pools: a free then waits for nothing
+     * else. */
+    int (*alloc_ordered)(void **p, size_t n, cudaStream_t stream, int device);
+    void (*free_ordered)(void *p, cudaStream_t stream, int device);
+    /** Pinned host memory, which the device reaches through unified addressing (NULL on failure). */
+    int (*alloc_pinned)(void **p, size_t n);
+    void (*free_pinned)(void *p);
+    /** Host bytes into a buffer, ordered on @p stream. */
+    int (*put)(void *dst, const void *src, size_t n, cudaStream_t stream);
+    /** A buffer's bytes into host memory, after everything enqueued on @p stream. */
+    int (*get)(void *dst, const void *src, size_t n, cudaStream_t stream);
+    /** Wait for everything enqueued on @p stream. */
+    int (*sync)(cudaStream_t stream);
+    /** A private non-blocking stream on the current device; NULL when there is none. */
+    cudaStream_t (*stream_create)(void);
+    void (*stream_destroy)(cudaStream_t stream);
+    /** 1 when nothing is left on @p stream (a query, which never waits). */
+    int (*stream_idle)(cudaStream_t stream);
+    /** Enter the scope of @p device; leave() it whatever this returns. */
+    int (*enter)(int device, struct shim_dev_scope *sc);
+    void (*leave)(const struct shim_dev_scope *sc);
+    /** Make @p device (-1: none) this thread's current device; an error is left to the calls that follow. */
+    void (*use_device)(int device);
+};
+
+/** The events that join the streams of a group (group.c). Every int result is 0 on success, -1 on failure. */
+struct shim_dev_join_ops {
+    /** An event without timing on @p device in *@p ev_p. */
+    int (*event_create)(int device, void **ev_p);
+    void (*event_destroy)(void *ev);
+    int (*event_record)(void *ev, void *stream);
+    /** Make @p stream wait for @p ev. */
+    int (*stream_wait)(void *stream, void *ev);
+    /** The current device, -1 when unknown; NULL (and set_device NULL): no devices to switch. */
+    int (*get_device)(void);
+    void (*set_device)(int device);
+};
+
+struct shim_dev_ops {
+    struct shim_dev_setup_ops setup;
+    struct shim_dev_join_ops join;
+    /** 1 when @p stream is being captured into a graph; 0 when not or unknown. */
+    int (*capturing)(cudaStream_t stream);
+    /** 1 when the test suite asks for a local setup failure at @p point (shim_boot_fault()). */
+    int (*fault)(const char *point);
+    /** The text of the device runtime's last error, which it clears; NULL: no runtime. */
+    const char *(*error_text)(void);
+};
+
+/**
+ * The device operations, chosen once, part by part: the test suite's fake
+ * NCCL's where the real library exports them (host memory for the
+ * bootstrap, its events, its capture query, its setup faults), else CUDA's
+ * where the shim is built with CUDA, else none (no device, no event, no
+ * capture: every operation fails).
+ */
+const struct shim_dev_ops *shim_dev_ops(void);
+/**
+ * 1 when the test suite's fake NCCL asks for a local setup failure at
+ * @p point (comm-alloc, table, boot, agree-alloc); always 0 with a real NCCL.
+ */
+int shim_boot_fault(const char *point);
+
 /* ---- boot.c: the exchange over the real communicator ---- */
 struct mscx_bootstrap;
 /**
@@ -572,11 +657,6 @@ mscx_status_t shim_boot_fixed(struct mscx_bootstrap *bs, const void *mine, void 
  */
 mscx_status_t shim_boot_fixed_vote(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
                                    const void *mine);
-/**
- * 1 when the test suite's fake NCCL asks for a local setup failure at
- * @p point (comm-alloc, table, boot, agree-alloc); always 0 with a real NCCL.
- */
-int shim_boot_fault(const char *point);
 
 /* ---- p2p_agree.c: host-side agreement to run a send/recv group as an alltoall ---- */
 

@@ -35,11 +35,13 @@ for f in $setup; do
         fail=1
     fi
 done
-s=$(grep -Hn -E '\bcuda(Memcpy|Memset)\s*\(' "$root/shim/boot.c" | code)
-if [ -n "$s" ]; then
-    echo "synchronous copy or fill in shim/boot.c (use the bootstrap's stream):"
-    echo "$s"
-    fail=1
-fi
+for f in boot.c devops.c; do
+    s=$(grep -Hn -E '\bcuda(Memcpy|Memset)\s*\(' "$root/shim/$f" | code)
+    if [ -n "$s" ]; then
+        echo "synchronous copy or fill in shim/$f (use the bootstrap's stream):"
+        echo "$s"
+        fail=1
+    fi
+done
 [ $fail -eq 0 ] && echo "ok: no device-wide synchronisation and no synchronous setup copy"
 exit $fail
