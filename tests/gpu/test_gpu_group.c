@@ -75,6 +75,8 @@ static void buf_init(struct buf *b, size_t n, int seed)
     }
     CUDA_OK(cudaMemcpy(b->in, h, n * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(b->out, 0xff, (n + GUARD) * sizeof(float)));
+    /* both run on the legacy stream, which the test's non-blocking streams do not wait for */
+    CUDA_OK(cudaDeviceSynchronize());
     free(h);
 }
 
