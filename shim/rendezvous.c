@@ -534,7 +534,7 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
         if (b[i]) {
             MSCX_INFO(MSCX_SUB_SHIM,
                       "ncclGetUniqueId: the id's last %d bytes are in use; it is left unmarked, and "
-                      "its communicators fall back to NCCL",
+                      "the ranks of its communicators meet over the communicator (no rendezvous)",
                       SHIM_RDV_MARK_BYTES);
             return MSCX_ERR_UNSUPPORTED;
         }
@@ -551,7 +551,7 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
     } else {
         MSCX_INFO(MSCX_SUB_SHIM,
                   "ncclGetUniqueId: the id's address family is %u, neither IPv4 nor IPv6; it is left "
-                  "unmarked, and its communicators fall back to NCCL",
+                  "unmarked, and the ranks of its communicators meet over the communicator (no rendezvous)",
                   (unsigned)fam);
         return MSCX_ERR_UNSUPPORTED;
     }
@@ -561,14 +561,17 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
         m.addr.sin6.sin6_port = 0;
     m.bound_ms = bound_ms;
     if (getrandom(m.nonce, sizeof(m.nonce), 0) != (ssize_t)sizeof(m.nonce)) {
-        MSCX_INFO(MSCX_SUB_SHIM, "ncclGetUniqueId: getrandom failed (%s); the id is left unmarked",
+        MSCX_INFO(MSCX_SUB_SHIM,
+                  "ncclGetUniqueId: getrandom failed (%s); the id is left unmarked, and its communicators "
+                  "go to NCCL",
                   strerror(errno));
         return MSCX_ERR_SYSTEM;
     }
     if (atomic_fetch_add(&live_listeners, 1) >= MAX_LISTENERS) {
         atomic_fetch_sub(&live_listeners, 1);
         MSCX_INFO(MSCX_SUB_SHIM,
-                  "ncclGetUniqueId: %d rendezvous listeners wait already; this id is left unmarked",
+                  "ncclGetUniqueId: %d rendezvous listeners wait already; this id is left unmarked, and its "
+                  "communicators go to NCCL",
                   MAX_LISTENERS);
         return MSCX_ERR_SYSTEM;
     }
@@ -614,7 +617,7 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
 fail:
     MSCX_INFO(MSCX_SUB_SHIM,
               "ncclGetUniqueId: no rendezvous listener (%s: %s); the id is left unmarked, and its "
-              "communicators fall back to NCCL",
+              "communicators go to NCCL",
               what, strerror(errno));
     if (fd >= 0)
         close(fd);
