@@ -14,7 +14,8 @@
  *                        is per thread; a forwarded call brings back NCCL's own text
  *   --fork=SUMMARY_DIR   fork children while another thread makes and destroys
  *                        communicators: each child's NCCL calls finish, and no
- *                        child writes a summary (MSCX_SUMMARY_FILE SUMMARY_DIR/sum-%p.json)
+ *                        child writes a summary (MSCX_SUMMARY_FILE SUMMARY_DIR/sum-%p.json;
+ *                        the directory is the test's own, emptied first)
  *   --sticky             (the shim built with the fake executor, fake_exec.c) after
  *                        a kernel error, ncclCommGetAsyncError reports it and every
  *                        later collective on that communicator fails, routed or not
@@ -23,6 +24,7 @@
  *                        a fork() at that moment must give a child that can log
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -277,6 +279,29 @@ static int exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
+/*
+ * An empty @p dir of this test's own: a summary left there by an earlier
+ * run (or another program) under a pid a child now has would read as the
+ * child's.
+ */
+static int fresh_dir(const char *dir)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return -1;
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)) != NULL)
+        if (!strncmp(e->d_name, "sum-", 4)) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
+    return 0;
+}
+
 static void run_fork(const char *dir)
 {
     enum { NFORK = 100 };
@@ -284,6 +309,10 @@ static void run_fork(const char *dir)
     ncclComm_t mine = NULL;
     memset(&id, 3, sizeof(id));
     parent_pid = getpid();
+    if (fresh_dir(dir) != 0) {
+        FAIL("cannot empty %s: %s", dir, strerror(errno));
+        return;
+    }
     if (ncclCommInitRank(&mine, 1, id, 0) != ncclSuccess) {
         FAIL("ncclCommInitRank failed");
         return;
