@@ -14,45 +14,7 @@
 #include <sys/wait.h>
 
 #include "test_common.h"
-
-#define MAXR 8
-#define MAXROUNDS 200
-#define SKIP (-1)      /* the rank did not vote in that round */
-#define LONG_MS 10000u /* a timeout that a passing test never reaches */
-#define QUICK_MS 1000u /* "at once": far below LONG_MS, generous for a loaded machine */
-#define SHORT_MS 200u  /* the timeout of the rounds meant to time out */
-#define BYTES 4096u
-
-enum mode { THREADS, PROCS };
-
-/* One rank's vote in one round. */
-struct pt {
-    struct shim_p2p_point p;
-    uint64_t sent[MAXR], received[MAXR];
-    uint64_t timeout_ms;
-    uint32_t delay_us; /* before the vote */
-};
-
-struct scen;
-/* Fill @p pt (set to yes at position 0, LONG_MS) for rank @p rank in round @p round; 0: it does not vote. */
-typedef int (*point_fn)(const struct scen *sc, uint32_t round, uint32_t rank, struct pt *pt);
-
-struct scen {
-    uint32_t n, rounds;
-    int sync; /* all ranks meet after each round */
-    point_fn point;
-    uint32_t arg; /* the rank that a scenario singles out */
-};
-
-/* In shared memory: seen by threads and forked ranks alike. */
-struct world {
-    pthread_barrier_t barrier;
-    uint8_t secret[SHIM_SECRET_BYTES];
-    const struct scen *sc;
-    int open_st[MAXR];
-    int result[MAXROUNDS][MAXR];
-    uint32_t ms[MAXROUNDS][MAXR];
-};
+#include "test_p2p_agree_int.h"
 
 static void random_secret(uint8_t secret[SHIM_SECRET_BYTES])
 {
@@ -60,13 +22,6 @@ static void random_secret(uint8_t secret[SHIM_SECRET_BYTES])
     ck_assert_ptr_nonnull(f);
     ck_assert_uint_eq(fread(secret, 1, SHIM_SECRET_BYTES, f), SHIM_SECRET_BYTES);
     fclose(f);
-}
-
-/* Every position of @p pt at @p k: k groups with every peer before this one. */
-static void at(struct pt *pt, uint32_t n, uint64_t k)
-{
-    for (uint32_t j = 0; j < n; j++)
-        pt->sent[j] = pt->received[j] = k;
 }
 
 static void pt_init(struct pt *pt, uint32_t n)
@@ -110,7 +65,7 @@ static struct world *world_new(const struct scen *sc)
     return w;
 }
 
-static void world_free(struct world *w)
+void world_free(struct world *w)
 {
     pthread_barrier_destroy(&w->barrier);
     munmap(w, sizeof(*w));
@@ -223,7 +178,7 @@ static void world_run(struct world *w, enum mode mode)
 }
 
 /* A world of @p sc, run in mode @p m. */
-static struct world *world_ran(const struct scen *sc, enum mode m)
+struct world *world_ran(const struct scen *sc, enum mode m)
 {
     struct world *w = world_new(sc);
     world_run(w, m);
@@ -236,8 +191,7 @@ static const char *mode_name(enum mode m)
 }
 
 /* Every rank that voted in round @p r got @p want, within [min_ms, max_ms]. */
-static void expect_round(const struct world *w, enum mode m, uint32_t r, int want, uint32_t min_ms,
-                         uint32_t max_ms)
+void expect_round(const struct world *w, enum mode m, uint32_t r, int want, uint32_t min_ms, uint32_t max_ms)
 {
     for (uint32_t i = 0; i < w->sc->n; i++) {
         int got = w->result[r][i];
@@ -292,114 +246,6 @@ START_TEST(test_commit_rounds)
             expect_round(w, m, r, 1, 0, LONG_MS);
         world_free(w);
     }
-}
-END_TEST
-
-/* ---- one rank says no ---- */
-
-static int point_one_no(const struct scen *sc, uint32_t round, uint32_t rank, struct pt *pt)
-{
-    at(pt, sc->n, round);
-    pt->p.yes = !(round == 0 && rank == sc->arg);
-    return 1;
-}
-
-START_TEST(test_one_no)
-{
-    enum mode m = _i ? PROCS : THREADS;
-    for (uint32_t no = 0; no < 4; no += 3) {
-        struct scen sc = {4, 2, 1, point_one_no, no};
-        struct world *w = world_ran(&sc, m);
-        expect_round(w, m, 0, 0, 0, QUICK_MS);
-        expect_round(w, m, 1, 1, 0, LONG_MS); /* all went to NCCL with the group: all at 1 */
-        world_free(w);
-    }
-}
-END_TEST
-
-/* ---- positions that disagree: rank 2 is one group ahead with rank 3 ---- */
-
-static int point_ahead(const struct scen *sc, uint32_t round, uint32_t rank, struct pt *pt)
-{
-    at(pt, sc->n, round);
-    if (round == 0 && rank == 2)
-        pt->sent[3] = pt->received[3] = 1;
-    if (round == 1 && (rank == 2 || rank == 3)) /* rank 3 caught up with its extra group on NCCL */
-        pt->sent[5 - rank] = pt->received[5 - rank] = 2;
-    return 1;
-}
-
-/* ... and rank 1 sent one more to rank 0 than rank 0 received (one direction only). */
-static int point_one_way(const struct scen *sc, uint32_t round, uint32_t rank, struct pt *pt)
-{
-    at(pt, sc->n, round);
-    if (round == 0 && rank == 1)
-        pt->sent[0] = 1;
-    if (round == 1 && rank == 1)
-        pt->sent[0] = 2;
-    if (round == 1 && rank == 0)
-        pt->received[1] = 2;
-    return 1;
-}
-
-/*
- * point_ahead in a fixed order. arg 0: rank 2 posts, rank 3 finds it past its
- * group and stays out, then ranks 0 and 1 find rank 3's last vote on their
- * group. arg 1: ranks 0 to 2 post, and rank 3, staying out, ends their round.
- */
-static int point_ahead_ordered(const struct scen *sc, uint32_t round, uint32_t rank, struct pt *pt)
-{
-    point_ahead(sc, round, rank, pt);
-    static const uint32_t delay_ms[2][4] = {{100, 100, 0, 50}, {0, 0, 0, 50}};
-    if (round == 0)
-        pt->delay_us = delay_ms[sc->arg][rank] * 1000u;
-    return 1;
-}
-
-START_TEST(test_positions_disagree)
-{
-    enum mode m = _i ? PROCS : THREADS;
-    point_fn fns[] = {point_ahead, point_one_way, point_ahead_ordered, point_ahead_ordered};
-    for (uint32_t k = 0; k < 4; k++) {
-        struct scen sc = {4, 2, 1, fns[k], k == 3};
-        struct world *w = world_ran(&sc, m);
-        expect_round(w, m, 0, 0, 0, QUICK_MS);
-        expect_round(w, m, 1, 1, 0, LONG_MS);
-        world_free(w);
-    }
-}
-END_TEST
-
-/* ---- bytes, dtype or the self pair differ ---- */
-
-static int point_mismatch(const struct scen *sc, uint32_t round, uint32_t rank, struct pt *pt)
-{
-    at(pt, sc->n, round);
-    if (round == 0 && rank == 1)
-        pt->p.bytes = BYTES + 8;
-    if (round == 1 && rank == 2)
-        pt->p.dtype = ncclFloat16;
-    if (round == 2 && rank == 3)
-        pt->sent[3] = round + 1; /* a send to itself without its recv */
-    if (round == 3) {
-        /* positions missing: a no, which a rank that comes after its round cannot match to its group */
-        pt->timeout_ms = SHORT_MS;
-        if (rank == 0)
-            pt->p.sent = NULL;
-    }
-    return 1;
-}
-
-START_TEST(test_bytes_dtype_differ)
-{
-    enum mode m = _i ? PROCS : THREADS;
-    struct scen sc = {4, 5, 1, point_mismatch, 0};
-    struct world *w = world_ran(&sc, m);
-    for (uint32_t r = 0; r < 3; r++)
-        expect_round(w, m, r, 0, 0, QUICK_MS);
-    expect_round(w, m, 3, 0, 0, SHORT_MS + QUICK_MS);
-    expect_round(w, m, 4, 1, 0, LONG_MS);
-    world_free(w);
 }
 END_TEST
 
@@ -942,9 +788,7 @@ Suite *mscx_test_suite(void)
     TCase *tc = mscx_tcase("votes");
     tcase_set_timeout(tc, 30);
     tcase_add_loop_test(tc, test_commit_rounds, 0, 2);
-    tcase_add_loop_test(tc, test_one_no, 0, 2);
-    tcase_add_loop_test(tc, test_positions_disagree, 0, 2);
-    tcase_add_loop_test(tc, test_bytes_dtype_differ, 0, 2);
+    p2p_agree_add_disagree_cases(tc);
     tcase_add_loop_test(tc, test_never_votes, 0, 2);
     tcase_add_loop_test(tc, test_late_rank, 0, 2);
     tcase_add_loop_test(tc, test_timeout_decides, 0, 2);
