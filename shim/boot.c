@@ -5,9 +5,9 @@
  * synchronisation of that stream. Used only at communicator setup, never
  * during capture.
  *
- * Its buffers, stream and device are devops.c's: host memory instead of
- * device memory where the real library is the test suite's fake NCCL, which
- * moves host bytes between its ranks (with or without a GPU, with or
+ * Its buffers, stream and device are devops.c's: in the shim's test build,
+ * host memory instead of device memory where the real library is the test
+ * suite's fake NCCL, which moves host bytes between its ranks (with or without a GPU, with or
  * without CUDA in the build). A real NCCL never does; without it and
  * without a device every bootstrap is unsupported and the shim forwards
  * everything.

@@ -6,13 +6,15 @@
  * faults of the test suite.
  *
  * Three implementations: CUDA (built where MSCX_SHIM_CUDA is defined), none
- * (every operation fails: no device, no event, no capture), and the test
- * suite's fake NCCL, which exports its own doubles. The table is chosen
- * once, part by part: a part comes from the fake where the real library
- * exports it (mscxFakeNcclHostMemory answering 1: host memory for the
- * bootstrap; mscxFakeCudaEvent*: the events; mscxFakeCudaStreamIsCapturing:
- * the capture query; mscxFakeNcclSetupFault: the faults), else from CUDA,
- * else from none. A real NCCL exports none of them.
+ * (every operation fails: no device, no event, no capture), and, in the test
+ * build of the shim alone (MSCX_SHIM_TEST_DOUBLES), the doubles that the
+ * test suite's fake NCCL exports. The table is chosen once, part by part: in
+ * the test build a part comes from the fake where the real library exports
+ * it (mscxFakeNcclHostMemory answering 1: host memory for the bootstrap;
+ * mscxFakeCudaEvent*: the events; mscxFakeCudaStreamIsCapturing: the
+ * capture query; mscxFakeNcclSetupFault: the faults), else from CUDA, else
+ * from none. The product library looks up no such symbol and has no setup
+ * faults.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -400,6 +402,7 @@ static const struct shim_dev_ops *const runtime_ops = &cuda_ops;
 static const struct shim_dev_ops *const runtime_ops = NULL; /* built without CUDA */
 #endif
 
+#ifdef MSCX_SHIM_TEST_DOUBLES
 /* ---- the fake NCCL: host memory, and the doubles it exports ---- */
 
 static int host_have_device(void)
@@ -494,6 +497,24 @@ static int fake_join(struct shim_dev_join_ops *j)
     return j->event_create && j->event_destroy && j->event_record && j->stream_wait;
 }
 
+/* The fake's doubles in place of the parts of @p ops that the fake NCCL exports. */
+static void choose_fake(struct shim_dev_ops *ops)
+{
+    int (*host_memory)(void) = (int (*)(void))fake_sym("mscxFakeNcclHostMemory");
+    if (host_memory && host_memory())
+        ops->setup = host_setup;
+    struct shim_dev_join_ops j;
+    if (fake_join(&j))
+        ops->join = j;
+    fake_is_capturing = (int (*)(void *, int *))shim_real_sym("mscxFakeCudaStreamIsCapturing");
+    if (fake_is_capturing)
+        ops->capturing = fake_capturing;
+    int (*fault)(const char *) = (int (*)(const char *))fake_sym("mscxFakeNcclSetupFault");
+    if (fault)
+        ops->fault = fault;
+}
+#endif /* MSCX_SHIM_TEST_DOUBLES */
+
 /* ---- the choice ---- */
 
 static struct shim_dev_ops chosen;
@@ -502,18 +523,9 @@ static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 static void choose(void)
 {
     chosen = runtime_ops ? *runtime_ops : none_ops;
-    int (*host_memory)(void) = (int (*)(void))fake_sym("mscxFakeNcclHostMemory");
-    if (host_memory && host_memory())
-        chosen.setup = host_setup;
-    struct shim_dev_join_ops j;
-    if (fake_join(&j))
-        chosen.join = j;
-    fake_is_capturing = (int (*)(void *, int *))shim_real_sym("mscxFakeCudaStreamIsCapturing");
-    if (fake_is_capturing)
-        chosen.capturing = fake_capturing;
-    int (*fault)(const char *) = (int (*)(const char *))fake_sym("mscxFakeNcclSetupFault");
-    if (fault)
-        chosen.fault = fault;
+#ifdef MSCX_SHIM_TEST_DOUBLES
+    choose_fake(&chosen);
+#endif
 }
 
 const struct shim_dev_ops *shim_dev_ops(void)
@@ -524,5 +536,10 @@ const struct shim_dev_ops *shim_dev_ops(void)
 
 int shim_boot_fault(const char *point)
 {
+#ifdef MSCX_SHIM_TEST_DOUBLES
     return shim_dev_ops()->fault(point);
+#else
+    (void)point;
+    return 0; /* the product has no setup faults */
+#endif
 }

@@ -65,8 +65,8 @@ static __thread ncclResult_t
     group_err; /* the first error of a call forwarded in the group or launched before its end */
 
 /*
- * The stream operations of a join (devops.c): CUDA's, or the test suite's
- * fake NCCL's, which record what a join does. Without either there is no
+ * The stream operations of a join (devops.c): CUDA's, or in the shim's test
+ * build the test suite's fake NCCL's, which record what a join does. Without either there is no
  * event: keeping a call on a second stream of a communicator then fails.
  */
 static const struct shim_dev_join_ops *join_ops(void)

@@ -522,7 +522,7 @@ ncclResult_t shim_coll_config_forward(const struct shim_coll_call *call);
  */
 ncclResult_t shim_comm_after_resume(int prof, ncclResult_t res, ncclComm_t comm);
 
-/* ---- devops.c: the device operations, from CUDA, the test suite's fake NCCL, or none ---- */
+/* ---- devops.c: the device operations, from CUDA, none, or (test build) the fake NCCL's doubles ---- */
 
 /**
  * Where a bootstrap runs (shim_dev_setup_ops.enter): its device current and
@@ -594,8 +594,9 @@ struct shim_dev_ops {
 };
 
 /**
- * The device operations, chosen once, part by part: the test suite's fake
- * NCCL's where the real library exports them (host memory for the
+ * The device operations, chosen once, part by part: in the test build of
+ * the shim (MSCX_SHIM_TEST_DOUBLES), the test suite's fake NCCL's where the
+ * real library exports them (host memory for the
  * bootstrap, its events, its capture query, its setup faults), else CUDA's
  * where the shim is built with CUDA, else none (no device, no event, no
  * capture: every operation fails).
@@ -603,7 +604,8 @@ struct shim_dev_ops {
 const struct shim_dev_ops *shim_dev_ops(void);
 /**
  * 1 when the test suite's fake NCCL asks for a local setup failure at
- * @p point (comm-alloc, table, boot, agree-alloc); always 0 with a real NCCL.
+ * @p point (comm-alloc, table, boot, agree-alloc), in the test build of the
+ * shim alone; always 0 in the product and with a real NCCL.
  */
 int shim_boot_fault(const char *point);
 

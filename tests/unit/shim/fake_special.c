@@ -359,7 +359,8 @@ FAKE_EXPORT int mscxFakeNcclHostMemory(void)
  * A local setup failure of this rank, for the shim's tests: 1 when
  * FAKE_NCCL_SETUP_FAULT names @p point (a place on the shim's way to its
  * fixed exchange: comm-alloc, table, boot, agree-alloc). A real NCCL never
- * exports it, so the product has no such switch.
+ * exports it, and only the shim's test build looks it up: the product has no
+ * such switch.
  */
 FAKE_EXPORT int mscxFakeNcclSetupFault(const char *point)
 {
