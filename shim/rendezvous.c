@@ -252,6 +252,8 @@ struct listener {
     int fd;
     struct mark m;
     char where[64];
+    atomic_int released;           /* its id's communicator has one rank: no rank will come */
+    struct listener *next_of_proc; /* on the list of this process's listeners */
     /* the exchange */
     uint32_t nranks, bytes;
     uint8_t *table;
@@ -396,6 +398,41 @@ static void answer(struct listener *l, int all_in)
                   l->where, count, l->nranks, l->m.bound_ms);
 }
 
+/* This process's listeners, so that a lone rank can release its id's (shim_rdv_release()). */
+static pthread_mutex_t procs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct listener *procs;
+
+static void proc_add(struct listener *l)
+{
+    pthread_mutex_lock(&procs_lock);
+    l->next_of_proc = procs;
+    procs = l;
+    pthread_mutex_unlock(&procs_lock);
+}
+
+static void proc_remove(struct listener *l)
+{
+    pthread_mutex_lock(&procs_lock);
+    for (struct listener **p = &procs; *p; p = &(*p)->next_of_proc)
+        if (*p == l) {
+            *p = l->next_of_proc;
+            break;
+        }
+    pthread_mutex_unlock(&procs_lock);
+}
+
+void shim_rdv_release(const ncclUniqueId *id)
+{
+    struct mark m;
+    if (!id || !mark_read(id, &m))
+        return;
+    pthread_mutex_lock(&procs_lock);
+    for (struct listener *l = procs; l; l = l->next_of_proc)
+        if (memcmp(l->m.nonce, m.nonce, NONCE_BYTES) == 0)
+            atomic_store(&l->released, 1);
+    pthread_mutex_unlock(&procs_lock);
+}
+
 static void *serve(void *arg)
 {
     struct listener *l = arg;
@@ -404,6 +441,11 @@ static void *serve(void *arg)
     size_t pcap = 0;
     for (;;) {
         uint64_t t = now_ms();
+        if (atomic_load(&l->released) && !l->first) {
+            MSCX_INFO(MSCX_SUB_SHIM, "rendezvous %s: its communicator has one rank; the listener exits",
+                      l->where);
+            break;
+        }
         if (l->nranks && l->nhave == l->nranks) {
             answer(l, 1);
             break;
@@ -504,6 +546,7 @@ static void *serve(void *arg)
     /* stop listening in every copy of the socket (a forked child's too): a later rank is refused at once */
     shutdown(l->fd, SHUT_RDWR);
     close(l->fd);
+    proc_remove(l);
     free(pfds);
     free(l->conns);
     free(l->table);
@@ -604,10 +647,12 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t th;
+    proc_add(l);
     int rc = pthread_create(&th, &attr, serve, l);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
+        proc_remove(l);
         errno = rc;
         goto fail;
     }

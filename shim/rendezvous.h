@@ -52,6 +52,13 @@ uint32_t shim_rdv_bound_ms(const struct mscx_config *cfg);
  */
 mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms);
 
+/**
+ * @p id (marked by this process) serves a communicator of one rank, which
+ * gathers nothing: its listener exits now rather than after an idle hour.
+ * Does nothing for an id marked elsewhere or not at all.
+ */
+void shim_rdv_release(const ncclUniqueId *id);
+
 /** 1 when @p id carries a marker. */
 int shim_rdv_marked(const ncclUniqueId *id);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "comm_int.h"
+#include "rendezvous.h"
 #include "mscx/env.h"
 #include "mscx/log.h"
 
@@ -226,8 +227,10 @@ ncclResult_t shim_comm_build(struct shim_comm *c, const struct mscx_config *cfg,
     int queried = query(prof, comm, c) == 0;
     for (size_t i = 0; queried && i < nplans; i++)
         ncand += plans[i].route.nranks == c->nranks;
-    /* a rank alone has nobody to meet, however it was created */
+    /* a rank alone has nobody to meet, however it was created: its id's listener may go */
     int exchange = j && (j->kind != SHIM_JOIN_NONE || (queried && c->nranks == 1));
+    if (j && j->kind == SHIM_JOIN_RDV && queried && c->nranks == 1)
+        shim_rdv_release(&j->id);
     /*
      * Queried, with an exchange: the fixed exchange, on every rank alike (a
      * rank without a bootstrap is one without a device, the same

@@ -285,6 +285,29 @@ static int closed_by_listener(int fd)
     return poll(&p, 1, 3000) == 1 && recv(fd, &c, 1, 0) <= 0;
 }
 
+/* a communicator of one rank releases its id's listener, which exits at once */
+START_TEST(test_release)
+{
+    ncclUniqueId id, other;
+    marked_id(&id, AF_INET, 1000);
+    marked_id(&other, AF_INET, 1000);
+    int before = atomic_load(&live_listeners);
+    ck_assert_int_ge(before, 2);
+    shim_rdv_release(&id);
+    for (int waited = 0; atomic_load(&live_listeners) == before && waited < 3000; waited += 10)
+        usleep(10 * 1000);
+    ck_assert_int_eq(atomic_load(&live_listeners), before - 1);
+    struct mark m;
+    ck_assert(mark_read(&id, &m));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_ne(connect(fd, &m.addr.sa, m.addrlen), 0); /* refused: nobody listens there */
+    close(fd);
+    close(dial_loopback(&other)); /* the other id's listener still serves */
+    ck_assert_int_eq(atomic_load(&live_listeners), before - 1);
+}
+END_TEST
+
 /* (e) strangers: garbage, a wrong nonce and a silent connection are turned away; the gather succeeds */
 START_TEST(test_strangers)
 {
@@ -429,6 +452,7 @@ Suite *mscx_test_suite(void)
     tcase_add_test(tc, test_late_beyond_bound);
     tcase_add_test(tc, test_unmarked);
     tcase_add_test(tc, test_strangers);
+    tcase_add_test(tc, test_release);
     tcase_add_test(tc, test_duplicate_rank);
     suite_add_tcase(s, tc);
     TCase *tm = mscx_tcase("mark");
