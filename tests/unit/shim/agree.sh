@@ -14,6 +14,8 @@
 # --lifecycle, less --expect-shim for a rank without the shim); with WANT
 # "agree", AGREE_TIMES (1) is how many exchanges each rank agrees in.
 # With AGREE_ID=1 the ranks share the id rank 0 makes (DRV_ID_FILE).
+# AGREE_WAIT_MS (10000) is how long the fake waits for the other ranks in one
+# of its allgathers before it calls the wait a hang.
 # Fails on a hang (a rank waiting in an exchange another skipped: the fake
 # ends it with status 99), a second warning, or ranks that decide differently.
 driver=$1 work=$2 want=$3
@@ -30,7 +32,7 @@ for extra in "$@"; do
     *) args=${AGREE_ARGS:---expect-shim --lifecycle} ;;
     esac
     # shellcheck disable=SC2086 # word splitting of the settings and arguments is intended
-    env FAKE_NCCL_WORLD="$work/world" FAKE_NCCL_RANK=$r FAKE_NCCL_NRANKS=$n FAKE_NCCL_WAIT_MS=10000 \
+    env FAKE_NCCL_WORLD="$work/world" FAKE_NCCL_RANK=$r FAKE_NCCL_NRANKS=$n FAKE_NCCL_WAIT_MS=${AGREE_WAIT_MS:-10000} \
         FAKE_NCCL_LOG="$work/fake$r.log" MSCX_DEBUG=INFO MSCX_DEBUG_SUBSYS=SHIM MSCX_DEBUG_FILE="$work/shim$r.txt" \
         ${idfile:+DRV_ID_FILE=$idfile FAKE_NCCL_ID_INET=1} $extra "$driver" $args >"$work/out$r.txt" 2>&1 &
     eval "pid$r=\$!"
