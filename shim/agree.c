@@ -53,24 +53,14 @@ struct agree_record {
 };
 _Static_assert(sizeof(struct agree_record) == SHIM_BOOT_FIXED_BYTES, "one size in every version");
 
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 static uint64_t hash_str(const char *s)
 {
-    return hash_bytes(0xcbf29ce484222325ull, s ? s : "", s ? strlen(s) + 1 : 1);
+    return shim_fnv1a(SHIM_FNV_BASIS, s ? s : "", s ? strlen(s) + 1 : 1);
 }
 
 static uint64_t hash_u64(uint64_t v)
 {
-    return hash_bytes(0xcbf29ce484222325ull, &v, sizeof(v));
+    return shim_fnv1a(SHIM_FNV_BASIS, &v, sizeof(v));
 }
 
 /*

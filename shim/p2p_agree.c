@@ -169,15 +169,6 @@ static struct timespec to_timespec(uint64_t ns)
     return ts;
 }
 
-static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 static uint64_t pid_namespace(void)
 {
     struct stat sb;
@@ -648,9 +639,9 @@ static unsigned reap_stale(void)
 
 static void agree_name(const uint8_t secret[SHIM_SECRET_BYTES], char name[AGREE_NAME_MAX], uint64_t *check_p)
 {
-    uint64_t h = fnv1a(0xcbf29ce484222325ull, secret, SHIM_SECRET_BYTES);
+    uint64_t h = shim_fnv1a(SHIM_FNV_BASIS, secret, SHIM_SECRET_BYTES);
     static const uint8_t salt[] = "mscx-p2p-agree-check";
-    *check_p = fnv1a(fnv1a(0xcbf29ce484222325ull, salt, sizeof(salt)), secret, SHIM_SECRET_BYTES);
+    *check_p = shim_fnv1a(shim_fnv1a(SHIM_FNV_BASIS, salt, sizeof(salt)), secret, SHIM_SECRET_BYTES);
     snprintf(name, AGREE_NAME_MAX, "/mscx-p2p-%016llx", (unsigned long long)h);
 }
 

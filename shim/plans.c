@@ -58,16 +58,6 @@ int shim_warn_once(const char *key, const char *fmt, ...)
     return 1;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 static uint64_t hash_file(uint64_t h, const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -76,7 +66,7 @@ static uint64_t hash_file(uint64_t h, const char *path)
     char buf[4096];
     size_t n;
     while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-        h = fnv(h, buf, n);
+        h = shim_fnv1a(h, buf, n);
     fclose(f);
     return h;
 }
@@ -107,7 +97,7 @@ static void plans_load(void)
     char *names[SHIM_MAX_PLANS];
     size_t nnames = 0;
 
-    plans_hash = 0xcbf29ce484222325ull;
+    plans_hash = SHIM_FNV_BASIS;
     if (!cfg)
         return;
     snprintf(plans_dir, sizeof(plans_dir), "%s", cfg->plan_dir[0] ? cfg->plan_dir : MSCX_PLAN_INSTALL_DIR);
@@ -142,7 +132,7 @@ static void plans_load(void)
             nfailed++;
             continue;
         }
-        plans_hash = fnv(plans_hash, names[i], strlen(names[i]) + 1);
+        plans_hash = shim_fnv1a(plans_hash, names[i], strlen(names[i]) + 1);
         plans_hash = hash_file(plans_hash, e->path);
         if (mscx_plan_reaches_peer_user(e->plan)) {
             /* NCCL's enqueue never waits for peers; such a launch would: the same on every rank */

@@ -25,6 +25,18 @@
 /* Taken once per object or on errors: out of the hot path's lines */
 #define SHIM_COLD __attribute__((cold, noinline))
 
+/* 64-bit FNV-1a, the hash of what ranks compare: settings, the plan set, the agreement's secret. */
+#define SHIM_FNV_BASIS 0xcbf29ce484222325ull
+static inline uint64_t shim_fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
 /* ---- loader.c: the real NCCL and the last error ---- */
 
 /**
