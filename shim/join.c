@@ -19,10 +19,17 @@
 #include "rendezvous.h"
 #include "shim_int.h"
 
-/* The vouched communicators: every rank was seen in an exchange. */
+/*
+ * The vouched communicators: every rank was seen in an exchange. Recording
+ * one must not fail on one rank alone (its children would then skip an
+ * exchange the others run), so the first VOUCH_FIXED live ones need no
+ * allocation; past them a failed allocation is such a rank-local failure.
+ */
+#define VOUCH_FIXED 1024
 static pthread_mutex_t vouch_lock = PTHREAD_MUTEX_INITIALIZER;
-static ncclComm_t *vouched;
-static size_t nvouched, cap_vouched;
+static ncclComm_t vouched_fixed[VOUCH_FIXED];
+static ncclComm_t *vouched = vouched_fixed;
+static size_t nvouched, cap_vouched = VOUCH_FIXED;
 
 static int vouch_find(ncclComm_t comm, size_t *at)
 {
@@ -34,22 +41,31 @@ static int vouch_find(ncclComm_t comm, size_t *at)
     return 0;
 }
 
-void shim_join_vouch(ncclComm_t comm)
+/* Room for one more vouched handle. Called with vouch_lock held. @return 0, or -1 without memory */
+static int vouch_room(void)
+{
+    if (nvouched < cap_vouched)
+        return 0;
+    size_t cap = 2 * cap_vouched;
+    ncclComm_t *v = vouched == vouched_fixed ? malloc(cap * sizeof(*v)) : realloc(vouched, cap * sizeof(*v));
+    if (!v)
+        return -1;
+    if (vouched == vouched_fixed)
+        memcpy(v, vouched_fixed, sizeof(vouched_fixed));
+    vouched = v;
+    cap_vouched = cap;
+    return 0;
+}
+
+void shim_join_done(ncclComm_t comm, const struct shim_join *j, int complete)
 {
     size_t at;
+    /* over the communicator every rank entered the exchange, whatever it met there */
+    if (j->kind != SHIM_JOIN_COMM && !complete)
+        return;
     pthread_mutex_lock(&vouch_lock);
-    if (comm && !vouch_find(comm, &at)) {
-        if (nvouched == cap_vouched) {
-            size_t cap = cap_vouched ? 2 * cap_vouched : 16;
-            ncclComm_t *v = realloc(vouched, cap * sizeof(*v));
-            if (v) {
-                vouched = v;
-                cap_vouched = cap;
-            }
-        }
-        if (nvouched < cap_vouched) /* without memory its children go to NCCL: the same on every rank */
-            vouched[nvouched++] = comm;
-    }
+    if (comm && !vouch_find(comm, &at) && vouch_room() == 0)
+        vouched[nvouched++] = comm;
     pthread_mutex_unlock(&vouch_lock);
 }
 

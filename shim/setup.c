@@ -154,13 +154,13 @@ void shim_comm_setup_disabled(int prof, ncclComm_t comm, const struct mscx_confi
         return;
     if (j->kind == SHIM_JOIN_COMM &&
         shim_boot_create(comm, prof, probe.rank, probe.nranks, probe.device, &bs) != MSCX_OK) {
-        if (shim_agree_vote_only(prof, comm, j, cfg, probe.rank, probe.nranks, probe.device) == MSCX_OK)
-            shim_join_vouch(comm);
+        shim_join_done(comm, j,
+                       shim_agree_vote_only(prof, comm, j, cfg, probe.rank, probe.nranks, probe.device) ==
+                           MSCX_OK);
         return;
     }
     /* no plans read under MSCX_DISABLE */
-    if (shim_agree(comm, bs, j, cfg, probe.rank, probe.nranks, 0, &rpn, secret) >= 0)
-        shim_join_vouch(comm);
+    shim_join_done(comm, j, shim_agree(comm, bs, j, cfg, probe.rank, probe.nranks, 0, &rpn, secret) >= 0);
     explicit_bzero(secret, sizeof(secret));
     if (bs)
         shim_boot_destroy(bs);
@@ -180,8 +180,8 @@ void shim_comm_vote_fall_back(int prof, ncclComm_t comm, const struct mscx_confi
     if (!j || j->kind == SHIM_JOIN_NONE || query(prof, comm, &probe) != 0 || probe.nranks < 2)
         return;
     shim_agree_vote_warn(comm, probe.rank, probe.nranks, why, warn);
-    if (shim_agree_vote_only(prof, comm, j, cfg, probe.rank, probe.nranks, probe.device) == MSCX_OK)
-        shim_join_vouch(comm);
+    shim_join_done(
+        comm, j, shim_agree_vote_only(prof, comm, j, cfg, probe.rank, probe.nranks, probe.device) == MSCX_OK);
 }
 
 /*
@@ -247,14 +247,14 @@ ncclResult_t shim_comm_build(struct shim_comm *c, const struct mscx_config *cfg,
             char why[96];
             snprintf(why, sizeof(why), "its bootstrap could not be set up (%s)", mscx_status_str(st));
             shim_agree_vote_warn(comm, c->rank, c->nranks, why, 1);
-            if (c->nranks > 1 &&
-                shim_agree_vote_only(prof, comm, j, cfg, c->rank, c->nranks, c->device) == MSCX_OK)
-                shim_join_vouch(comm);
+            if (c->nranks > 1)
+                shim_join_done(comm, j,
+                               shim_agree_vote_only(prof, comm, j, cfg, c->rank, c->nranks, c->device) ==
+                                   MSCX_OK);
         } else {
             shim_boot_watch(c->bs, stop);
             agreed = shim_agree(comm, c->bs, j, cfg, c->rank, c->nranks, hash, &c->rpn, c->secret);
-            if (agreed >= 0)
-                shim_join_vouch(comm);
+            shim_join_done(comm, j, agreed >= 0);
             agreed = agreed > 0;
         }
     }

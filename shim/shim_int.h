@@ -328,8 +328,13 @@ void shim_join_by_id(struct shim_join *j, const ncclUniqueId *id);
 void shim_join_by_parent(struct shim_join *j, ncclComm_t parent);
 /** Over the communicator: its ranks are this process's (ncclCommInitAll), or must all run the shim. */
 void shim_join_over_comm(struct shim_join *j);
-/** Every rank of @p comm took part in its exchange: what is made from it may exchange over it. */
-void shim_join_vouch(ncclComm_t comm);
+/**
+ * The fixed exchange of @p comm, joined as @p j says, is over (@p complete:
+ * it gathered every rank's record). Over the communicator, or at a
+ * rendezvous that every rank reached, every rank of @p comm runs the shim:
+ * what is made from it may then exchange over it.
+ */
+void shim_join_done(ncclComm_t comm, const struct shim_join *j, int complete);
 /** @p comm is destroyed or aborted: its handle may come back for another communicator. */
 void shim_join_forget(ncclComm_t comm);
 
