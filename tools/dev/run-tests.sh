@@ -37,7 +37,9 @@ for line in open(sys.argv[1]):
         s += 1
     else:
         f += 1
-        print(f"  failed: {r.get('name')} ({res})", file=sys.stderr)
+        print(f"  failed: {r.get('name')} ({res}), the last lines it printed:", file=sys.stderr)
+        for out in (r.get("stdout") or "").splitlines()[-40:]:
+            print(f"    | {out}", file=sys.stderr)
 print(p, f, s)
 PY
 }
@@ -52,7 +54,7 @@ run_suite() { # build dir, label, meson test args...
     echo "$label: $p passed, $f failed, $s skipped"
     total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
     if [ $rc -ne 0 ]; then
-        tail -n 60 "$dir/meson-logs/run-$label.txt"
+        tail -n 20 "$dir/meson-logs/run-$label.txt"
         status=1
     fi
 }
