@@ -218,7 +218,7 @@ mscx_status_t shim_agree_vote_only(int prof, ncclComm_t comm, const struct shim_
     mine.vote = 0;
     mscx_status_t st = j->kind == SHIM_JOIN_RDV
                            ? agree_exchange(j, NULL, rank, nranks, &mine, NULL, &absent)
-                           : shim_boot_fixed_vote(comm, prof, rank, nranks, device, &mine);
+                           : shim_boot_fixed_once(comm, prof, rank, nranks, device, &mine, NULL);
     if (st != MSCX_OK && j->kind == SHIM_JOIN_RDV)
         exchange_warn(comm, nranks, j, st, &absent);
     else if (st != MSCX_OK && st != MSCX_ERR_UNSUPPORTED)

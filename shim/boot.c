@@ -332,8 +332,8 @@ static void vote_free(const struct shim_boot *b, void *p, int pinned)
     buf_free(p);
 }
 
-mscx_status_t shim_boot_fixed_vote(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
-                                   const void *mine)
+mscx_status_t shim_boot_fixed_once(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
+                                   const void *mine, void *all)
 {
     struct shim_boot b;
     memset(&b, 0, sizeof(b));
@@ -355,8 +355,12 @@ mscx_status_t shim_boot_fixed_vote(ncclComm_t comm, int prof, uint32_t rank, uin
     char *dmine = (char *)buf + (size_t)nranks * SHIM_BOOT_FIXED_BYTES;
     if (pinned)
         memcpy(dmine, mine, SHIM_BOOT_FIXED_BYTES);
-    if (pinned || buf_put(&b, dmine, mine, SHIM_BOOT_FIXED_BYTES))
-        st = gather(&b, dmine, buf, NULL, SHIM_BOOT_FIXED_BYTES);
+    if (pinned || buf_put(&b, dmine, mine, SHIM_BOOT_FIXED_BYTES)) {
+        /* pinned memory is read by the host once the exchange is over */
+        st = gather(&b, dmine, buf, pinned ? NULL : all, SHIM_BOOT_FIXED_BYTES);
+        if (st == MSCX_OK && pinned && all)
+            memcpy(all, nranks == 1 ? dmine : buf, (size_t)nranks * SHIM_BOOT_FIXED_BYTES);
+    }
 out:
     if (buf)
         vote_free(&b, buf, pinned);

@@ -34,7 +34,7 @@ INTERCEPTED = [
     'ncclGetErrorString', 'ncclGetVersion', 'ncclGetUniqueId', 'ncclRedOpCreatePreMulSum', 'ncclRedOpDestroy',
     'ncclCommWindowRegister', 'ncclCommWindowDeregister',
     'ncclAllReduceConfig', 'ncclAllGatherConfig', 'ncclReduceScatterConfig', 'ncclBroadcastConfig',
-    'ncclAlltoAllConfig', 'ncclCommGrow', 'ncclCommSuspend', 'ncclCommResume',
+    'ncclAlltoAllConfig', 'ncclCommGrow', 'ncclCommGetUniqueId', 'ncclCommSuspend', 'ncclCommResume',
 ]
 
 # The intercepts every header we build against (NCCL 2.19 and later) declares; the others
@@ -52,7 +52,7 @@ FAKE_HOOKS = [
     'ncclCommInitAll', 'ncclCommSplit', 'ncclCommShrink', 'ncclCommCount', 'ncclCommUserRank',
     'ncclCommCuDevice', 'ncclGetUniqueId', 'ncclMemAlloc', 'ncclCommGetAsyncError', 'ncclAllGather',
     'ncclCommAbort', 'ncclCommRevoke', 'ncclAllReduce', 'ncclRedOpCreatePreMulSum',
-    'ncclCommWindowRegister', 'ncclCommGrow',
+    'ncclCommWindowRegister', 'ncclCommGrow', 'ncclCommGetUniqueId',
 ]
 
 # Functions taking a communicator that leave a collecting group alone: the collectives whose

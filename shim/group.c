@@ -171,6 +171,9 @@ static ncclResult_t flush_pending(int prof)
     int overflow = group_overflow;
     group_npending = 0;
     group_overflow = 0;
+    /* the grown communicators' ranks meet now, outside the group, on every rank alike */
+    for (int i = 0; i < n; i++)
+        shim_join_resolve(&group_joins[i]);
     if (overflow) {
         /* more than we kept: none of them can run an exchange with the others */
         ncclResult_t res = ncclSuccess;

@@ -313,17 +313,41 @@ ncclResult_t shim_ncclCommSplit(int prof, ncclComm_t comm, int color, int key, n
 #ifdef SHIM_HAVE_ncclCommGrow
 /*
  * Every rank of the grown communicator calls ncclCommGrow (the parent's with
- * comm set, the new ones with comm NULL), so each sets it up here as after
- * ncclCommInitRank, in the same agreement.
+ * comm set, the new ones with comm NULL). How its ranks meet is decided
+ * first (grow.c), outside any group: in a group, after the outermost
+ * ncclGroupEnd. Then each sets it up as after ncclCommInitRank.
  */
 ncclResult_t shim_ncclCommGrow(int prof, ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
                                ncclComm_t *newcomm, ncclConfig_t *config)
 {
     REAL_OR_FAIL(fn, prof, ncclCommGrow);
     ncclResult_t res = fn(comm, nRanks, uniqueId, rank, newcomm, config);
-    struct shim_join j; /* the parent's ranks but its root hold no id: over the communicator */
-    shim_join_over_comm(&j);
-    return after_init(prof, res, newcomm ? *newcomm : NULL, "by ncclCommGrow", config, &j);
+    if ((res != ncclSuccess && res != ncclInProgress) || !newcomm || !*newcomm || !shim_config_lenient())
+        return res;
+    struct shim_join j;
+    shim_join_grow(&j, prof, comm, nRanks, uniqueId, rank);
+    if (shim_group_depth() > 0) {
+        shim_group_defer(*newcomm, &j);
+        return res;
+    }
+    shim_join_resolve(&j);
+    return after_init(prof, res, *newcomm, "by ncclCommGrow", config, &j);
+}
+#endif
+
+#ifdef SHIM_HAVE_ncclCommGetUniqueId
+/* The id for an ncclCommGrow of @p comm: marked as ncclGetUniqueId's, with @p comm's rank count. */
+ncclResult_t shim_ncclCommGetUniqueId(int prof, ncclComm_t comm, ncclUniqueId *uniqueId)
+{
+    REAL_OR_FAIL(fn, prof, ncclCommGetUniqueId);
+    ncclResult_t res = fn(comm, uniqueId);
+    const struct mscx_config *cfg = shim_config_lenient();
+    shim_fn_ncclCommCount_t count = SHIM_REAL(prof, ncclCommCount);
+    int nranks = 0;
+    if (res == ncclSuccess && uniqueId && !(cfg && cfg->disable) && count &&
+        count(comm, &nranks) == ncclSuccess && nranks > 0)
+        (void)shim_rdv_mark(uniqueId, shim_rdv_bound_ms(cfg), (uint32_t)nranks);
+    return res;
 }
 #endif
 
@@ -467,6 +491,6 @@ ncclResult_t shim_ncclGetUniqueId(int prof, ncclUniqueId *uniqueId)
     ncclResult_t res = fn(uniqueId);
     const struct mscx_config *cfg = shim_config_lenient();
     if (res == ncclSuccess && uniqueId && !(cfg && cfg->disable))
-        (void)shim_rdv_mark(uniqueId, shim_rdv_bound_ms(cfg));
+        (void)shim_rdv_mark(uniqueId, shim_rdv_bound_ms(cfg), 0);
     return res;
 }

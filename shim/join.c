@@ -78,7 +78,7 @@ void shim_join_forget(ncclComm_t comm)
     pthread_mutex_unlock(&vouch_lock);
 }
 
-static int is_vouched(ncclComm_t comm)
+int shim_join_vouched(ncclComm_t comm)
 {
     size_t at;
     pthread_mutex_lock(&vouch_lock);
@@ -109,7 +109,7 @@ void shim_join_by_id(struct shim_join *j, const ncclUniqueId *id)
 void shim_join_by_parent(struct shim_join *j, ncclComm_t parent)
 {
     memset(j, 0, sizeof(*j));
-    j->kind = is_vouched(parent) ? SHIM_JOIN_COMM : SHIM_JOIN_NONE;
+    j->kind = shim_join_vouched(parent) ? SHIM_JOIN_COMM : SHIM_JOIN_NONE;
     if (j->kind == SHIM_JOIN_NONE)
         j->why = "the communicator it comes from was not seen to run the shim on every rank";
 }

@@ -11,7 +11,8 @@
  *   0  "MSCXRDV"  7 format version   8 family (4 or 6)   9 zero
  *   10 port (big-endian)   12 bound in ms   16 IPv6 scope id
  *   20 address (4 or 16 bytes)   36 nonce (16 random bytes)
- *   52 FNV-1a of bytes 0..51   56 zero
+ *   52 rank count of the communicator a grow id extends (0: not a grow id)
+ *   56 FNV-1a of bytes 0..55   60 zero
  *
  * The exchange. Each rank connects to the listener and sends a hello (the
  * nonce, its rank, the rank count, the record size) and its record. The
@@ -51,7 +52,7 @@
 #define ID_BYTES ((size_t)NCCL_UNIQUE_ID_BYTES)
 #define MARK_OFF (ID_BYTES - SHIM_RDV_MARK_BYTES)
 #define HANDLE_ADDR_OFF 8 /* the socket address in NCCL's bootstrap handle, after its 64-bit magic */
-#define MARK_VERSION 1
+#define MARK_VERSION 2
 #define NONCE_BYTES 16
 
 #define MSG_MAGIC 0x3156524du /* "MRV1" */
@@ -158,6 +159,7 @@ struct mark {
     } addr;
     socklen_t addrlen;
     uint32_t bound_ms;
+    uint32_t grow_from;
     uint8_t nonce[NONCE_BYTES];
 };
 
@@ -165,7 +167,7 @@ static int mark_read(const ncclUniqueId *id, struct mark *m)
 {
     const uint8_t *p = (const uint8_t *)id->internal + MARK_OFF;
     if (memcmp(p, mark_magic, sizeof(mark_magic)) != 0 || p[7] != MARK_VERSION || p[9] != 0 ||
-        get32(p + 52) != fnv1a(p, 52))
+        get32(p + 56) != fnv1a(p, 56))
         return 0;
     memset(m, 0, sizeof(*m));
     uint16_t port;
@@ -186,6 +188,7 @@ static int mark_read(const ncclUniqueId *id, struct mark *m)
     }
     m->bound_ms = get32(p + 12);
     memcpy(m->nonce, p + 36, NONCE_BYTES);
+    m->grow_from = get32(p + 52);
     return 1;
 }
 
@@ -206,7 +209,8 @@ static void mark_write(ncclUniqueId *id, const struct mark *m)
     }
     put32(p + 12, m->bound_ms);
     memcpy(p + 36, m->nonce, NONCE_BYTES);
-    put32(p + 52, fnv1a(p, 52));
+    put32(p + 52, m->grow_from);
+    put32(p + 56, fnv1a(p, 56));
     memcpy((uint8_t *)id->internal + MARK_OFF, p, sizeof(p));
 }
 
@@ -214,6 +218,12 @@ int shim_rdv_marked(const ncclUniqueId *id)
 {
     struct mark m;
     return id && mark_read(id, &m);
+}
+
+uint32_t shim_rdv_grow_from(const ncclUniqueId *id)
+{
+    struct mark m;
+    return id && mark_read(id, &m) ? m.grow_from : 0;
 }
 
 enum shim_rdv_id shim_rdv_id_kind(const ncclUniqueId *id)
@@ -568,7 +578,7 @@ static void addr_str(const struct mark *m, char *buf, size_t n)
     }
 }
 
-mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
+mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms, uint32_t grow_from)
 {
     if (!id || bound_ms == 0)
         return MSCX_ERR_INVALID_ARG;
@@ -576,7 +586,7 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
     for (size_t i = MARK_OFF; i < ID_BYTES; i++)
         if (b[i]) {
             MSCX_INFO(MSCX_SUB_SHIM,
-                      "ncclGetUniqueId: the id's last %d bytes are in use; it is left unmarked, and "
+                      "unique id: the id's last %d bytes are in use; it is left unmarked, and "
                       "the ranks of its communicators meet over the communicator (no rendezvous)",
                       SHIM_RDV_MARK_BYTES);
             return MSCX_ERR_UNSUPPORTED;
@@ -593,7 +603,7 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
         m.addrlen = sizeof(m.addr.sin6);
     } else {
         MSCX_INFO(MSCX_SUB_SHIM,
-                  "ncclGetUniqueId: the id's address family is %u, neither IPv4 nor IPv6; it is left "
+                  "unique id: the id's address family is %u, neither IPv4 nor IPv6; it is left "
                   "unmarked, and the ranks of its communicators meet over the communicator (no rendezvous)",
                   (unsigned)fam);
         return MSCX_ERR_UNSUPPORTED;
@@ -603,9 +613,10 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
     else
         m.addr.sin6.sin6_port = 0;
     m.bound_ms = bound_ms;
+    m.grow_from = grow_from;
     if (getrandom(m.nonce, sizeof(m.nonce), 0) != (ssize_t)sizeof(m.nonce)) {
         MSCX_INFO(MSCX_SUB_SHIM,
-                  "ncclGetUniqueId: getrandom failed (%s); the id is left unmarked, and its communicators "
+                  "unique id: getrandom failed (%s); the id is left unmarked, and its communicators "
                   "go to NCCL",
                   strerror(errno));
         return MSCX_ERR_SYSTEM;
@@ -613,7 +624,7 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
     if (atomic_fetch_add(&live_listeners, 1) >= MAX_LISTENERS) {
         atomic_fetch_sub(&live_listeners, 1);
         MSCX_INFO(MSCX_SUB_SHIM,
-                  "ncclGetUniqueId: %d rendezvous listeners wait already; this id is left unmarked, and its "
+                  "unique id: %d rendezvous listeners wait already; this id is left unmarked, and its "
                   "communicators go to NCCL",
                   MAX_LISTENERS);
         return MSCX_ERR_SYSTEM;
@@ -656,12 +667,13 @@ mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms)
         errno = rc;
         goto fail;
     }
-    MSCX_INFO(MSCX_SUB_SHIM, "ncclGetUniqueId: rendezvous listener at %s, bound %u ms", l->where, bound_ms);
+    MSCX_INFO(MSCX_SUB_SHIM, "unique id: rendezvous listener at %s, bound %u ms%s", l->where, bound_ms,
+              grow_from ? " (for an ncclCommGrow)" : "");
     mark_write(id, &m);
     return MSCX_OK;
 fail:
     MSCX_INFO(MSCX_SUB_SHIM,
-              "ncclGetUniqueId: no rendezvous listener (%s: %s); the id is left unmarked, and its "
+              "unique id: no rendezvous listener (%s: %s); the id is left unmarked, and its "
               "communicators go to NCCL",
               what, strerror(errno));
     if (fd >= 0)

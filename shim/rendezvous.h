@@ -42,15 +42,17 @@ struct shim_rdv_absent {
 uint32_t shim_rdv_bound_ms(const struct mscx_config *cfg);
 
 /**
- * Mark @p id (filled by NCCL's ncclGetUniqueId) for the rendezvous: start a
- * listener on the IP address of NCCL's bootstrap handle in the id (port
- * chosen by the system) that waits @p bound_ms after the first rank's
- * arrival, and write its address and a nonce into the id's tail.
+ * Mark @p id (filled by NCCL's ncclGetUniqueId, or by ncclCommGetUniqueId
+ * for a communicator of @p grow_from ranks; 0 for the former) for the
+ * rendezvous: start a listener on the IP address of NCCL's bootstrap handle
+ * in the id (port chosen by the system) that waits @p bound_ms after the
+ * first rank's arrival, and write its address, a nonce and @p grow_from
+ * into the id's tail.
  * @return MSCX_OK; otherwise the id is unchanged (and an INFO says why):
  * MSCX_ERR_UNSUPPORTED (the handle's address is neither IPv4 nor IPv6, or the
  * tail is not zero), MSCX_ERR_SYSTEM (no listener), MSCX_ERR_INVALID_ARG.
  */
-mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms);
+mscx_status_t shim_rdv_mark(ncclUniqueId *id, uint32_t bound_ms, uint32_t grow_from);
 
 /**
  * @p id (marked by this process) serves a communicator of one rank, which
@@ -61,6 +63,9 @@ void shim_rdv_release(const ncclUniqueId *id);
 
 /** 1 when @p id carries a marker. */
 int shim_rdv_marked(const ncclUniqueId *id);
+
+/** The rank count of the communicator a marked grow id extends; 0 for any other id. */
+uint32_t shim_rdv_grow_from(const ncclUniqueId *id);
 
 /** What an id tells of the process that made it. */
 enum shim_rdv_id {

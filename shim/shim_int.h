@@ -314,12 +314,23 @@ enum shim_join_kind {
     SHIM_JOIN_NONE, /* not at all: some rank may run without the shim (why says how); calls go to NCCL */
     SHIM_JOIN_COMM, /* over the communicator: every rank is known to run the shim */
     SHIM_JOIN_RDV,  /* at the rendezvous named in the id the communicator was created with */
+    SHIM_JOIN_GROW, /* not decided yet: an ncclCommGrow's, which shim_join_resolve() makes COMM or NONE */
+};
+
+/* The facts one rank of an ncclCommGrow holds (SHIM_JOIN_GROW). */
+struct shim_join_grow {
+    ncclComm_t parent; /* NULL on a new rank */
+    int nranks;        /* of the grown communicator */
+    int rank;          /* a new rank's; -1 on the parent's ranks */
+    int has_id;        /* the id below is this rank's: the parent's root, or a new rank */
+    int prof;
 };
 
 struct shim_join {
     enum shim_join_kind kind;
-    const char *why; /* SHIM_JOIN_NONE: the reason, for the log */
-    ncclUniqueId id; /* SHIM_JOIN_RDV */
+    const char *why;            /* SHIM_JOIN_NONE: the reason, for the log */
+    ncclUniqueId id;            /* SHIM_JOIN_RDV, SHIM_JOIN_GROW with has_id */
+    struct shim_join_grow grow; /* SHIM_JOIN_GROW */
 };
 
 /** The join of a communicator created with @p id (NULL: none known). */
@@ -328,6 +339,25 @@ void shim_join_by_id(struct shim_join *j, const ncclUniqueId *id);
 void shim_join_by_parent(struct shim_join *j, ncclComm_t parent);
 /** Over the communicator: its ranks are this process's (ncclCommInitAll), or must all run the shim. */
 void shim_join_over_comm(struct shim_join *j);
+
+/* ---- grow.c: how the ranks of a grown communicator meet ---- */
+
+/**
+ * The join of the communicator an ncclCommGrow made, from this rank's
+ * arguments (@p parent NULL on a new rank, @p id NULL on the parent's ranks
+ * but its root): SHIM_JOIN_GROW, to be resolved outside any group.
+ */
+void shim_join_grow(struct shim_join *j, int prof, ncclComm_t parent, int nranks, const ncclUniqueId *id,
+                    int rank);
+/**
+ * Decide a SHIM_JOIN_GROW join (anything else is left as it is): COMM when
+ * every rank of the grown communicator is seen to run the shim, else NONE,
+ * the same on every rank. The parent's root and the new ranks meet at the
+ * id's rendezvous; the parent's ranks then learn the root's verdict over
+ * the parent. Every rank of an ncclCommGrow calls it, once, before any
+ * other call on the parent.
+ */
+void shim_join_resolve(struct shim_join *j);
 /**
  * The fixed exchange of @p comm, joined as @p j says, is over (@p complete:
  * it gathered every rank's record). Over the communicator, or at a
@@ -337,6 +367,8 @@ void shim_join_over_comm(struct shim_join *j);
 void shim_join_done(ncclComm_t comm, const struct shim_join *j, int complete);
 /** @p comm is destroyed or aborted: its handle may come back for another communicator. */
 void shim_join_forget(ncclComm_t comm);
+/** 1 when every rank of @p comm was seen to run the shim (shim_join_done()). */
+int shim_join_vouched(ncclComm_t comm);
 
 /**
  * Set up our state beside a freshly initialised real communicator whose
@@ -669,13 +701,14 @@ uint64_t shim_boot_rounds(const struct mscx_bootstrap *bs);
  */
 mscx_status_t shim_boot_fixed(struct mscx_bootstrap *bs, const void *mine, void *all);
 /**
- * The fixed exchange for a rank that has no bootstrap (its setup failed
- * locally): @p mine, a "fall back" record, is sent and the others' records
- * are not read. @return MSCX_OK, MSCX_ERR_UNSUPPORTED (no device: no
- * exchange anywhere) or the error that kept this rank out of it.
+ * One fixed exchange over @p comm without a bootstrap of its own: for a rank
+ * whose bootstrap could not be set up (@p mine, a "fall back" record, is
+ * sent; @p all NULL: the others' records are not read), or for a single
+ * exchange (@p all: [nranks] records). @return MSCX_OK, MSCX_ERR_UNSUPPORTED
+ * (no device: no exchange anywhere) or the error that kept this rank out of it.
  */
-mscx_status_t shim_boot_fixed_vote(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
-                                   const void *mine);
+mscx_status_t shim_boot_fixed_once(ncclComm_t comm, int prof, uint32_t rank, uint32_t nranks, int cuda_device,
+                                   const void *mine, void *all);
 
 /* ---- p2p_agree.c: host-side agreement to run a send/recv group as an alltoall ---- */
 

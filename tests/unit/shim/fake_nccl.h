@@ -24,6 +24,9 @@ void fake_hook_ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myr
                                         ncclUniqueId *commIds, ncclConfig_t *config);
 void fake_hook_ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
 void fake_hook_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
+#ifdef REC_HAVE_ncclCommGetUniqueId
+void fake_hook_ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+#endif
 #ifdef REC_HAVE_ncclCommGrow
 void fake_hook_ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
                             ncclComm_t *newcomm, ncclConfig_t *config);

@@ -58,7 +58,7 @@ ncclResult_t fake_result(void)
 static unsigned pool[256][16];
 
 /* Fields of a pool entry past its magic and number. */
-enum { SLOT_NB = 2, SLOT_POLLS, SLOT_LRANK, SLOT_LSIZE };
+enum { SLOT_NB = 2, SLOT_POLLS, SLOT_LRANK, SLOT_LSIZE, SLOT_WRANK, SLOT_WSIZE };
 
 static ncclComm_t fake_comm(void)
 {
@@ -164,6 +164,14 @@ void fake_hook_ncclGetVersion(int *version)
         *version = env_int("FAKE_NCCL_VERSION", NCCL_VERSION_CODE);
 }
 
+#ifdef REC_HAVE_ncclCommGetUniqueId
+void fake_hook_ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId)
+{
+    (void)comm;
+    fake_hook_ncclGetUniqueId(uniqueId);
+}
+#endif
+
 void fake_hook_ncclGetUniqueId(ncclUniqueId *uniqueId)
 {
     if (!uniqueId)
@@ -229,7 +237,11 @@ void fake_hook_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *ne
 }
 
 #ifdef REC_HAVE_ncclCommGrow
-/* The grown communicator, a new one as after ncclCommInitRank (rank -1: a rank of the parent). */
+/*
+ * The grown communicator, a new one as after ncclCommInitRank (rank -1: a
+ * rank of the parent, which keeps its rank). In a world of processes its
+ * ncclAllGather calls meet among its own ranks, apart from the parent's.
+ */
 void fake_hook_ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
                             ncclComm_t *newcomm, ncclConfig_t *config)
 {
@@ -238,9 +250,16 @@ void fake_hook_ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uni
     if (!newcomm)
         return;
     *newcomm = fake_comm();
-    unsigned *c = fake_slot(comm);
-    int at = rank >= 0 ? rank : c && c[SLOT_LRANK] ? (int)c[SLOT_LRANK] - 1 : 0;
+    unsigned *c = fake_slot(comm), *g = fake_slot(*newcomm);
+    int at = rank >= 0                  ? rank
+             : c && c[SLOT_LRANK]       ? (int)c[SLOT_LRANK] - 1
+             : mscxFakeNcclHostMemory() ? env_int("FAKE_NCCL_RANK", 0)
+                                        : 0;
     local_mark(*newcomm, at, nRanks);
+    if (g && !local_on() && mscxFakeNcclHostMemory()) {
+        g[SLOT_WRANK] = (unsigned)at + 1;
+        g[SLOT_WSIZE] = (unsigned)nRanks;
+    }
 }
 #endif
 
@@ -261,14 +280,18 @@ void fake_hook_ncclCommCount(const ncclComm_t comm, int *count)
 {
     const unsigned *c = fake_slot(comm);
     if (count)
-        *count = c && c[SLOT_LRANK] ? (int)c[SLOT_LSIZE] : env_int("FAKE_NCCL_NRANKS", 1);
+        *count = c && c[SLOT_LRANK]   ? (int)c[SLOT_LSIZE]
+                 : c && c[SLOT_WRANK] ? (int)c[SLOT_WSIZE]
+                                      : env_int("FAKE_NCCL_NRANKS", 1);
 }
 
 void fake_hook_ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
     const unsigned *c = fake_slot(comm);
     if (rank)
-        *rank = c && c[SLOT_LRANK] ? (int)c[SLOT_LRANK] - 1 : env_int("FAKE_NCCL_RANK", 0);
+        *rank = c && c[SLOT_LRANK]   ? (int)c[SLOT_LRANK] - 1
+                : c && c[SLOT_WRANK] ? (int)c[SLOT_WRANK] - 1
+                                     : env_int("FAKE_NCCL_RANK", 0);
 }
 
 void fake_hook_ncclCommCuDevice(const ncclComm_t comm, int *device)
@@ -345,7 +368,9 @@ void fake_hook_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
  * set to a directory shared by FAKE_NCCL_NRANKS processes (each with its
  * FAKE_NCCL_RANK), ncclAllGather moves host bytes through files there (the
  * directory is created when absent and must start empty). The
- * n-th call of each process meets the n-th call of every other. A rank that
+ * n-th call of each process meets the n-th call of every other; on a
+ * communicator of ncclCommGrow, the n-th call on such a one of each of its
+ * ranks (FAKE_NCCL_NRANKS is the size of the others). A rank that
  * waits FAKE_NCCL_WAIT_MS (default 20000) for the others ends its process
  * with status 99 and a message: in a real job that call would hang.
  */
@@ -406,19 +431,23 @@ void fake_hook_ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendco
                              ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
-    static unsigned seq;
+    static unsigned seq, grown_seq;
     if (!mscxFakeNcclHostMemory() || !sendbuff || !recvbuff)
         return;
     nb_start(comm);
     if (local_allgather(sendbuff, recvbuff, sendcount * fake_dtype_bytes(datatype), comm))
         return;
     const char *world = getenv("FAKE_NCCL_WORLD");
-    int n = env_int("FAKE_NCCL_NRANKS", 1), me = env_int("FAKE_NCCL_RANK", 0);
+    const unsigned *c = fake_slot(comm);
+    int grown = c && c[SLOT_WRANK]; /* a grown communicator's calls meet apart from the others' */
+    int n = grown ? (int)c[SLOT_WSIZE] : env_int("FAKE_NCCL_NRANKS", 1);
+    int me = grown ? (int)c[SLOT_WRANK] - 1 : env_int("FAKE_NCCL_RANK", 0);
+    const char *kind = grown ? "grown" : "ag";
     size_t bytes = sendcount * fake_dtype_bytes(datatype);
-    unsigned call = seq++;
+    unsigned call = grown ? grown_seq++ : seq++;
     char path[4096], tmp[4200];
     mkdir(world, 0755); /* created on first use; it must not hold a previous run's files */
-    snprintf(path, sizeof(path), "%s/ag.%u.%d", world, call, me);
+    snprintf(path, sizeof(path), "%s/%s.%u.%d", world, kind, call, me);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f || fwrite(sendbuff, 1, bytes, f) != bytes || fclose(f) != 0 || rename(tmp, path) != 0) {
@@ -430,7 +459,7 @@ void fake_hook_ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendco
         _exit(98);
     memcpy(mine, sendbuff, bytes); /* in place: sendbuff may lie inside recvbuff */
     for (int r = 0; r < n; r++) {
-        snprintf(path, sizeof(path), "%s/ag.%u.%d", world, call, r);
+        snprintf(path, sizeof(path), "%s/%s.%u.%d", world, kind, call, r);
         if (r == me) {
             memcpy((char *)recvbuff + (size_t)r * bytes, mine, bytes);
             continue;

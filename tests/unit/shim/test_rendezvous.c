@@ -66,7 +66,7 @@ static void nccl_like_id(ncclUniqueId *id, int family)
 static void marked_id(ncclUniqueId *id, int family, uint32_t bound_ms)
 {
     nccl_like_id(id, family);
-    ck_assert_int_eq(shim_rdv_mark(id, bound_ms), MSCX_OK);
+    ck_assert_int_eq(shim_rdv_mark(id, bound_ms, 0), MSCX_OK);
     ck_assert(shim_rdv_marked(id));
 }
 
@@ -390,7 +390,7 @@ START_TEST(test_mark)
     nccl_like_id(&id, AF_INET);
     before = id;
     ck_assert(!shim_rdv_marked(&id));
-    ck_assert_int_eq(shim_rdv_mark(&id, 1000), MSCX_OK);
+    ck_assert_int_eq(shim_rdv_mark(&id, 1000, 0), MSCX_OK);
     ck_assert_mem_eq(id.internal, before.internal, MARK_OFF);
     ck_assert(shim_rdv_marked(&id));
     struct mark m;
@@ -400,27 +400,37 @@ START_TEST(test_mark)
     ck_assert_uint_ne(ntohs(m.addr.sin.sin_port), 0);
     ck_assert_uint_ne(ntohs(m.addr.sin.sin_port), 40001);
     ck_assert_uint_eq(m.bound_ms, 1000);
+    ck_assert_uint_eq(shim_rdv_grow_from(&id), 0);
+    /* a grow id carries its parent's rank count, under the checksum */
+    ncclUniqueId grow;
+    nccl_like_id(&grow, AF_INET);
+    ck_assert_int_eq(shim_rdv_mark(&grow, 1000, 6), MSCX_OK);
+    ck_assert_uint_eq(shim_rdv_grow_from(&grow), 6);
+    shim_rdv_release(&grow);
+    grow.internal[MARK_OFF + 52] ^= 1;
+    ck_assert(!shim_rdv_marked(&grow));
+    ck_assert_uint_eq(shim_rdv_grow_from(&grow), 0);
     /* marked already: the tail is in use, the id stays */
     ncclUniqueId again = id;
-    ck_assert_int_eq(shim_rdv_mark(&again, 1000), MSCX_ERR_UNSUPPORTED);
+    ck_assert_int_eq(shim_rdv_mark(&again, 1000, 0), MSCX_ERR_UNSUPPORTED);
     ck_assert_mem_eq(again.internal, id.internal, sizeof(id.internal));
     /* a tail not all zero (the test suite's fake id), another family, an address not ours: unchanged */
     memset(id.internal, 0x5a, sizeof(id.internal));
     before = id;
-    ck_assert_int_eq(shim_rdv_mark(&id, 1000), MSCX_ERR_UNSUPPORTED);
+    ck_assert_int_eq(shim_rdv_mark(&id, 1000, 0), MSCX_ERR_UNSUPPORTED);
     ck_assert_mem_eq(id.internal, before.internal, sizeof(id.internal));
     nccl_like_id(&id, AF_UNIX);
     before = id;
-    ck_assert_int_eq(shim_rdv_mark(&id, 1000), MSCX_ERR_UNSUPPORTED);
+    ck_assert_int_eq(shim_rdv_mark(&id, 1000, 0), MSCX_ERR_UNSUPPORTED);
     ck_assert_mem_eq(id.internal, before.internal, sizeof(id.internal));
     nccl_like_id(&id, AF_INET);
     struct sockaddr_in far = {.sin_family = AF_INET};
     far.sin_addr.s_addr = htonl(0xc0000201); /* 192.0.2.1, TEST-NET-1: no local interface has it */
     memcpy(id.internal + HANDLE_ADDR_OFF, &far, sizeof(far));
     before = id;
-    ck_assert_int_eq(shim_rdv_mark(&id, 1000), MSCX_ERR_SYSTEM);
+    ck_assert_int_eq(shim_rdv_mark(&id, 1000, 0), MSCX_ERR_SYSTEM);
     ck_assert_mem_eq(id.internal, before.internal, sizeof(id.internal));
-    ck_assert_int_eq(shim_rdv_mark(NULL, 1000), MSCX_ERR_INVALID_ARG);
+    ck_assert_int_eq(shim_rdv_mark(NULL, 1000, 0), MSCX_ERR_INVALID_ARG);
 }
 END_TEST
 

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One rank of an ncclCommGrow, as one process of the fake NCCL's world
+ * (FAKE_NCCL_WORLD, FAKE_NCCL_RANK, FAKE_NCCL_NRANKS: the grown size).
+ *
+ *   grow-driver --grow-from=P [--group] [--expect-shim]
+ *
+ * Ranks below P make a communicator of P ranks from the id rank 0 makes
+ * (written to DRV_ID_FILE), and grow it: rank 0 as its root, with the id
+ * its ncclCommGetUniqueId makes (written to DRV_ID_FILE.grow); the others
+ * without one. The ranks from P on are new: they read that id and join.
+ * Every rank then runs one AllReduce on the grown communicator and
+ * destroys what it made. --group puts the ncclCommGrow in a group.
+ * --expect-shim is taken and ignored (agree.sh passes it).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rec_gen.h"
+#include "shim_check.h"
+
+#ifdef REC_HAVE_ncclCommGrow
+/* Write @p id to @p path at once (rename), so that a reader sees all of it or nothing. */
+static int id_write(const char *path, const ncclUniqueId *id)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(id, sizeof(*id), 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
+        FAIL("cannot write an id to %s", path);
+        return -1;
+    }
+    return 0;
+}
+
+static int id_read(const char *path, ncclUniqueId *id)
+{
+    for (int waited = 0; waited < 30000; waited += 10) {
+        FILE *f = fopen(path, "rb");
+        size_t got = f ? fread(id, sizeof(*id), 1, f) : 0;
+        if (f)
+            fclose(f);
+        if (got == 1)
+            return 0;
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    FAIL("no id in %s after 30 s", path);
+    return -1;
+}
+
+static ncclResult_t grow(ncclComm_t parent, int n, const ncclUniqueId *id, int rank, ncclComm_t *grown,
+                         int group)
+{
+    if (group && ncclGroupStart() != ncclSuccess)
+        return ncclInternalError;
+    ncclResult_t r = ncclCommGrow(parent, n, id, rank, grown, NULL);
+    if (group) {
+        ncclResult_t e = ncclGroupEnd();
+        if (r == ncclSuccess)
+            r = e;
+    }
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    int from = 0, group = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strncmp(argv[i], "--grow-from=", 12))
+            from = atoi(argv[i] + 12);
+        else if (!strcmp(argv[i], "--group"))
+            group = 1;
+        else if (strcmp(argv[i], "--expect-shim") != 0)
+            from = -1;
+    }
+    const char *path = getenv("DRV_ID_FILE"), *r_env = getenv("FAKE_NCCL_RANK"),
+               *n_env = getenv("FAKE_NCCL_NRANKS");
+    if (from <= 0 || !path || !r_env || !n_env) {
+        fprintf(stderr,
+                "usage: DRV_ID_FILE=... FAKE_NCCL_RANK=r FAKE_NCCL_NRANKS=n %s --grow-from=P [--group]\n",
+                argv[0]);
+        return 2;
+    }
+    int me = atoi(r_env), n = atoi(n_env);
+    char grow_path[4096];
+    snprintf(grow_path, sizeof(grow_path), "%s.grow", path);
+    ncclUniqueId id, gid;
+    ncclComm_t parent = NULL, grown = NULL;
+    ncclResult_t r;
+    if (me < from) {
+        char size[16];
+        snprintf(size, sizeof(size), "%d", from);
+        setenv("FAKE_NCCL_NRANKS", size, 1); /* the parent's size, for the fake's calls on it */
+        if (me == 0 && (ncclGetUniqueId(&id) != ncclSuccess || id_write(path, &id)))
+            return 1;
+        if (me != 0 && id_read(path, &id))
+            return 1;
+        if (ncclCommInitRank(&parent, from, id, me) != ncclSuccess) {
+            FAIL("ncclCommInitRank of the parent failed");
+            return 1;
+        }
+        if (me == 0 && (ncclCommGetUniqueId(parent, &gid) != ncclSuccess || id_write(grow_path, &gid)))
+            return 1;
+        r = grow(parent, n, me == 0 ? &gid : NULL, -1, &grown, group);
+    } else {
+        if (id_read(grow_path, &gid))
+            return 1;
+        r = grow(NULL, n, &gid, me, &grown, group);
+    }
+    if (r != ncclSuccess || !grown) {
+        FAIL("ncclCommGrow returned %d, comm %p", (int)r, (void *)grown);
+        return 1;
+    }
+    float buf[256] = {0};
+    if (ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, grown, NULL) != ncclSuccess)
+        FAIL("ncclAllReduce on the grown communicator failed");
+    if (ncclCommDestroy(grown) != ncclSuccess || (parent && ncclCommDestroy(parent) != ncclSuccess))
+        FAIL("ncclCommDestroy failed");
+    return failures ? 1 : 0;
+}
+#else
+int main(void)
+{
+    printf("skip: this nccl.h has no ncclCommGrow\n");
+    return 77;
+}
+#endif
