@@ -19,16 +19,6 @@
 #include "rendezvous.h"
 #include "shim_int.h"
 
-SHIM_HOT int shim_coll_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
-{
-    int per_rank = call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER ||
-                   call->coll == MSCX_COLL_ALLTOALL;
-    return (shim_routing_on() || shim_comm_deferred_disabled()) &&
-           (shim_count_overflows(call->prof, call->fn, call->count, call->dtype, per_rank, call->comm,
-                                 res_p) ||
-            shim_comm_try_route(call, res_p));
-}
-
 SHIM_HOT static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void *send, void *recv,
                               size_t count, ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
                               cudaStream_t stream, ncclResult_t *res_p)

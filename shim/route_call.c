@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Routing a collective on a communicator of ours: its sticky error, NCCL's
+ * The path of every collective call: a count whose size overflows is the
+ * caller's error; on a communicator of ours, its sticky error, NCCL's
  * argument checks, the decision (route.c's pick, then the symmetric window
  * rule), and the launch on the executor, or the answer "go to NCCL" with
- * the reason counted. This is the path of every collective call.
+ * the reason counted.
  */
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "comm_int.h"
@@ -21,6 +24,46 @@
 SHIM_HOT static int dtype_newer(ncclDataType_t dt)
 {
     return (int)dt >= (int)ncclNumTypes && (int)dt < SHIM_NCCL_NUM_TYPES_NEWEST;
+}
+
+/*
+ * The size of a call must be a number: count x element size, times the rank
+ * count for the collectives whose buffers hold one block per rank (AllGather,
+ * ReduceScatter, AlltoAll), must fit in a size_t. A count past that is a
+ * caller's error, answered with ncclInvalidArgument and its reason before
+ * anything is routed, kept or forwarded: a wrapped byte count would
+ * otherwise look like a small message.
+ */
+/* The rank count of @p comm from the real NCCL, 0 when it cannot say. */
+static uint64_t comm_ranks(int prof, ncclComm_t comm)
+{
+    shim_fn_ncclCommCount_t count = SHIM_REAL(prof, ncclCommCount);
+    int n = 0;
+    if (!count || !comm || count(comm, &n) != ncclSuccess || n <= 0)
+        return 0;
+    return (uint64_t)n;
+}
+
+int shim_count_overflows(int prof, const char *fn, size_t count, ncclDataType_t dt, int per_rank,
+                         ncclComm_t comm, ncclResult_t *res_p)
+{
+    uint64_t es = shim_dtype_bytes(dt), n;
+    if (count > SIZE_MAX / es) {
+        *res_p =
+            shim_err_set(ncclInvalidArgument, "mscx: %s: count %zu x %llu-byte elements overflows a size_t",
+                         fn, count, (unsigned long long)es);
+        return 1;
+    }
+    uint64_t bytes = (uint64_t)count * es;
+    if (!per_rank || bytes <= SIZE_MAX / INT_MAX) /* no rank count can take it past SIZE_MAX */
+        return 0;
+    n = comm_ranks(prof, comm);
+    if (n == 0 || bytes <= SIZE_MAX / n)
+        return 0;
+    *res_p = shim_err_set(ncclInvalidArgument,
+                          "mscx: %s: count %zu x %llu-byte elements x %llu ranks overflows a size_t", fn,
+                          count, (unsigned long long)es, (unsigned long long)n);
+    return 1;
 }
 
 /* NCCL's own answer to a bad datatype, op or broadcast root of a collective on one of our comms. */
@@ -241,4 +284,14 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
     }
     shim_comm_unref(c);
     return answered;
+}
+
+SHIM_HOT int shim_coll_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
+{
+    int per_rank = call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER ||
+                   call->coll == MSCX_COLL_ALLTOALL;
+    return (shim_routing_on() || shim_comm_deferred_disabled()) &&
+           (shim_count_overflows(call->prof, call->fn, call->count, call->dtype, per_rank, call->comm,
+                                 res_p) ||
+            shim_comm_try_route(call, res_p));
 }

@@ -171,7 +171,7 @@ int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p);
 /** Bytes of one element of a valid NCCL datatype. */
 size_t shim_dtype_bytes(ncclDataType_t dt);
 
-/* ---- count_check.c: sizes that overflow ---- */
+/* ---- route_call.c: sizes that overflow ---- */
 
 /**
  * Non-zero, with *@p res_p ncclInvalidArgument and the reason set, when
@@ -551,7 +551,7 @@ int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p,
  */
 int shim_comm_p2p_agree(const struct shim_coll_call *alltoall, int yes);
 /**
- * The shim's answer to a collective call, plain or nccl<Coll>Config (intercept.c): an overflowing
+ * The shim's answer to a collective call, plain or nccl<Coll>Config (route_call.c): an overflowing
  * count is NCCL's argument error; otherwise shim_comm_try_route(). @return 1 when answered (*@p res_p).
  */
 int shim_coll_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
