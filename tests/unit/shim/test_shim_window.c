@@ -43,8 +43,6 @@
 #define OUT_OFF 40960 /* a buffer outside every window */
 #define MANY 20000
 
-static _Alignas(4096) char mem[1 << 16];
-
 __attribute__((visibility("default"))) mscx_status_t mscxFakeExecLaunchResult(uint64_t bytes);
 __attribute__((visibility("default"))) mscx_status_t mscxFakeExecLaunchResult(uint64_t bytes)
 {
@@ -53,6 +51,8 @@ __attribute__((visibility("default"))) mscx_status_t mscxFakeExecLaunchResult(ui
 }
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+static _Alignas(4096) char mem[1 << 16];
+
 /* 1 when the call launched on our executor, 0 when it reached NCCL; a FAIL when neither or both. */
 static int allreduce_routed(ncclComm_t comm, size_t send_off, size_t recv_off)
 {
