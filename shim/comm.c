@@ -164,3 +164,17 @@ int shim_comm_publish(struct shim_comm *c)
     shim_comm_put(old); /* state of a communicator NCCL freed without us seeing it, or a placeholder */
     return 0;
 }
+
+mscx_status_t shim_comm_error_record(struct shim_comm *c)
+{
+    mscx_status_t st = mscx_exec_async_error(c->exec);
+    if (st == MSCX_OK)
+        return MSCX_OK;
+    int expected = 0;
+    if (atomic_compare_exchange_strong_explicit(&c->err, &expected, (int)st, memory_order_relaxed,
+                                                memory_order_relaxed))
+        MSCX_WARN("mscx: a kernel of comm %p rank %u/%u failed: %s; every later call on it returns an error "
+                  "(abort the communicator and create a new one)",
+                  (void *)c->comm, c->rank, c->nranks, mscx_status_str(st));
+    return (mscx_status_t)atomic_load_explicit(&c->err, memory_order_relaxed);
+}

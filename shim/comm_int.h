@@ -83,6 +83,24 @@ int shim_comm_publish(struct shim_comm *c);
 struct shim_comm *shim_comm_unlink(ncclComm_t comm);
 /** Release an object no call references: its executor, its plan arrays; then onto the free list. */
 void shim_comm_release(struct shim_comm *c);
+/** shim_comm_error() once the executor's error word is set: the executor's error, recorded once. */
+mscx_status_t shim_comm_error_record(struct shim_comm *c);
+/*
+ * The sticky error of @p c: once one of its kernels failed (a timeout, an
+ * abort, a peer's error), the communicator is broken for good, as an NCCL
+ * communicator is after an asynchronous error. One relaxed load once set;
+ * before that, one read of the executor's error word (host memory).
+ * @return MSCX_OK or the first error
+ */
+SHIM_HOT static inline mscx_status_t shim_comm_error(struct shim_comm *c)
+{
+    int e = atomic_load_explicit(&c->err, memory_order_relaxed);
+    if (e != 0 || !c->exec)
+        return (mscx_status_t)e;
+    if (c->exec_error && *c->exec_error == 0)
+        return MSCX_OK;
+    return shim_comm_error_record(c);
+}
 /** shim_comm_put() of a reference @p c (not NULL), inline for the routing path. */
 SHIM_HOT static inline void shim_comm_unref(struct shim_comm *c)
 {
@@ -137,8 +155,6 @@ void shim_comm_vote_fall_back(int prof, ncclComm_t comm, const struct mscx_confi
 /** The routing decision for a call of @p msg bytes on @p c: @return the route, or -1 with the reason. */
 int shim_comm_decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
                      enum shim_reason *why_p);
-/** The sticky error of @p c: MSCX_OK, or the first error of one of its kernels. */
-mscx_status_t shim_comm_error(struct shim_comm *c);
 
 /* ---- stats.c ---- */
 

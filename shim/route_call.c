@@ -177,38 +177,6 @@ __attribute__((noinline)) static int launch(struct shim_comm *c, const struct sh
     return 1;
 }
 
-/*
- * The sticky error of @p c: once one of its kernels failed (a timeout, an
- * abort, a peer's error), the communicator is broken for good, as an NCCL
- * communicator is after an asynchronous error. One relaxed load once set;
- * before that, one read of the executor's error word (host memory).
- * @return MSCX_OK or the first error
- */
-SHIM_HOT static mscx_status_t comm_error(struct shim_comm *c)
-{
-    int e = atomic_load_explicit(&c->err, memory_order_relaxed);
-    if (e != 0 || !c->exec)
-        return (mscx_status_t)e;
-    if (c->exec_error && *c->exec_error == 0)
-        return MSCX_OK;
-    mscx_status_t st = mscx_exec_async_error(c->exec);
-    if (st == MSCX_OK)
-        return MSCX_OK;
-    int expected = 0;
-    if (atomic_compare_exchange_strong_explicit(&c->err, &expected, (int)st, memory_order_relaxed,
-                                                memory_order_relaxed))
-        MSCX_WARN("mscx: a kernel of comm %p rank %u/%u failed: %s; every later call on it returns an error "
-                  "(abort the communicator and create a new one)",
-                  (void *)c->comm, c->rank, c->nranks, mscx_status_str(st));
-    return (mscx_status_t)atomic_load_explicit(&c->err, memory_order_relaxed);
-}
-
-/* comm_error(), out of line for p2p.c and teardown.c. */
-mscx_status_t shim_comm_error(struct shim_comm *c)
-{
-    return comm_error(c);
-}
-
 /* The answer to a call on a communicator whose kernel failed, with NCCL's code for the error. */
 static ncclResult_t comm_error_result(const struct shim_comm *c, const struct shim_coll_call *call,
                                       mscx_status_t st)
@@ -253,7 +221,7 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
         return 0;                                  /* not a communicator we set up: NCCL's alone */
     }
     int answered = 1;
-    mscx_status_t failed = comm_error(c);
+    mscx_status_t failed = shim_comm_error(c);
     if (failed != MSCX_OK) {
         *res_p = comm_error_result(c, call, failed);
     } else if ((*res_p = check_args(c, call)) == ncclSuccess) {

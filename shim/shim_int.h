@@ -85,10 +85,16 @@ void *shim_caller_begin(enum shim_fn id, const void *ret);
 /** After the call that shim_caller_begin() sent back has returned. */
 void shim_caller_end(void);
 
-/* ---- status_map.c ---- */
+/* ---- nccl_map.c: NCCL's enums and ours ---- */
 
 /** The one mapping from mscx_status_t to ncclResult_t. */
 ncclResult_t shim_status_to_nccl(mscx_status_t st);
+/** @return 0 and the mscx type, or -1 when NCCL's type has none. */
+int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p);
+/** @return 0 and the mscx op, or -1 (ncclAvg, PreMulSum and other dynamic ops). */
+int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p);
+/** Bytes of one element of a valid NCCL datatype. */
+size_t shim_dtype_bytes(ncclDataType_t dt);
 
 /* ---- route.c: pure routing decision ---- */
 
@@ -163,13 +169,6 @@ void shim_route_window_init(struct shim_route_window *w, const struct shim_route
  */
 int shim_route_pick_windowed(const struct shim_route_query *q, const struct shim_route_plan *plans,
                              size_t nplans, const struct shim_route_window *w, enum shim_reason *why_p);
-
-/** @return 0 and the mscx type, or -1 when NCCL's type has none. */
-int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p);
-/** @return 0 and the mscx op, or -1 (ncclAvg, PreMulSum and other dynamic ops). */
-int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p);
-/** Bytes of one element of a valid NCCL datatype. */
-size_t shim_dtype_bytes(ncclDataType_t dt);
 
 /* ---- route_call.c: sizes that overflow ---- */
 
@@ -503,8 +502,6 @@ struct shim_comm *shim_comm_stop(ncclComm_t comm);
 void shim_comm_stop_finish(struct shim_comm *c, const char *how);
 /** Drop our state of @p comm (stopping our kernels first when @p abort) and print its summary. */
 void shim_comm_teardown(ncclComm_t comm, int abort);
-/** The JSON objects of every live communicator, comma separated (malloc'd; NULL when none). */
-char *shim_comm_live_json(void);
 /** Our asynchronous error of @p comm as an NCCL result (ncclSuccess when none). */
 ncclResult_t shim_comm_async_error(ncclComm_t comm);
 

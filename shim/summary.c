@@ -40,9 +40,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm_int.h"
 #include "mscx/fork.h"
 #include "mscx/log.h"
-#include "shim_int.h"
 
 static pthread_mutex_t sum_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -298,11 +298,42 @@ static void write_objs(const char *objs)
     snprintf(file_written, sizeof(file_written), "%s", path);
 }
 
+struct json_list {
+    char *text;
+    size_t len;
+};
+
+static void append_json(void *obj, void *ctx)
+{
+    const struct shim_comm *c = obj;
+    struct json_list *l = ctx;
+    struct shim_stats snap;
+    shim_stats_snapshot(c, &snap);
+    char *one = shim_summary_json(&snap, c->comm, c->rank, c->nranks, "exit");
+    char *q = one ? realloc(l->text, l->len + strlen(one) + 3) : NULL;
+    if (q) {
+        l->text = q;
+        l->len += (size_t)sprintf(l->text + l->len, "%s%s", l->len ? ",\n" : "", one);
+    }
+    free(one);
+}
+
+/*
+ * At exit: the communicators never destroyed. Reads counters only; the
+ * table keeps every object it lists, with its reference, while it lists them.
+ */
+static char *live_json(void)
+{
+    struct json_list l = {NULL, 0};
+    shim_table_each(append_json, &l);
+    return l.text;
+}
+
 static void at_exit(void)
 {
     if (!is_owner())
         return;
-    char *live = shim_comm_live_json();
+    char *live = live_json();
     pthread_mutex_lock(&sum_lock);
     write_objs(live);
     pthread_mutex_unlock(&sum_lock);

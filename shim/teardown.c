@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The end of a communicator of ours: destroy, and abort, revoke or shrink
- * around the real call; the summary of the communicators never destroyed,
- * at exit; and the asynchronous error of a communicator.
+ * around the real call; and the asynchronous error of a communicator.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,37 +57,6 @@ void shim_comm_teardown(ncclComm_t comm, int abort)
     shim_stats_print(c, &snap, "destroy");
     shim_summary_finish(&snap, c->comm, c->rank, c->nranks, "destroy");
     shim_comm_put(c);
-}
-
-struct json_list {
-    char *text;
-    size_t len;
-};
-
-static void append_json(void *obj, void *ctx)
-{
-    const struct shim_comm *c = obj;
-    struct json_list *l = ctx;
-    struct shim_stats snap;
-    shim_stats_snapshot(c, &snap);
-    char *one = shim_summary_json(&snap, c->comm, c->rank, c->nranks, "exit");
-    char *q = one ? realloc(l->text, l->len + strlen(one) + 3) : NULL;
-    if (q) {
-        l->text = q;
-        l->len += (size_t)sprintf(l->text + l->len, "%s%s", l->len ? ",\n" : "", one);
-    }
-    free(one);
-}
-
-/*
- * At exit: the communicators never destroyed. Reads counters only; the
- * table keeps every object it lists, with its reference, while it lists them.
- */
-char *shim_comm_live_json(void)
-{
-    struct json_list l = {NULL, 0};
-    shim_table_each(append_json, &l);
-    return l.text;
 }
 
 ncclResult_t shim_comm_async_error(ncclComm_t comm)
