@@ -13,7 +13,7 @@
  *    config that is not valid (size, magic): NCCL serves the call, which
  *    answers as it does (reason "config" in the summary).
  *
- * A call that goes to NCCL, now or when its group does (shim_coll_forward),
+ * A call that goes to NCCL, now or when its group does (forward.c),
  * reaches the real nccl<Coll>Config with the application's config pointer.
  */
 #include <stddef.h>
@@ -61,35 +61,6 @@ static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void
         .config_nccl = config_wants_nccl(cfg),
     };
     return shim_coll_try_route(&call, res_p);
-}
-
-ncclResult_t shim_coll_config_forward(const struct shim_coll_call *c)
-{
-    const ncclCollConfig_t *cfg = c->config;
-    switch (c->api) {
-    case SHIM_FN_ncclAllReduceConfig: {
-        REAL_OR_FAIL(fn, c->prof, ncclAllReduceConfig);
-        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->op, c->comm, c->stream, cfg);
-    }
-    case SHIM_FN_ncclAllGatherConfig: {
-        REAL_OR_FAIL(fn, c->prof, ncclAllGatherConfig);
-        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->comm, c->stream, cfg);
-    }
-    case SHIM_FN_ncclReduceScatterConfig: {
-        REAL_OR_FAIL(fn, c->prof, ncclReduceScatterConfig);
-        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->op, c->comm, c->stream, cfg);
-    }
-    case SHIM_FN_ncclBroadcastConfig: {
-        REAL_OR_FAIL(fn, c->prof, ncclBroadcastConfig);
-        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->root, c->comm, c->stream, cfg);
-    }
-    case SHIM_FN_ncclAlltoAllConfig: {
-        REAL_OR_FAIL(fn, c->prof, ncclAlltoAllConfig);
-        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->comm, c->stream, cfg);
-    }
-    default:
-        return shim_err_set(ncclInternalError, "mscx: %s cannot be forwarded as a collective", c->fn);
-    }
 }
 
 ncclResult_t shim_ncclAllReduceConfig(int prof, const void *sendbuff, void *recvbuff, size_t count,

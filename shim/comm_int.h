@@ -150,8 +150,10 @@ void shim_comm_setup_disabled(int prof, ncclComm_t comm, const struct mscx_confi
 void shim_comm_vote_fall_back(int prof, ncclComm_t comm, const struct mscx_config *cfg, const char *why,
                               int warn, const struct shim_join *j);
 
-/* ---- route_call.c ---- */
+/* ---- decide.c ---- */
 
+/** NCCL's own answer to a bad datatype, op or broadcast root of @p call on @p c (ncclSuccess: none). */
+ncclResult_t shim_comm_check_args(const struct shim_comm *c, const struct shim_coll_call *call);
 /** The routing decision for a call of @p msg bytes on @p c: @return the route, or -1 with the reason. */
 int shim_comm_decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
                      enum shim_reason *why_p);

@@ -19,6 +19,17 @@
 #include "rendezvous.h"
 #include "shim_int.h"
 
+SHIM_HOT int shim_coll_try_route(const struct shim_coll_call *call, ncclResult_t *res_p)
+{
+    if (!shim_routing_on() && !shim_comm_deferred_disabled())
+        return 0;
+    if (shim_comm_try_route(call, res_p))
+        return 1;
+    if (shim_group_collecting)
+        shim_p2p_before_forward(call->comm); /* an NCCL-bound call of the group */
+    return 0;
+}
+
 SHIM_HOT static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, const void *send, void *recv,
                               size_t count, ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
                               cudaStream_t stream, ncclResult_t *res_p)
@@ -38,49 +49,6 @@ SHIM_HOT static int try_route(int prof, enum shim_fn api, enum mscx_coll coll, c
         .stream = stream,
     };
     return shim_coll_try_route(&call, res_p);
-}
-
-/* The real collective a call was made to, with its arguments. */
-ncclResult_t shim_coll_forward(const struct shim_coll_call *c)
-{
-    switch (c->api) {
-    case SHIM_FN_ncclAllReduce: {
-        REAL_OR_FAIL(fn, c->prof, ncclAllReduce);
-        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->op, c->comm, c->stream);
-    }
-    case SHIM_FN_ncclAllGather: {
-        REAL_OR_FAIL(fn, c->prof, ncclAllGather);
-        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->comm, c->stream);
-    }
-    case SHIM_FN_ncclReduceScatter: {
-        REAL_OR_FAIL(fn, c->prof, ncclReduceScatter);
-        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->op, c->comm, c->stream);
-    }
-    case SHIM_FN_ncclBroadcast: {
-        REAL_OR_FAIL(fn, c->prof, ncclBroadcast);
-        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->root, c->comm, c->stream);
-    }
-    case SHIM_FN_ncclBcast: {
-        REAL_OR_FAIL(fn, c->prof, ncclBcast);
-        return fn(c->recvbuf, c->count, c->dtype, c->root, c->comm, c->stream);
-    }
-#ifdef SHIM_HAVE_ncclAlltoAll
-    case SHIM_FN_ncclAlltoAll: {
-        REAL_OR_FAIL(fn, c->prof, ncclAlltoAll);
-        return fn(c->sendbuf, c->recvbuf, c->count, c->dtype, c->comm, c->stream);
-    }
-#endif
-#ifdef SHIM_HAVE_ncclAllReduceConfig
-    case SHIM_FN_ncclAllReduceConfig:
-    case SHIM_FN_ncclAllGatherConfig:
-    case SHIM_FN_ncclReduceScatterConfig:
-    case SHIM_FN_ncclBroadcastConfig:
-    case SHIM_FN_ncclAlltoAllConfig:
-        return shim_coll_config_forward(c);
-#endif
-    default:
-        return shim_err_set(ncclInternalError, "mscx: %s cannot be forwarded as a collective", c->fn);
-    }
 }
 
 SHIM_HOT ncclResult_t shim_ncclAllReduce(int prof, const void *sendbuff, void *recvbuff, size_t count,

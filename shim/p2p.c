@@ -110,8 +110,19 @@ ncclResult_t shim_p2p_call(const struct shim_p2p_call *p)
         return ncclSuccess;
     }
     if (shim_group_collecting)
-        shim_group_before_forward(p->comm); /* the kept sends and recvs go first */
+        shim_p2p_before_forward(p->comm); /* the kept sends and recvs go first */
     return forward(p);
+}
+
+void shim_p2p_before_forward(ncclComm_t comm)
+{
+    if (!shim_group_collecting)
+        return;
+    if (nkept > 0) {
+        shim_group_mark_forwarded(kept[0].comm);
+        shim_group_note_err(shim_p2p_to_nccl());
+    }
+    shim_group_mark_forwarded(comm);
 }
 
 #ifdef SHIM_HAVE_ncclAlltoAll

@@ -95,6 +95,11 @@ int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p);
 int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p);
 /** Bytes of one element of a valid NCCL datatype. */
 size_t shim_dtype_bytes(ncclDataType_t dt);
+/**
+ * 1 for a datatype newer than the nccl.h the shim was built on (fp8 on a
+ * header before 2.24): only the library knows whether it takes it.
+ */
+int shim_dtype_newer(ncclDataType_t dt);
 
 /* ---- route.c: pure routing decision ---- */
 
@@ -170,7 +175,7 @@ void shim_route_window_init(struct shim_route_window *w, const struct shim_route
 int shim_route_pick_windowed(const struct shim_route_query *q, const struct shim_route_plan *plans,
                              size_t nplans, const struct shim_route_window *w, enum shim_reason *why_p);
 
-/* ---- route_call.c: sizes that overflow ---- */
+/* ---- decide.c: sizes that overflow ---- */
 
 /**
  * Non-zero, with *@p res_p ncclInvalidArgument and the reason set, when
@@ -433,12 +438,11 @@ extern __thread int shim_group_collecting;
  * join) set for ncclGetLastError: the call did not run
  */
 ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device);
-/**
- * A forwarder's hook before a call of the group on @p comm (NULL: none) goes
- * to NCCL: the kept sends and recvs go first, and the collectives kept on
- * @p comm from now on launch after NCCL's group end.
- */
-void shim_group_before_forward(ncclComm_t comm);
+/** @p comm (NULL: none) has an NCCL-bound call in the group: what is kept on it from now on launches after
+ * NCCL's end. */
+void shim_group_mark_forwarded(ncclComm_t comm);
+/** Keep @p r as the group's error when it is the first one (ncclGroupEnd returns it). */
+void shim_group_note_err(ncclResult_t r);
 /** ncclGroupSimulateEnd comes: the kept calls go to NCCL, and so does the rest of the group. */
 void shim_group_before_simulate(void);
 /** Non-zero while this thread's group ends in ncclGroupSimulateEnd: every call goes to NCCL (reason group).
@@ -477,6 +481,12 @@ int shim_p2p_nkept(void);
 ncclComm_t shim_p2p_comm(void);
 /** Forward the kept sends and recvs to NCCL in issue order. @return the first error */
 ncclResult_t shim_p2p_to_nccl(void);
+/**
+ * A forwarder's hook before a call of the collecting group on @p comm (NULL:
+ * none) goes to NCCL: the kept sends and recvs go first, and the
+ * collectives kept on @p comm from now on launch after NCCL's group end.
+ */
+void shim_p2p_before_forward(ncclComm_t comm);
 /**
  * At the outermost ncclGroupEnd, before NCCL's: the kept sends and recvs
  * become one kept AlltoAll when they have its shape and every rank agrees
@@ -525,8 +535,9 @@ struct shim_coll_call {
     int config_nccl;    /* that config asks for NCCL itself (coll_config.c): the call goes to NCCL */
 };
 /**
- * Try our executor. A communicator not in our table goes to NCCL untouched;
- * on one of ours, bad arguments get NCCL's answer here. @return 1 when the
+ * Try our executor. A count whose size overflows is NCCL's argument error;
+ * a communicator not in our table goes to NCCL untouched; on one of ours,
+ * bad arguments get NCCL's answer here. @return 1 when the
  * call was answered here (*res_p set: it ran on our executor or was refused),
  * 0 when it must go to NCCL.
  */
@@ -548,8 +559,9 @@ int shim_comm_p2p_tracked(ncclComm_t comm, uint32_t *rank_p, uint32_t *nranks_p,
  */
 int shim_comm_p2p_agree(const struct shim_coll_call *alltoall, int yes);
 /**
- * The shim's answer to a collective call, plain or nccl<Coll>Config (route_call.c): an overflowing
- * count is NCCL's argument error; otherwise shim_comm_try_route(). @return 1 when answered (*@p res_p).
+ * The shim's answer to a collective call, plain or nccl<Coll>Config (intercept.c): shim_comm_try_route()
+ * while the shim routes; a call it leaves to NCCL inside a collecting group first tells the group
+ * (shim_p2p_before_forward()). @return 1 when answered (*@p res_p).
  */
 int shim_coll_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
 /** Look up the real @p name as @p fn, or return the loader's error from the calling intercept. */
@@ -558,10 +570,8 @@ int shim_coll_try_route(const struct shim_coll_call *call, ncclResult_t *res_p);
     if (!fn)                                                                                                 \
         return shim_err_result();                                                                            \
     shim_err_clear()
-/** Forward a collective to the real NCCL (the function and name it was called by). */
+/** Forward a collective to the real NCCL (forward.c: the function and name it was called by). */
 ncclResult_t shim_coll_forward(const struct shim_coll_call *call);
-/** shim_coll_forward() of an nccl<Coll>Config call (coll_config.c), with its config. */
-ncclResult_t shim_coll_config_forward(const struct shim_coll_call *call);
 /**
  * After the real ncclCommResume of a communicator whose state ncclCommSuspend dropped
  * (suspend.c): set it up again as after a blocking init (@p res: the real result).
