@@ -6,7 +6,7 @@
  *
  * Groups: each collective routes on its own merits; one that routes is kept
  * and launched around the outermost ncclGroupEnd, in issue order with the
- * group's NCCL-bound calls (group.c); see shim/README.md.
+ * group's NCCL-bound calls (group.c, group_end.c); see shim/README.md.
  *
  * A collective on a communicator we did not set up (not in comm.c's table)
  * is forwarded untouched: never checked, counted or routed. Calls from inside

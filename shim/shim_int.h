@@ -410,7 +410,7 @@ int shim_comm_deferred_disabled(void);
 ncclResult_t shim_comm_setup_several(int prof, const ncclComm_t *comms, const struct shim_join *joins, int n,
                                      const char *how);
 
-/* ---- group.c: ncclGroupStart/End on this thread ---- */
+/* ---- group.c, group_end.c: ncclGroupStart/End on this thread ---- */
 
 /** Thread-local group depth (outermost ncclGroupStart). */
 int shim_group_depth(void);
@@ -438,8 +438,10 @@ extern __thread int shim_group_collecting;
  * join) set for ncclGetLastError: the call did not run
  */
 ncclResult_t shim_group_keep(const struct shim_coll_call *call, int device);
-/** @p comm (NULL: none) has an NCCL-bound call in the group: what is kept on it from now on launches after
- * NCCL's end. */
+/**
+ * @p comm (NULL: none) has an NCCL-bound call in the group: what is kept
+ * on it from now on launches after NCCL's end.
+ */
 void shim_group_mark_forwarded(ncclComm_t comm);
 /** Keep @p r as the group's error when it is the first one (ncclGroupEnd returns it). */
 void shim_group_note_err(ncclResult_t r);
