@@ -6,7 +6,10 @@
  * Each rank's input and output are compared with the host executor over
  * launches with reused, new and freed-and-reallocated buffers and the replays
  * of a captured CUDA graph, followed by two launches every rank must refuse:
- * a buffer in managed memory, and a new buffer under graph capture.
+ * a buffer in managed memory, and a new buffer under graph capture. Last,
+ * launches on more new buffers than a context keeps mapped, back to back:
+ * each one past the limit closes a peer's oldest mapping while earlier
+ * kernels may still run.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +28,7 @@
 #define UITERS 6   /* eager launches: buffers reused, new, freed and reallocated */
 #define UREPLAYS 3 /* replays of the captured launch */
 #define UREF (UITERS + UREPLAYS + 1)
+#define UEVICT 70 /* new buffers in a row, past the 64 mappings a context keeps */
 
 struct uref {
     enum mscx_dtype dt;
@@ -179,6 +183,52 @@ static int urefused(struct ucase *u, uint8_t *base, uint32_t odd, uint8_t *odd_b
     return 0;
 }
 
+/*
+ * UEVICT launches, each on new buffers, with no wait between them: past the
+ * mappings a context keeps, each launch closes a peer's oldest one, and the
+ * executor must first wait for the kernels that may still use it. Every
+ * buffer then holds the host executor's result of launch @p it.
+ */
+static int ueviction(struct ucase *u, uint32_t it)
+{
+    struct rank_ctx *c = u->c;
+    uint8_t *bufs[UEVICT] = {0};
+    char what[160];
+    int bad = 0, n = 0;
+    while (n < UEVICT && !bad) {
+        if (cudaMalloc((void **)&bufs[n], BUF_BYTES) != cudaSuccess) {
+            RFAIL(c->m, "eviction: cudaMalloc of buffer %d failed", n);
+            bad = 1;
+            break;
+        }
+        bad = ufill(u, bufs[n++], it);
+    }
+    if (!bad && proc_mesh_barrier(c->m) != 0) {
+        RFAIL(c->m, "eviction: barrier failed");
+        bad = 1;
+    }
+    for (int k = 0; k < n && !bad; k++) {
+        uint8_t *din, *dout;
+        layout(c->plan, c->m->rank, u->in_b, u->out_b, bufs[k], &din, &dout);
+        mscx_status_t st = mscx_exec_launch(c->ex, c->pid, din, dout, u->size, u->ref->dt, MSCX_REDOP_SUM,
+                                            MSCX_PKT_LL16, c->st);
+        if (st != MSCX_OK) {
+            RFAIL(c->m, "eviction: launch %d of %d: %s", k, UEVICT, mscx_status_str(st));
+            bad = 1;
+        }
+    }
+    for (int k = 0; k < n && !bad; k++) {
+        snprintf(what, sizeof(what), "%s eviction launch %d of %d", mscx_plan_name(c->plan), k, UEVICT);
+        bad |= ucheck(u, bufs[k], it, what);
+    }
+    if (!bad)
+        printf("rank %u: %d launches on new buffers back to back: every one equal to the host executor\n",
+               c->m->rank, UEVICT);
+    for (int k = 0; k < n; k++)
+        cudaFree(bufs[k]);
+    return bad;
+}
+
 /* The lowest rank whose input or output buffer a rank of another process reaches (one rank per process). */
 uint32_t first_exporter(const struct mscx_plan *plan)
 {
@@ -325,6 +375,8 @@ int rank_peerbufs(struct proc_mesh *m, const char *path)
         if (!bad)
             printf("rank %u: %s: input and output equal to the host executor\n", m->rank, what);
     }
+    if (!bad)
+        bad |= ueviction(&u, 0);
     if (!bad && proc_mesh_barrier(m) != 0) {
         RFAIL(m, "final barrier");
         bad = 1;

@@ -1,29 +1,18 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Setup never waits for work that is not the library's own: no device-wide
-# synchronisation in executor/ or shim/ (one exception: the user-buffer
-# eviction wait in peer_buffers.c, marked on its line), and no synchronous
-# copy or fill (legacy default stream) in the files that create executors,
-# add plans or import buffers.
+# synchronisation in executor/ or shim/, and no synchronous copy or fill
+# (legacy default stream) in the files that create executors, add plans or
+# import buffers.
 root=${1:-.}
-marker='the eviction wait (tests/lint/check-device-sync.sh)'
 code() { grep -Ev '^[^:]+:[0-9]+:[[:space:]]*(\*|/\*|//)'; }
 fail=0
 hits=$(grep -rn --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' \
     -E '\b(cudaDeviceSynchronize|cudaCtxSynchronize|cuCtxSynchronize|cudaThreadSynchronize)\s*\(' \
     "$root/executor" "$root/shim" 2>/dev/null | code)
-bad=$(printf '%s\n' "$hits" | grep -v '^$' |
-    grep -vF "$root/executor/gpu/runtime/peer_buffers.c:" )
-allowed=$(printf '%s\n' "$hits" | grep -F "$root/executor/gpu/runtime/peer_buffers.c:")
-if [ -n "$bad" ]; then
+if [ -n "$hits" ]; then
     echo "device-wide synchronisation in executor/ or shim/:"
-    echo "$bad"
-    fail=1
-fi
-if [ -n "$allowed" ] && [ "$(printf '%s\n' "$allowed" | grep -cF "$marker")" -ne 1 -o \
-    "$(printf '%s\n' "$allowed" | wc -l)" -ne 1 ]; then
-    echo "peer_buffers.c may synchronise the device once, on the line marked '$marker':"
-    echo "$allowed"
+    echo "$hits"
     fail=1
 fi
 setup="context.c upload.c finalize.c programs.c peer_buffers.c ports.c"

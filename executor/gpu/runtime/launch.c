@@ -358,7 +358,10 @@ static mscx_status_t launch_run(struct mscx_exec *ex, uint32_t plan_id, const vo
     a->op = op;
     a->pkt = pkt;
     MSCX_CHECK(args_program(ex, gp, kent, &ap));
-    return enqueue(gp, &ap, stream);
+    mscx_status_t st = enqueue(gp, &ap, stream);
+    if (gp->peer_bufs)
+        mscx_peer_bufs_launched(gp->peer_bufs, stream); /* whatever enqueue met: its kernel may be in */
+    return st;
 }
 
 /*

@@ -105,6 +105,9 @@ struct peer_bufs {
     uint32_t nimp;
     struct mscx_slots_limits lim;
     attrs_fn attrs;
+    cudaEvent_t used; /* recorded after each eager launch (mscx_peer_bufs_launched) */
+    int used_state;   /* 0: never recorded, 1: recorded, -1: a record failed */
+    int capturing;    /* the launch under way is being captured */
 };
 
 static int user_type(uint32_t t)
@@ -182,6 +185,8 @@ struct setup_rec {
 
 static void bufs_free(struct peer_bufs *u)
 {
+    if (u->used)
+        cudaEventDestroy(u->used);
     mscx_slots_destroy(u->x);
     free(u->group);
     free(u->pid);
@@ -260,6 +265,14 @@ static mscx_status_t bufs_create(const struct peer_bufs_setup *s, const uint8_t 
     if (!u || !u->group || !u->pid || !u->host)
         return MSCX_ERR_NO_MEMORY;
     bufs_fill(u, s, role);
+    cudaError_t ce = cudaEventCreateWithFlags(&u->used, cudaEventDisableTiming);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        u->used = NULL;
+        MSCX_WARN("plan %s: rank %u: cudaEventCreateWithFlags: %s", s->plan->name, s->rank,
+                  cudaGetErrorString(ce));
+        return MSCX_ERR_CUDA;
+    }
     if ((u->export_need[0] || u->export_need[1]) && !(u->attrs = attrs_entry())) {
         MSCX_WARN("plan %s: rank %u: cuPointerGetAttributes is not available from the CUDA driver: user "
                   "buffers cannot be shared with other processes",
@@ -597,17 +610,30 @@ static mscx_status_t import_open_locked(struct peer_bufs *u, uint32_t owner, con
 
 /*
  * Before closing this context's least recently used unpinned mapping to
- * make room: a kernel of an earlier launch may still use it, on any stream
- * the caller launched on, so wait for this device's work (rare: only past
- * IMPORT_CAP distinct buffers). Called without g_imp_lock: no other
- * context's import waits behind this.
+ * make room (rare: only past IMPORT_CAP distinct buffers): a kernel of an
+ * earlier launch may still use it. Only eager launches use an unpinned
+ * mapping (a captured one pins what it maps), and the executor runs its
+ * launches one after the other whatever their streams (launch_order.h): so
+ * once the latest eager launch of this context is done, every one before
+ * it is. Its end is the `used` event, recorded after it; nothing else on
+ * the device is waited for. Called without g_imp_lock: no other context's
+ * import waits behind this.
  */
 static mscx_status_t import_evict_wait(const struct peer_bufs *u)
 {
-    cudaError_t ce = cudaDeviceSynchronize(); /* the eviction wait (tests/lint/check-device-sync.sh) */
+    if (u->used_state == 0)
+        return MSCX_OK; /* no eager launch of this context yet */
+    if (u->used_state < 0) {
+        MSCX_WARN("plan %s: rank %u: the end of an earlier launch is unknown (its event was not recorded); "
+                  "no mapping is closed and this call is refused",
+                  u->plan->name, u->rank);
+        return MSCX_ERR_CUDA;
+    }
+    cudaError_t ce = cudaEventSynchronize(u->used);
     if (ce != cudaSuccess) {
-        MSCX_WARN("plan %s: rank %u: waiting for the device before closing a mapping: %s", u->plan->name,
-                  u->rank, cudaGetErrorString(ce));
+        cudaGetLastError();
+        MSCX_WARN("plan %s: rank %u: waiting for the latest launch before closing a mapping: %s",
+                  u->plan->name, u->rank, cudaGetErrorString(ce));
         return MSCX_ERR_CUDA;
     }
     return MSCX_OK;
@@ -680,6 +706,7 @@ mscx_status_t mscx_peer_bufs_launch(struct peer_bufs *u, const void *in, uint64_
         mine = MSCX_ERR_CUDA;
     }
     int capturing = cs != cudaStreamCaptureStatusNone;
+    u->capturing = capturing;
     /* a failure below still takes part in the exchange, so that every rank refuses this launch together */
     if (u->export_need[0] || u->export_need[1]) {
         struct bufs_pub pub;
@@ -735,6 +762,21 @@ broken:
         "from now on",
         pn, u->rank, (unsigned long long)seq, mscx_status_str(st));
     return u->broken;
+}
+
+void mscx_peer_bufs_launched(struct peer_bufs *u, void *stream)
+{
+    if (!u || u->nslot == 0 || u->capturing || u->used_state < 0)
+        return; /* nothing mapped here, or nothing an eviction could use */
+    cudaError_t ce = cudaEventRecord(u->used, (cudaStream_t)stream);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        u->used_state = -1; /* a later eviction refuses rather than guess */
+        MSCX_WARN("plan %s: rank %u: cudaEventRecord after a launch: %s", u->plan->name, u->rank,
+                  cudaGetErrorString(ce));
+        return;
+    }
+    u->used_state = 1;
 }
 
 void mscx_peer_bufs_destroy(struct peer_bufs *u)

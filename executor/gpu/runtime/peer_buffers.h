@@ -67,6 +67,13 @@ mscx_status_t mscx_peer_bufs_setup(const struct peer_bufs_setup *s, uint32_t *us
 mscx_status_t mscx_peer_bufs_launch(struct peer_bufs *u, const void *in, uint64_t in_bytes, const void *out,
                                     uint64_t out_bytes, void *stream, void **uptr);
 
+/**
+ * After the kernel of a launch that mscx_peer_bufs_launch() let through was
+ * enqueued on @p stream (or failed to be): mark its end, which a later
+ * eviction of a mapping waits for. Nothing under capture. NULL accepted.
+ */
+void mscx_peer_bufs_launched(struct peer_bufs *u, void *stream);
+
 /** Close this context's mappings (the caller synchronised its streams). NULL accepted. */
 void mscx_peer_bufs_destroy(struct peer_bufs *u);
 
