@@ -61,6 +61,23 @@ class Recorder:
                             "skipped": self.skipped}, **extra), fh, indent=1, sort_keys=True)
 
 
+def wait_gone(reached, limit):
+    """Wait until the process that wrote @reached (step and pid) has ended, at most @limit seconds."""
+    end = time.time() + limit
+    while time.time() < end:
+        try:
+            with open(reached) as fh:
+                pid = int(fh.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pid = None  # not written yet
+        if pid is not None:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return  # gone, and reaped by the launcher
+        time.sleep(0.01)
+
+
 def job(args):
     import datetime
     import torch
@@ -194,10 +211,10 @@ def job(args):
         rec.losses.append(struct.unpack("<I", struct.pack("<f", float(loss.item())))[0])  # exact fp32 bits
         if args.kill_at_step is not None and step == args.kill_at_step:
             with open(os.path.join(args.out, "reached%d" % rank), "w") as fh:
-                fh.write("%d\n" % step)
+                fh.write("%d %d\n" % (step, os.getpid()))
             if rank == args.kill_rank:
                 os.kill(os.getpid(), signal.SIGKILL)
-            time.sleep(args.kill_pause)  # let the victim die first
+            wait_gone(os.path.join(args.out, "reached%d" % args.kill_rank), args.kill_wait)
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     rec.put("ddp_final_params", flat, False, True)
     torch.cuda.synchronize()
@@ -415,7 +432,8 @@ def main(argv):
     r.add_argument("--timeout", type=int, default=60, help="process group timeout, seconds")
     r.add_argument("--kill-at-step", type=int)
     r.add_argument("--kill-rank", type=int, default=-1)
-    r.add_argument("--kill-pause", type=float, default=2.0)
+    r.add_argument("--kill-wait", type=float, default=10.0,
+                   help="longest wait, seconds, for the killed rank to be gone before the next step")
     c = sub.add_parser("compare", help="shim run against the NCCL run")
     c.add_argument("base_dir")
     c.add_argument("mscx_dir")
