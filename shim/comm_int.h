@@ -152,11 +152,19 @@ void shim_comm_vote_fall_back(int prof, ncclComm_t comm, const struct mscx_confi
 
 /* ---- decide.c ---- */
 
-/** NCCL's own answer to a bad datatype, op or broadcast root of @p call on @p c (ncclSuccess: none). */
-ncclResult_t shim_comm_check_args(const struct shim_comm *c, const struct shim_coll_call *call);
 /** The routing decision for a call of @p msg bytes on @p c: @return the route, or -1 with the reason. */
 int shim_comm_decide(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t msg,
                      enum shim_reason *why_p);
+/** shim_comm_pick()'s answer for a call with a bad datatype, op or broadcast root. */
+#define SHIM_PICK_ANSWERED (-2)
+/**
+ * What to do with @p call on @p c, in one call for the routing path: NCCL's
+ * own answer to a bad datatype, op or broadcast root (SHIM_PICK_ANSWERED,
+ * *@p res_p set); else the call's bytes in *@p msg_p and the route, or -1
+ * with the reason.
+ */
+int shim_comm_pick(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t *msg_p,
+                   enum shim_reason *why_p, ncclResult_t *res_p);
 
 /* ---- stats.c ---- */
 

@@ -52,7 +52,7 @@ int shim_count_overflows(int prof, const char *fn, size_t count, ncclDataType_t 
 }
 
 /* NCCL's own answer to a bad datatype, op or broadcast root of a collective on one of our comms. */
-SHIM_HOT ncclResult_t shim_comm_check_args(const struct shim_comm *c, const struct shim_coll_call *call)
+SHIM_HOT static ncclResult_t check_args(const struct shim_comm *c, const struct shim_coll_call *call)
 {
     int has_op = call->coll == MSCX_COLL_ALLREDUCE || call->coll == MSCX_COLL_REDUCESCATTER;
     int bad_root = call->root < 0 || (uint32_t)call->root >= c->nranks;
@@ -106,4 +106,21 @@ SHIM_HOT int shim_comm_decide(const struct shim_comm *c, const struct shim_coll_
         return -1;
     }
     return pick;
+}
+
+SHIM_HOT int shim_comm_pick(const struct shim_comm *c, const struct shim_coll_call *call, uint64_t *msg_p,
+                            enum shim_reason *why_p, ncclResult_t *res_p)
+{
+    if ((*res_p = check_args(c, call)) != ncclSuccess)
+        return SHIM_PICK_ANSWERED;
+    uint64_t msg = (uint64_t)call->count * shim_dtype_bytes(call->dtype);
+    if (call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER ||
+        call->coll == MSCX_COLL_ALLTOALL)
+        msg *= c->nranks ? c->nranks : 1;
+    *msg_p = msg;
+    if (shim_dtype_newer(call->dtype)) {
+        *why_p = SHIM_WHY_DTYPE;
+        return -1;
+    }
+    return shim_comm_decide(c, call, msg, why_p);
 }

@@ -108,15 +108,3 @@ SHIM_HOT size_t shim_dtype_bytes(ncclDataType_t dt)
         return 1; /* fp8 */
     }
 }
-
-/*
- * The datatype count of the newest NCCL the shim knows (fp8 ends at 11 since 2.24). A type at or past
- * the ncclNumTypes of the nccl.h the shim was built on but below this count is one that header lacks
- * (fp8 on a header before 2.24): only the library knows whether it takes it, so the call is NCCL's.
- */
-#define SHIM_NCCL_NUM_TYPES_NEWEST 12
-
-SHIM_HOT int shim_dtype_newer(ncclDataType_t dt)
-{
-    return (int)dt >= (int)ncclNumTypes && (int)dt < SHIM_NCCL_NUM_TYPES_NEWEST;
-}

@@ -105,18 +105,13 @@ SHIM_HOT int shim_comm_try_route(const struct shim_coll_call *call, ncclResult_t
     mscx_status_t failed = shim_comm_error(c);
     if (failed != MSCX_OK) {
         *res_p = comm_error_result(c, call, failed);
-    } else if ((*res_p = shim_comm_check_args(c, call)) == ncclSuccess) {
-        uint64_t msg = (uint64_t)call->count * shim_dtype_bytes(call->dtype);
-        if (call->coll == MSCX_COLL_ALLGATHER || call->coll == MSCX_COLL_REDUCESCATTER ||
-            call->coll == MSCX_COLL_ALLTOALL)
-            msg *= c->nranks ? c->nranks : 1;
-        enum shim_reason why;
-        int pick = -1;
-        if (shim_dtype_newer(call->dtype))
-            why = SHIM_WHY_DTYPE;
-        else
-            pick = shim_comm_decide(c, call, msg, &why);
-        if (pick >= 0 && shim_group_collecting) {
+    } else {
+        uint64_t msg = 0;
+        enum shim_reason why = SHIM_WHY_ROUTED;
+        int pick = shim_comm_pick(c, call, &msg, &why, res_p);
+        if (pick == SHIM_PICK_ANSWERED) {
+            /* NCCL's own answer to a bad argument */
+        } else if (pick >= 0 && shim_group_collecting) {
             if (shim_p2p_nkept() > 0)
                 shim_p2p_before_forward(NULL); /* sends and recvs beside a collective are no AlltoAll */
             *res_p = shim_group_keep(call, c->device); /* launched around the group's end (group_end.c) */

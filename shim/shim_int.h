@@ -95,11 +95,18 @@ int shim_dtype_map(ncclDataType_t dt, enum mscx_dtype *out_p);
 int shim_redop_map(ncclRedOp_t op, enum mscx_redop *out_p);
 /** Bytes of one element of a valid NCCL datatype. */
 size_t shim_dtype_bytes(ncclDataType_t dt);
-/**
- * 1 for a datatype newer than the nccl.h the shim was built on (fp8 on a
- * header before 2.24): only the library knows whether it takes it.
+/*
+ * The datatype count of the newest NCCL the shim knows (fp8 ends at 11 since 2.24). A type at or past
+ * the ncclNumTypes of the nccl.h the shim was built on but below this count is one that header lacks
+ * (fp8 on a header before 2.24): only the library knows whether it takes it, so the call is NCCL's.
  */
-int shim_dtype_newer(ncclDataType_t dt);
+#define SHIM_NCCL_NUM_TYPES_NEWEST 12
+
+/** 1 for a datatype newer than the nccl.h the shim was built on. */
+static inline int shim_dtype_newer(ncclDataType_t dt)
+{
+    return (int)dt >= (int)ncclNumTypes && (int)dt < SHIM_NCCL_NUM_TYPES_NEWEST;
+}
 
 /* ---- route.c: pure routing decision ---- */
 
