@@ -33,9 +33,24 @@ static ncclResult_t flush_pending(int prof)
     int overflow = shim_grp.overflow;
     shim_grp.npending = 0;
     shim_grp.overflow = 0;
-    /* the grown communicators' ranks meet now, outside the group, on every rank alike */
-    for (int i = 0; i < n; i++)
-        shim_join_resolve(&shim_grp.joins[i]);
+    /*
+     * The grown communicators' ranks meet now, outside the group, on every
+     * rank alike; a non-blocking one is then set up at its first collective,
+     * as outside a group, and leaves the list.
+     */
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        struct shim_join *j = &shim_grp.joins[i];
+        int nb_grow = j->kind == SHIM_JOIN_GROW && j->grow.nonblocking;
+        shim_join_resolve(j);
+        if (nb_grow) {
+            shim_comm_defer_setup(prof, shim_grp.pending[i], "by ncclCommGrow", j);
+            continue;
+        }
+        shim_grp.pending[kept] = shim_grp.pending[i];
+        shim_grp.joins[kept++] = *j;
+    }
+    n = kept;
     if (overflow) {
         /* more than we kept: none of them can run an exchange with the others */
         ncclResult_t res = ncclSuccess;

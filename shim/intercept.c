@@ -273,7 +273,8 @@ ncclResult_t shim_ncclCommSplit(int prof, ncclComm_t comm, int color, int key, n
  * Every rank of the grown communicator calls ncclCommGrow (the parent's with
  * comm set, the new ones with comm NULL). How its ranks meet is decided
  * first (grow.c), outside any group: in a group, after the outermost
- * ncclGroupEnd. Then each sets it up as after ncclCommInitRank.
+ * ncclGroupEnd. Then each sets it up as after ncclCommInitRank, a
+ * non-blocking one at its first collective.
  */
 ncclResult_t shim_ncclCommGrow(int prof, ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
                                ncclComm_t *newcomm, ncclConfig_t *config)
@@ -284,6 +285,7 @@ ncclResult_t shim_ncclCommGrow(int prof, ncclComm_t comm, int nRanks, const nccl
         return res;
     struct shim_join j;
     shim_join_grow(&j, prof, comm, nRanks, uniqueId, rank);
+    j.grow.nonblocking = nonblocking(config);
     if (shim_group_depth() > 0) {
         shim_group_defer(*newcomm, &j);
         return res;

@@ -334,6 +334,7 @@ struct shim_join_grow {
     int nranks;        /* of the grown communicator */
     int rank;          /* a new rank's; -1 on the parent's ranks */
     int has_id;        /* the id below is this rank's: the parent's root, or a new rank */
+    int nonblocking;   /* its config asks for a non-blocking communicator */
     int prof;
 };
 

@@ -246,7 +246,6 @@ void fake_hook_ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uni
                             ncclComm_t *newcomm, ncclConfig_t *config)
 {
     (void)uniqueId;
-    (void)config;
     if (!newcomm)
         return;
     *newcomm = fake_comm();
@@ -259,6 +258,10 @@ void fake_hook_ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uni
     if (g && !local_on() && mscxFakeNcclHostMemory()) {
         g[SLOT_WRANK] = (unsigned)at + 1;
         g[SLOT_WSIZE] = (unsigned)nRanks;
+    }
+    if (g && env_int("FAKE_NCCL_NB_POLLS", 0) > 0 && config && config->blocking == 0) {
+        g[SLOT_NB] = 1; /* as a non-blocking ncclCommInitRankConfig */
+        nb_start(*newcomm);
     }
 }
 #endif

@@ -3,15 +3,17 @@
  * One rank of an ncclCommGrow, as one process of the fake NCCL's world
  * (FAKE_NCCL_WORLD, FAKE_NCCL_RANK, FAKE_NCCL_NRANKS: the grown size).
  *
- *   grow-driver --grow-from=P [--group] [--expect-shim]
+ *   grow-driver --grow-from=P [--group] [--nonblocking] [--expect-shim]
  *
  * Ranks below P make a communicator of P ranks from the id rank 0 makes
  * (written to DRV_ID_FILE), and grow it: rank 0 as its root, with the id
  * its ncclCommGetUniqueId makes (written to DRV_ID_FILE.grow); the others
  * without one. The ranks from P on are new: they read that id and join.
  * Every rank then runs one AllReduce on the grown communicator and
- * destroys what it made. --group puts the ncclCommGrow in a group.
- * --expect-shim is taken and ignored (agree.sh passes it).
+ * destroys what it made. --group puts the ncclCommGrow in a group;
+ * --nonblocking asks for a non-blocking communicator and polls
+ * ncclCommGetAsyncError until its init completed. --expect-shim is taken and
+ * ignored (agree.sh passes it).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,27 +53,38 @@ static int id_read(const char *path, ncclUniqueId *id)
 }
 
 static ncclResult_t grow(ncclComm_t parent, int n, const ncclUniqueId *id, int rank, ncclComm_t *grown,
-                         int group)
+                         int group, int nb)
 {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
     if (group && ncclGroupStart() != ncclSuccess)
         return ncclInternalError;
-    ncclResult_t r = ncclCommGrow(parent, n, id, rank, grown, NULL);
+    ncclResult_t r = ncclCommGrow(parent, n, id, rank, grown, nb ? &config : NULL);
     if (group) {
         ncclResult_t e = ncclGroupEnd();
-        if (r == ncclSuccess)
-            r = e;
+        if (r == ncclSuccess || r == ncclInProgress)
+            r = e == ncclSuccess ? r : e;
     }
-    return r;
+    if (!nb || r != ncclInProgress || !*grown)
+        return r;
+    /* a non-blocking init: polled until it completed, as NCCL's users must */
+    ncclResult_t async = ncclInProgress;
+    for (int polls = 0; async == ncclInProgress && polls < 100000; polls++)
+        if (ncclCommGetAsyncError(*grown, &async) != ncclSuccess)
+            async = ncclInternalError;
+    return async;
 }
 
 int main(int argc, char **argv)
 {
-    int from = 0, group = 0;
+    int from = 0, group = 0, nb = 0;
     for (int i = 1; i < argc; i++) {
         if (!strncmp(argv[i], "--grow-from=", 12))
             from = atoi(argv[i] + 12);
         else if (!strcmp(argv[i], "--group"))
             group = 1;
+        else if (!strcmp(argv[i], "--nonblocking"))
+            nb = 1;
         else if (strcmp(argv[i], "--expect-shim") != 0)
             from = -1;
     }
@@ -79,7 +92,8 @@ int main(int argc, char **argv)
                *n_env = getenv("FAKE_NCCL_NRANKS");
     if (from <= 0 || !path || !r_env || !n_env) {
         fprintf(stderr,
-                "usage: DRV_ID_FILE=... FAKE_NCCL_RANK=r FAKE_NCCL_NRANKS=n %s --grow-from=P [--group]\n",
+                "usage: DRV_ID_FILE=... FAKE_NCCL_RANK=r FAKE_NCCL_NRANKS=n %s --grow-from=P [--group] "
+                "[--nonblocking]\n",
                 argv[0]);
         return 2;
     }
@@ -103,11 +117,11 @@ int main(int argc, char **argv)
         }
         if (me == 0 && (ncclCommGetUniqueId(parent, &gid) != ncclSuccess || id_write(grow_path, &gid)))
             return 1;
-        r = grow(parent, n, me == 0 ? &gid : NULL, -1, &grown, group);
+        r = grow(parent, n, me == 0 ? &gid : NULL, -1, &grown, group, nb);
     } else {
         if (id_read(grow_path, &gid))
             return 1;
-        r = grow(NULL, n, &gid, me, &grown, group);
+        r = grow(NULL, n, &gid, me, &grown, group, nb);
     }
     if (r != ncclSuccess || !grown) {
         FAIL("ncclCommGrow returned %d, comm %p", (int)r, (void *)grown);
