@@ -126,12 +126,7 @@ static int rdv_verdict(const struct shim_join *j, int root, int yes)
 /* The parent's size, this rank in it and its device. @return 1, or 0 (logged) where NCCL does not answer */
 static int parent_place(const struct shim_join_grow *g, int *n, int *me, int *device)
 {
-    shim_fn_ncclCommCount_t count = SHIM_REAL(g->prof, ncclCommCount);
-    shim_fn_ncclCommUserRank_t user_rank = SHIM_REAL(g->prof, ncclCommUserRank);
-    shim_fn_ncclCommCuDevice_t cu_device = SHIM_REAL(g->prof, ncclCommCuDevice);
-    if (count && user_rank && cu_device && count(g->parent, n) == ncclSuccess &&
-        user_rank(g->parent, me) == ncclSuccess && cu_device(g->parent, device) == ncclSuccess && *n > 0 &&
-        *me >= 0 && *me < *n)
+    if (shim_comm_place(g->prof, g->parent, n, me, device) == 0 && *me >= 0 && *me < *n)
         return 1;
     MSCX_WARN("mscx: ncclCommGrow: the parent communicator %p does not answer its rank and size; this rank "
               "leaves the grown communicator to NCCL",

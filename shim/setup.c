@@ -33,14 +33,21 @@ static ncclResult_t strict_fail(int prof, struct shim_comm *c, const char *why)
     return shim_err_set(ncclInvalidUsage, "mscx: MSCX_STRICT: %s", why);
 }
 
-static int query(int prof, ncclComm_t comm, struct shim_comm *c)
+int shim_comm_place(int prof, ncclComm_t comm, int *nranks_p, int *rank_p, int *device_p)
 {
     shim_fn_ncclCommCount_t count = SHIM_REAL(prof, ncclCommCount);
     shim_fn_ncclCommUserRank_t user_rank = SHIM_REAL(prof, ncclCommUserRank);
     shim_fn_ncclCommCuDevice_t cu_device = SHIM_REAL(prof, ncclCommCuDevice);
+    if (!count || !user_rank || !cu_device || count(comm, nranks_p) != ncclSuccess ||
+        user_rank(comm, rank_p) != ncclSuccess || cu_device(comm, device_p) != ncclSuccess || *nranks_p <= 0)
+        return -1;
+    return 0;
+}
+
+static int query(int prof, ncclComm_t comm, struct shim_comm *c)
+{
     int n = 0, r = 0, d = 0;
-    if (!count || !user_rank || !cu_device || count(comm, &n) != ncclSuccess ||
-        user_rank(comm, &r) != ncclSuccess || cu_device(comm, &d) != ncclSuccess || n <= 0)
+    if (shim_comm_place(prof, comm, &n, &r, &d) != 0)
         return -1;
     c->nranks = (uint32_t)n;
     c->rank = (uint32_t)r;

@@ -383,6 +383,11 @@ void shim_join_forget(ncclComm_t comm);
 int shim_join_vouched(ncclComm_t comm);
 
 /**
+ * The real NCCL's size of @p comm, this rank in it and its CUDA device.
+ * @return 0, or -1 when it does not answer (or the size is not positive)
+ */
+int shim_comm_place(int prof, ncclComm_t comm, int *nranks_p, int *rank_p, int *device_p);
+/**
  * Set up our state beside a freshly initialised real communicator whose
  * ranks meet as @p j says. @return ncclSuccess, or an error (strict mode)
  * after which the real comm was destroyed
