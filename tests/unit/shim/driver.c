@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "driver.h"
+#include "id_file.h"
 #include "shim_check.h"
 
 static const char *log_path;
@@ -245,28 +246,14 @@ static int lifecycle_id(ncclUniqueId *id)
     memset(id, 7, sizeof(*id));
     if (!path)
         return 0;
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     if (!rank || atoi(rank) == 0) {
-        FILE *f = NULL;
-        if (ncclGetUniqueId(id) != ncclSuccess || !(f = fopen(tmp, "wb")) ||
-            fwrite(id, sizeof(*id), 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
-            FAIL("cannot write the id to %s", path);
+        if (ncclGetUniqueId(id) != ncclSuccess) {
+            FAIL("ncclGetUniqueId failed");
             return -1;
         }
-        return 0;
+        return id_file_write(path, id);
     }
-    for (int waited = 0; waited < 20000; waited += 10) {
-        FILE *f = fopen(path, "rb");
-        size_t got = f ? fread(id, sizeof(*id), 1, f) : 0;
-        if (f)
-            fclose(f);
-        if (got == 1)
-            return 0;
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    }
-    FAIL("no id in %s after 20 s", path);
-    return -1;
+    return id_file_read(path, id, 20);
 }
 
 /* A child of @p comm by ncclCommSplit: a collective on it and its destroy reach the fake. */

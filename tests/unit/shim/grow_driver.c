@@ -18,40 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "rec_gen.h"
+#include "id_file.h"
 #include "shim_check.h"
 
 #ifdef REC_HAVE_ncclCommGrow
-/* Write @p id to @p path at once (rename), so that a reader sees all of it or nothing. */
-static int id_write(const char *path, const ncclUniqueId *id)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(id, sizeof(*id), 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
-        FAIL("cannot write an id to %s", path);
-        return -1;
-    }
-    return 0;
-}
-
-static int id_read(const char *path, ncclUniqueId *id)
-{
-    for (int waited = 0; waited < 30000; waited += 10) {
-        FILE *f = fopen(path, "rb");
-        size_t got = f ? fread(id, sizeof(*id), 1, f) : 0;
-        if (f)
-            fclose(f);
-        if (got == 1)
-            return 0;
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    }
-    FAIL("no id in %s after 30 s", path);
-    return -1;
-}
-
 static ncclResult_t grow(ncclComm_t parent, int n, const ncclUniqueId *id, int rank, ncclComm_t *grown,
                          int group, int nb)
 {
@@ -107,19 +79,19 @@ int main(int argc, char **argv)
         char size[16];
         snprintf(size, sizeof(size), "%d", from);
         setenv("FAKE_NCCL_NRANKS", size, 1); /* the parent's size, for the fake's calls on it */
-        if (me == 0 && (ncclGetUniqueId(&id) != ncclSuccess || id_write(path, &id)))
+        if (me == 0 && (ncclGetUniqueId(&id) != ncclSuccess || id_file_write(path, &id)))
             return 1;
-        if (me != 0 && id_read(path, &id))
+        if (me != 0 && id_file_read(path, &id, 30))
             return 1;
         if (ncclCommInitRank(&parent, from, id, me) != ncclSuccess) {
             FAIL("ncclCommInitRank of the parent failed");
             return 1;
         }
-        if (me == 0 && (ncclCommGetUniqueId(parent, &gid) != ncclSuccess || id_write(grow_path, &gid)))
+        if (me == 0 && (ncclCommGetUniqueId(parent, &gid) != ncclSuccess || id_file_write(grow_path, &gid)))
             return 1;
         r = grow(parent, n, me == 0 ? &gid : NULL, -1, &grown, group, nb);
     } else {
-        if (id_read(grow_path, &gid))
+        if (id_file_read(grow_path, &gid, 30))
             return 1;
         r = grow(NULL, n, &gid, me, &grown, group, nb);
     }
