@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "mscx/exec.h"
+#include "mscx/fork.h"
 #include "mscx/log.h"
 #include "shim_int.h"
 
@@ -385,6 +386,11 @@ void shim_boot_use_device(int device)
  */
 static pthread_mutex_t g_deferred_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shim_boot *g_deferred;
+
+__attribute__((constructor)) static void deferred_fork_init(void)
+{
+    mscx_fork_protect(&g_deferred_lock, MSCX_FORK_SHIM_WARN);
+}
 
 static void boot_free(struct shim_boot *b);
 

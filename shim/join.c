@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mscx/fork.h"
 #include "rendezvous.h"
 #include "shim_int.h"
 
@@ -30,6 +31,11 @@ static pthread_mutex_t vouch_lock = PTHREAD_MUTEX_INITIALIZER;
 static ncclComm_t vouched_fixed[VOUCH_FIXED];
 static ncclComm_t *vouched = vouched_fixed;
 static size_t nvouched, cap_vouched = VOUCH_FIXED;
+
+__attribute__((constructor)) static void vouch_fork_init(void)
+{
+    mscx_fork_protect(&vouch_lock, MSCX_FORK_SHIM_WARN);
+}
 
 static int vouch_find(ncclComm_t comm, size_t *at)
 {

@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mscx/fork.h"
 #include "mscx/log.h"
 
 #define ID_BYTES ((size_t)NCCL_UNIQUE_ID_BYTES)
@@ -410,6 +411,11 @@ static void answer(struct listener *l, int all_in)
 
 /* This process's listeners, so that a lone rank can release its id's (shim_rdv_release()). */
 static pthread_mutex_t procs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void procs_fork_init(void)
+{
+    mscx_fork_protect(&procs_lock, MSCX_FORK_SHIM_WARN);
+}
 static struct listener *procs;
 
 static void proc_add(struct listener *l)

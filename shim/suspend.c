@@ -14,6 +14,7 @@
  */
 #include <pthread.h>
 
+#include "mscx/fork.h"
 #include "shim_int.h"
 
 #ifdef SHIM_HAVE_ncclCommSuspend
@@ -22,6 +23,11 @@
 
 /* The communicators whose state a suspend dropped, to set up again at their resume. */
 static pthread_mutex_t suspended_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void suspended_fork_init(void)
+{
+    mscx_fork_protect(&suspended_lock, MSCX_FORK_SHIM_WARN);
+}
 static ncclComm_t suspended[SUSPENDED_MAX];
 
 /* Note @p comm as suspended. @return 0, or -1 when the table is full. */

@@ -27,7 +27,7 @@ enum mscx_fork_level {
     MSCX_FORK_SHIM_TABLE = 20,   /* shim/comm_table.c */
     MSCX_FORK_SHIM_FREE = 30,    /* shim/comm.c free list */
     MSCX_FORK_SHIM_SUMMARY = 40, /* shim/summary.c */
-    MSCX_FORK_SHIM_WARN = 50,    /* shim/plans.c */
+    MSCX_FORK_SHIM_WARN = 50,    /* shim/plans.c, and the shim's locks that hold no other */
     MSCX_FORK_LOG = 60,          /* executor/common/log.c */
     MSCX_FORK_ENV = 70,          /* executor/common/env.c */
 };
