@@ -194,6 +194,18 @@ static int nonblocking(const ncclConfig_t *config)
 }
 
 /*
+ * Our rendezvous marker in the unused tail of NCCL's fresh @p id (for an
+ * ncclCommGrow of a communicator of @p grow_from ranks; 0 otherwise); under
+ * MSCX_DISABLE, or where it cannot be marked, the id stays exactly NCCL's.
+ */
+static void mark_id(ncclUniqueId *id, uint32_t grow_from)
+{
+    const struct mscx_config *cfg = shim_config_lenient();
+    if (id && !(cfg && cfg->disable))
+        (void)shim_rdv_mark(id, shim_rdv_bound_ms(cfg), grow_from);
+}
+
+/*
  * Set up now, after the outermost ncclGroupEnd when inside a group, or, for
  * a non-blocking communicator (whose init may answer ncclInProgress), at
  * its first collective outside a group (shim_comm_setup_deferred()).
@@ -301,12 +313,10 @@ ncclResult_t shim_ncclCommGetUniqueId(int prof, ncclComm_t comm, ncclUniqueId *u
 {
     REAL_OR_FAIL(fn, prof, ncclCommGetUniqueId);
     ncclResult_t res = fn(comm, uniqueId);
-    const struct mscx_config *cfg = shim_config_lenient();
     shim_fn_ncclCommCount_t count = SHIM_REAL(prof, ncclCommCount);
     int nranks = 0;
-    if (res == ncclSuccess && uniqueId && !(cfg && cfg->disable) && count &&
-        count(comm, &nranks) == ncclSuccess && nranks > 0)
-        (void)shim_rdv_mark(uniqueId, shim_rdv_bound_ms(cfg), (uint32_t)nranks);
+    if (res == ncclSuccess && count && count(comm, &nranks) == ncclSuccess && nranks > 0)
+        mark_id(uniqueId, (uint32_t)nranks);
     return res;
 }
 #endif
@@ -443,14 +453,10 @@ ncclResult_t shim_ncclGetVersion(int prof, int *version)
 
 ncclResult_t shim_ncclGetUniqueId(int prof, ncclUniqueId *uniqueId)
 {
-    /*
-     * NCCL's id, with our rendezvous marker in its unused tail (rendezvous.c);
-     * under MSCX_DISABLE, or where it cannot be marked, exactly NCCL's.
-     */
+    /* NCCL's id, with our rendezvous marker (rendezvous.c) */
     REAL_OR_FAIL(fn, prof, ncclGetUniqueId);
     ncclResult_t res = fn(uniqueId);
-    const struct mscx_config *cfg = shim_config_lenient();
-    if (res == ncclSuccess && uniqueId && !(cfg && cfg->disable))
-        (void)shim_rdv_mark(uniqueId, shim_rdv_bound_ms(cfg), 0);
+    if (res == ncclSuccess)
+        mark_id(uniqueId, 0);
     return res;
 }
